@@ -1,0 +1,1 @@
+"""EdgeFleet cloudhub package."""

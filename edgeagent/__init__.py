@@ -1,0 +1,1 @@
+"""EdgeFleet edgeagent package."""

@@ -1,0 +1,1 @@
+"""EdgeFleet protocol package."""
