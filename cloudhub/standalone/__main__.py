@@ -49,11 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
         "temporary directory removed at exit",
     )
     parser.add_argument(
-        "--host", default=defaults.host,
+        "--host",
+        default=defaults.host,
         help=f"address to listen on (default {defaults.host}; use 0.0.0.0 to expose it)",
     )
     parser.add_argument(
-        "--port", type=int, default=defaults.port,
+        "--port",
+        type=int,
+        default=defaults.port,
         help=f"TCP port (default {defaults.port}, as kube-apiserver; 0 picks a free one)",
     )
     parser.add_argument(
@@ -63,29 +66,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--token",
-        help="bearer token clients must send (default: generated once and kept in "
-        "DATA_DIR/token)",
+        help="bearer token clients must send (default: generated once and kept in DATA_DIR/token)",
     )
     parser.add_argument(
-        "--kubeconfig-out", type=pathlib.Path,
+        "--kubeconfig-out",
+        type=pathlib.Path,
         help="also copy the kubeconfig to this path",
     )
     parser.add_argument(
-        "--watch-history", type=int, default=defaults.watch_history_events,
+        "--watch-history",
+        type=int,
+        default=defaults.watch_history_events,
         help="changes kept for watches and paging; older resourceVersions get 410 Gone "
         f"(default {defaults.watch_history_events})",
     )
     parser.add_argument(
-        "--bookmark-interval", type=float, default=defaults.bookmark_interval_s,
+        "--bookmark-interval",
+        type=float,
+        default=defaults.bookmark_interval_s,
         help=f"seconds between watch BOOKMARK events (default {defaults.bookmark_interval_s:g})",
     )
     parser.add_argument(
-        "--commit-interval", type=float, default=defaults.commit_interval_s,
+        "--commit-interval",
+        type=float,
+        default=defaults.commit_interval_s,
         help="seconds to gather writes into one SQLite transaction (default "
         f"{defaults.commit_interval_s:g}: commit as soon as the previous one finished)",
     )
     parser.add_argument(
-        "--no-fsync", action="store_true",
+        "--no-fsync",
+        action="store_true",
         help="PRAGMA synchronous=NORMAL: acknowledged writes survive a crash of this process "
         "but may be lost on power failure (default: FULL, fsync at every commit)",
     )

@@ -32,6 +32,7 @@ from cloudhub.standalone.registry import (
     ListParams,
     Registry,
     Watch,
+    WriteOptions,
     dumps,
 )
 from cloudhub.standalone.resources import ResourceType
@@ -137,6 +138,13 @@ class APIHandler:
         except StorageError as exc:
             log.error("storage failure on %s %s: %s", request.method, request.path, exc)
             return _status_response(errors.internal_error(str(exc)))
+        except (web.HTTPException, asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:
+            # A bug of ours: answer with a Status like kube-apiserver's panic handler,
+            # and log the traceback.
+            log.exception("internal error on %s %s", request.method, request.path)
+            return _status_response(errors.internal_error(f"{type(exc).__name__}: {exc}"))
 
     # -- dispatch ------------------------------------------------------------------
 
@@ -270,8 +278,24 @@ class APIHandler:
                 )
         return bool(values)
 
+    def _write_options(self, request: web.Request) -> WriteOptions:
+        return WriteOptions.parse(request.query, self._dry_run(request))
+
     def _object_response(
-        self, request: web.Request, rtype: ResourceType, entry: Entry, status: int = 200
+        self,
+        request: web.Request,
+        rtype: ResourceType,
+        entry: Entry,
+        status: int = 200,
+        warnings: list[str] | None = None,
+    ) -> web.Response:
+        resp = self._object_body(request, rtype, entry, status)
+        for text in warnings or ():
+            resp.headers.add("Warning", '299 - "' + text.replace('"', '\\"') + '"')
+        return resp
+
+    def _object_body(
+        self, request: web.Request, rtype: ResourceType, entry: Entry, status: int
     ) -> web.Response:
         accept = request.headers.get("Accept", "")
         _check_accept(accept)
@@ -325,17 +349,19 @@ class APIHandler:
         self, request: web.Request, rtype: ResourceType, namespace: str
     ) -> web.Response:
         body = await self._body(request)
-        entry = await self.registry.create(rtype, namespace, body, dry_run=self._dry_run(request))
-        return self._object_response(request, rtype, entry, 201)
+        opts = self._write_options(request)
+        entry = await self.registry.create(rtype, namespace, body, opts)
+        return self._object_response(request, rtype, entry, 201, opts.warnings)
 
     async def _update(
         self, request: web.Request, rtype: ResourceType, ns: str, name: str, sub: str
     ) -> web.Response:
         body = await self._body(request)
+        opts = self._write_options(request)
         entry, created = await self.registry.update(
-            rtype, ns, name, body, subresource=sub, dry_run=self._dry_run(request)
+            rtype, ns, name, body, subresource=sub, opts=opts
         )
-        return self._object_response(request, rtype, entry, 201 if created else 200)
+        return self._object_response(request, rtype, entry, 201 if created else 200, opts.warnings)
 
     async def _patch(
         self, request: web.Request, rtype: ResourceType, ns: str, name: str, sub: str
@@ -347,10 +373,9 @@ class APIHandler:
                 allowed.append(patch.STRATEGIC_MERGE_PATCH)
             raise errors.unsupported_media_type(ctype, allowed)
         body = await self._body(request)
-        entry = await self.registry.patch(
-            rtype, ns, name, ctype, body, subresource=sub, dry_run=self._dry_run(request)
-        )
-        return self._object_response(request, rtype, entry)
+        opts = self._write_options(request)
+        entry = await self.registry.patch(rtype, ns, name, ctype, body, subresource=sub, opts=opts)
+        return self._object_response(request, rtype, entry, 200, opts.warnings)
 
     async def _delete(
         self, request: web.Request, rtype: ResourceType, ns: str, name: str

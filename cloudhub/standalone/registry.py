@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cloudhub.standalone import defaults, errors, patch, schema, validation
+from cloudhub.standalone import decode, defaults, errors, patch, schema, validation
 from cloudhub.standalone.resources import BUILTIN_TYPES, ResourceType, field_value
 from cloudhub.standalone.selectors import (
     FieldSelector,
@@ -50,7 +50,15 @@ from cloudhub.standalone.selectors import (
 )
 from cloudhub.standalone.store import ADDED, DELETED, MODIFIED, Change, Entry, Store, Subscriber
 
-__all__ = ["DeleteOptions", "ListParams", "ListResult", "Registry", "Watch", "dumps"]
+__all__ = [
+    "DeleteOptions",
+    "ListParams",
+    "ListResult",
+    "Registry",
+    "Watch",
+    "WriteOptions",
+    "dumps",
+]
 
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 NAMESPACES = "namespaces"
@@ -214,6 +222,41 @@ class DeleteOptions:
             propagation=propagation,
             dry_run=bool(dry),
         )
+
+
+@dataclasses.dataclass(slots=True)
+class WriteOptions:
+    """Options of one write request.
+
+    Attributes:
+        dry_run: ``dryRun=All``: check and answer, store nothing.
+        field_validation: ``fieldValidation``: ``Strict`` refuses unknown fields
+            (400), ``Warn`` drops them with a warning, ``Ignore`` or empty drops them.
+        warnings: Filled with the warnings to send as ``Warning`` headers.
+    """
+
+    dry_run: bool = False
+    field_validation: str = ""
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def parse(cls, query: Mapping[str, str], dry_run: bool) -> WriteOptions:
+        """Raises StatusError 400 for an unknown fieldValidation value."""
+        value = query.get("fieldValidation", "")
+        if value not in decode.FIELD_VALIDATION:
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", '
+                '"Strict", "Warn"'
+            )
+        return cls(dry_run=dry_run, field_validation=value)
+
+    def unknown_fields(self, rtype: ResourceType, paths: list[str]) -> None:
+        if not paths:
+            return
+        if self.field_validation == "Strict":
+            raise decode.strict_error(rtype.kind, rtype.version, paths)
+        if self.field_validation == "Warn":
+            self.warnings.extend(f'unknown field "{p}"' for p in paths)
 
 
 @dataclasses.dataclass(slots=True)
@@ -444,7 +487,12 @@ class Registry:
             )
 
     def _check_body(
-        self, rtype: ResourceType, body: Any, namespace: str, name: str | None
+        self,
+        rtype: ResourceType,
+        body: Any,
+        namespace: str,
+        name: str | None,
+        opts: WriteOptions,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise errors.bad_request(
@@ -481,18 +529,26 @@ class Registry:
                 f"the name of the object ({meta['name']}) does not match the name on the URL "
                 f"({name})"
             )
-        if rtype.kind == "Secret" and not rtype.custom:
-            _check_base64(body)
+        if rtype.custom:
+            opts.unknown_fields(rtype, decode.decode_metadata(rtype.kind, rtype.version, meta))
+        else:
+            opts.unknown_fields(rtype, decode.decode_builtin(rtype.kind, rtype.version, body))
+            if rtype.kind == "Secret":
+                _check_base64(body)
         return body
 
     def _fail_invalid(self, rtype: ResourceType, name: str, causes: list[Any]) -> None:
         if causes:
             raise errors.invalid(rtype.kind, rtype.group, name, causes)
 
-    def _validate(self, rtype: ResourceType, obj: dict[str, Any], name: str) -> None:
+    def _validate(
+        self, rtype: ResourceType, obj: dict[str, Any], name: str, opts: WriteOptions
+    ) -> None:
         causes = validation.validate_object(rtype, obj)
         if rtype.custom:
-            causes += schema.apply_schema(rtype, obj)
+            schema_causes, pruned = schema.apply_schema(rtype, obj)
+            opts.unknown_fields(rtype, pruned)
+            causes += schema_causes
         elif rtype.storage_key == CRD_KEY:
             causes += schema.validate_crd(obj)
             if not causes:
@@ -671,7 +727,7 @@ class Registry:
     # -- create ------------------------------------------------------------------
 
     async def create(
-        self, rtype: ResourceType, namespace: str, body: Any, *, dry_run: bool = False
+        self, rtype: ResourceType, namespace: str, body: Any, opts: WriteOptions | None = None
     ) -> Entry:
         """Create an object; returns the stored state.
 
@@ -680,14 +736,14 @@ class Registry:
                 404 when the namespace is missing; 403 when it terminates; 409
                 AlreadyExists; 422 Invalid; 500 when the commit fails.
         """
-        entry = self._create_now(rtype, namespace, body, dry_run=dry_run)
+        entry = self._create_now(rtype, namespace, body, opts or WriteOptions())
         await self.store.sync()
         return entry
 
     def _create_now(
-        self, rtype: ResourceType, namespace: str, body: Any, *, dry_run: bool = False
+        self, rtype: ResourceType, namespace: str, body: Any, opts: WriteOptions
     ) -> Entry:
-        obj = self._check_body(rtype, body, namespace, None)
+        obj = self._check_body(rtype, body, namespace, None, opts)
         meta = obj["metadata"]
         store = self.store
         if not meta.get("name") and meta.get("generateName"):
@@ -722,13 +778,13 @@ class Registry:
             obj.pop("status", None)
         self._prepare_create(rtype, obj)
         ns = namespace if rtype.namespaced else ""
-        self._validate(rtype, obj, name)
+        self._validate(rtype, obj, name, opts)
         if store.get(rtype.storage_key, ns, name) is not None:
             raise errors.already_exists(rtype.plural, rtype.group, name)
         obj = self._ordered(rtype, obj)
         if rtype.custom and rtype.version != rtype.storage_version:
             obj["apiVersion"] = f"{rtype.group}/{rtype.storage_version}"
-        if dry_run:
+        if opts.dry_run:
             return self._entry(rtype, obj, 0)
         rv = store.next_revision()
         entry = self._entry(rtype, obj, rv)
@@ -815,7 +871,7 @@ class Registry:
         body: Any,
         *,
         subresource: str = "",
-        dry_run: bool = False,
+        opts: WriteOptions | None = None,
     ) -> tuple[Entry, bool]:
         """Replace an object (PUT). Returns (stored state, created).
 
@@ -824,19 +880,20 @@ class Registry:
                 (unless the kind allows create on update); 409 Conflict on a stale
                 resourceVersion; 422 Invalid.
         """
+        opts = opts or WriteOptions()
         ns = namespace if rtype.namespaced else ""
         current = self.store.get(rtype.storage_key, ns, name)
         if current is None:
             if not rtype.allow_create_on_update or subresource:
                 raise errors.not_found(rtype.plural, rtype.group, name)
-            obj = self._check_body(rtype, body, namespace, name)
+            obj = self._check_body(rtype, body, namespace, name, opts)
             obj["metadata"].pop("resourceVersion", None)
             obj["metadata"]["name"] = name
-            entry = self._create_now(rtype, namespace, obj, dry_run=dry_run)
+            entry = self._create_now(rtype, namespace, obj, opts)
             await self.store.sync()
             return entry, True
-        obj = self._check_body(rtype, body, namespace, name)
-        entry = self._update_now(rtype, ns, name, current, obj, subresource, dry_run)
+        obj = self._check_body(rtype, body, namespace, name, opts)
+        entry = self._update_now(rtype, ns, name, current, obj, subresource, opts)
         await self.store.sync()
         return entry, False
 
@@ -849,7 +906,7 @@ class Registry:
         patch_body: Any,
         *,
         subresource: str = "",
-        dry_run: bool = False,
+        opts: WriteOptions | None = None,
     ) -> Entry:
         """Patch an object with a JSON patch, merge patch or strategic merge patch.
 
@@ -858,6 +915,7 @@ class Registry:
                 custom resource or an unknown patch type; 400/422 for a patch that
                 does not apply; 409 on a stale resourceVersion in the patch.
         """
+        opts = opts or WriteOptions()
         ns = namespace if rtype.namespaced else ""
         current = self.store.get(rtype.storage_key, ns, name)
         if content_type == patch.STRATEGIC_MERGE_PATCH and not rtype.strategic_merge:
@@ -877,12 +935,12 @@ class Registry:
             )
         else:
             raise errors.unsupported_media_type(content_type, list(patch.PATCH_TYPES))
-        obj = self._check_body(rtype, obj, namespace, name)
+        obj = self._check_body(rtype, obj, namespace, name, opts)
         patched_rv = obj["metadata"].get("resourceVersion")
         if patched_rv == original["metadata"].get("resourceVersion"):
             # The patch did not ask for a precondition: do not turn it into one.
             obj["metadata"].pop("resourceVersion", None)
-        entry = self._update_now(rtype, ns, name, current, obj, subresource, dry_run)
+        entry = self._update_now(rtype, ns, name, current, obj, subresource, opts)
         await self.store.sync()
         return entry
 
@@ -894,7 +952,7 @@ class Registry:
         current: Entry,
         obj: dict[str, Any],
         subresource: str,
-        dry_run: bool,
+        opts: WriteOptions,
         *,
         system: bool = False,
     ) -> Entry:
@@ -946,7 +1004,7 @@ class Registry:
         if rtype.has_generation and self._generation_changed(rtype, obj, old):
             meta = obj["metadata"]
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
-        self._validate(rtype, obj, name)
+        self._validate(rtype, obj, name, opts)
         self._fail_invalid(rtype, name, validation.validate_update(rtype, obj, old))
         obj = self._ordered(rtype, obj)
         if rtype.custom:
@@ -954,7 +1012,7 @@ class Registry:
         obj["metadata"]["resourceVersion"] = old_meta.get("resourceVersion")
         if obj == old:
             return current
-        if dry_run:
+        if opts.dry_run:
             return self._entry(rtype, obj, 0)
         meta = obj["metadata"]
         if (
@@ -1132,10 +1190,10 @@ def _check_base64(obj: Mapping[str, Any]) -> None:
             continue
         try:
             base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError) as exc:
+        except (binascii.Error, ValueError):
             raise errors.bad_request(
-                f'Secret in version "v1" cannot be handled as a Secret: v1.Secret.Data: decode '
-                f"base64: {exc} (key {key!r})"
+                f'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at '
+                f"input byte {_base64_error_at(value)} (data[{key}])"
             ) from None
 
 
@@ -1149,3 +1207,14 @@ def _fold_string_data(rtype: ResourceType, obj: dict[str, Any]) -> None:
         if isinstance(data, dict):
             for key, value in string_data.items():
                 data[key] = base64.b64encode(str(value).encode()).decode()
+
+
+def _base64_error_at(value: str) -> int:
+    """Offset of the first byte that makes ``value`` invalid base64 (as Go reports it)."""
+    alphabet = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+    for index, char in enumerate(value):
+        if char == "=":
+            return index if len(value) % 4 or index < len(value) - 2 else len(value)
+        if char not in alphabet:
+            return index
+    return len(value) - len(value) % 4

@@ -60,7 +60,9 @@ def _render(value: Any) -> str:
     return str(value)
 
 
-def _walk(schema: Mapping[str, Any], value: Any, path: str, errs: Errors, root: bool) -> Any:
+def _walk(
+    schema: Mapping[str, Any], value: Any, path: str, errs: Errors, root: bool, pruned: list[str]
+) -> Any:
     """Prune and default ``value`` in place, record validation errors; return it."""
     if value is None:
         if not schema.get("nullable"):
@@ -105,17 +107,20 @@ def _walk(schema: Mapping[str, Any], value: Any, path: str, errs: Errors, root: 
                 continue
             sub = f"{path}.{key}" if path else key
             if key in props:
-                value[key] = _walk(props[key], value[key], sub, errs, False)
+                value[key] = _walk(props[key], value[key], sub, errs, False, pruned)
             elif isinstance(extra, dict):
-                value[key] = _walk(extra, value[key], sub, errs, False)
+                value[key] = _walk(extra, value[key], sub, errs, False, pruned)
             elif extra is True or keep:
                 continue
             else:
+                pruned.append(sub)
                 del value[key]
         for key, prop in props.items():
             if key not in value and isinstance(prop, dict) and "default" in prop:
                 value[key] = copy.deepcopy(prop["default"])
-                value[key] = _walk(prop, value[key], f"{path}.{key}" if path else key, errs, False)
+                value[key] = _walk(
+                    prop, value[key], f"{path}.{key}" if path else key, errs, False, pruned
+                )
         for key in schema.get("required") or []:
             if key not in value:
                 errs.required(f"{path}.{key}" if path else key)
@@ -124,7 +129,7 @@ def _walk(schema: Mapping[str, Any], value: Any, path: str, errs: Errors, root: 
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(value):
-                value[i] = _walk(items, item, f"{path}[{i}]", errs, False)
+                value[i] = _walk(items, item, f"{path}[{i}]", errs, False, pruned)
         _bounds(schema, len(value), "minItems", "maxItems", path, errs, "items")
         if schema.get("uniqueItems"):
             seen: list[Any] = []
@@ -183,18 +188,20 @@ def _numeric(schema: Mapping[str, Any], value: float, path: str, errs: Errors) -
         errs.invalid(path, value, f"{path} in body should be a multiple of {multiple}")
 
 
-def apply_schema(rtype: ResourceType, obj: dict[str, Any]) -> list[StatusCause]:
+def apply_schema(rtype: ResourceType, obj: dict[str, Any]) -> tuple[list[StatusCause], list[str]]:
     """Prune unknown fields, fill defaults and validate a custom resource in place.
 
     Returns:
-        The validation causes (empty when the object is valid).
+        The validation causes (empty when the object is valid) and the paths of
+        the fields pruned because the schema does not declare them.
     """
     schema = rtype.schema
     if not isinstance(schema, dict):
-        return []
+        return [], []
     errs = Errors()
-    _walk(schema, obj, "", errs, True)
-    return errs.causes
+    pruned: list[str] = []
+    _walk(schema, obj, "", errs, True, pruned)
+    return errs.causes, pruned
 
 
 # -- CustomResourceDefinition --------------------------------------------------------

@@ -140,6 +140,12 @@ def _string_map(errs: Errors, meta: Mapping[str, Any], field: str) -> dict[str, 
     return value
 
 
+def _core_meta(rtype: ResourceType) -> bool:
+    """Kinds validated by kube-apiserver's core ObjectMeta rules (not CRDs or CRs),
+    which also refuse finalizer names that are neither standard nor qualified."""
+    return not rtype.custom and rtype.group != "apiextensions.k8s.io"
+
+
 def validate_metadata(errs: Errors, rtype: ResourceType, meta: Mapping[str, Any]) -> None:
     """Object metadata rules common to every kind (ValidateObjectMeta)."""
     name = meta.get("name")
@@ -182,7 +188,7 @@ def validate_metadata(errs: Errors, rtype: ResourceType, meta: Mapping[str, Any]
                 why = validate_label_key(fin)
                 if why:
                     errs.invalid(path, fin, why)
-                elif "/" not in fin and not rtype.custom and fin not in STANDARD_FINALIZERS:
+                elif "/" not in fin and fin not in STANDARD_FINALIZERS and _core_meta(rtype):
                     errs.invalid(
                         path,
                         fin,
