@@ -28,6 +28,7 @@ from aiohttp import web
 from cloudhub.standalone import discovery, errors, openapi, patch, tables
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.registry import (
+    PREV_DELETED,
     DeleteOptions,
     ListParams,
     Registry,
@@ -37,7 +38,7 @@ from cloudhub.standalone.registry import (
 )
 from cloudhub.standalone.resources import ResourceType
 from cloudhub.standalone.settings import APIServerSettings
-from cloudhub.standalone.store import Entry
+from cloudhub.standalone.store import DELETED, Entry
 
 __all__ = ["APIHandler"]
 
@@ -500,7 +501,11 @@ class APIHandler:
                     custom_version = rtype.custom and rtype.version != rtype.storage_version
                     while watch.queue:
                         event, change = watch.queue.popleft()
-                        if custom_version or as_table:
+                        if event == PREV_DELETED:
+                            chunk.append(
+                                line(DELETED, self.registry.render_previous(rtype, change))
+                            )
+                        elif custom_version or as_table:
                             chunk.append(line(event, render(rtype, change.entry)))
                         else:
                             chunk.append(line(event, b"", change.event_line(event)))

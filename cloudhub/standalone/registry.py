@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
+PREV_DELETED = "DELETED(prev)"  # queue marker: send DELETED with the previous state
 NAMESPACES = "namespaces"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
@@ -339,7 +340,9 @@ class Watch(Subscriber):
                 elif now:
                     event = ADDED
                 elif before:
-                    event = DELETED
+                    # No longer selected: DELETED with the last state that matched,
+                    # at this change's resourceVersion (as the watch cache does).
+                    event = PREV_DELETED
                 else:
                     event = ""
         if not event:
@@ -597,6 +600,13 @@ class Registry:
     def render(self, rtype: ResourceType, entry: Entry) -> bytes:
         """The JSON bytes of ``entry`` as served at ``rtype``'s version."""
         return self._convert_out(rtype, entry)
+
+    def render_previous(self, rtype: ResourceType, change: Change) -> bytes:
+        """The state before ``change``, stamped with the change's resourceVersion."""
+        assert change.prev is not None
+        obj = json.loads(self._convert_out(rtype, change.prev))
+        obj["metadata"]["resourceVersion"] = str(change.rev)
+        return dumps(obj)
 
     # -- reads -------------------------------------------------------------------
 
