@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _copy_private(source: pathlib.Path, target: pathlib.Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.touch(mode=0o600)
+    target.chmod(0o600)
+    target.write_bytes(source.read_bytes())
+
+
 async def serve(settings: APIServerSettings, kubeconfig_out: pathlib.Path | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -110,10 +117,7 @@ async def serve(settings: APIServerSettings, kubeconfig_out: pathlib.Path | None
         loop.add_signal_handler(sig, stop.set)
     async with EmbeddedAPIServer(settings) as api:
         if kubeconfig_out is not None:
-            data = api.kubeconfig_path.read_bytes()
-            kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
-            kubeconfig_out.touch(mode=0o600)
-            kubeconfig_out.write_bytes(data)
+            await asyncio.to_thread(_copy_private, api.kubeconfig_path, kubeconfig_out)
         print(f"serving {api.url}", flush=True)
         print(f"kubeconfig {kubeconfig_out or api.kubeconfig_path}", flush=True)
         await stop.wait()

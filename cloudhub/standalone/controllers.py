@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import Any
 
@@ -31,6 +30,7 @@ from cloudhub.standalone.registry import (
     NAMESPACES,
     DeleteOptions,
     Registry,
+    loads,
 )
 from cloudhub.standalone.store import DELETED, Change
 
@@ -47,6 +47,7 @@ class Controllers:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._owners: dict[str, int] = {}
+        self._gc_due = True  # a change may have left dependents or GC finalizers to handle
 
     async def start(self) -> None:
         """Index owner references and start the loop (it first catches up on
@@ -85,16 +86,18 @@ class Controllers:
             if change.type != DELETED:
                 for uid in change.entry.owners:
                     owners[uid] = owners.get(uid, 0) + 1
+            data = change.entry.data
             if change.type == DELETED:
-                if (
-                    change.entry.uid in owners
-                    or change.namespace in self.registry.terminating_namespaces
-                ):
+                if change.entry.uid in owners or change.entry.owners:
+                    # Its dependents may be garbage now, or its owner waits for it.
+                    self._gc_due = kick = True
+                if change.namespace in self.registry.terminating_namespaces:
                     kick = True
-            elif (
-                change.resource in (NAMESPACES, CRD_KEY)
-                or b'"deletionTimestamp"' in change.entry.data
-            ):
+            elif b'"deletionTimestamp"' in data:
+                kick = True
+                if b'"orphan"' in data or b'"foregroundDeletion"' in data:
+                    self._gc_due = True
+            elif change.resource in (NAMESPACES, CRD_KEY):
                 kick = True
         if kick:
             self._wake.set()
@@ -111,6 +114,7 @@ class Controllers:
                 raise
             except StandaloneError as exc:
                 log.warning("embedded controllers: %s; retrying in 1 s", exc)
+                self._gc_due = True
                 await asyncio.sleep(1.0)
                 self._wake.set()
 
@@ -139,7 +143,7 @@ class Controllers:
             if entry is None:
                 registry.terminating_namespaces.discard(namespace)
                 continue
-            obj = json.loads(entry.data)
+            obj = loads(entry.data)
             finalizers = [
                 f
                 for f in (obj.get("spec") or {}).get("finalizers") or []
@@ -159,7 +163,7 @@ class Controllers:
         crd_type = registry.type_for_key(CRD_KEY)
         assert crd_type is not None
         for _, name, entry in store.items(CRD_KEY):
-            crd = json.loads(entry.data)
+            crd = loads(entry.data)
             meta = crd["metadata"]
             if not meta.get("deletionTimestamp") or CRD_FINALIZER not in (
                 meta.get("finalizers") or []
@@ -185,8 +189,9 @@ class Controllers:
     async def _garbage(self) -> None:
         registry = self.registry
         store = registry.store
-        if not self._owners and not self._finalizing():
+        if not self._gc_due:
             return
+        self._gc_due = False
         alive = {entry.uid for key in store.resources() for _, _, entry in store.items(key)}
         dying: dict[str, str] = {}  # uid -> "orphan" | "foregroundDeletion"
         for key in store.resources():
@@ -194,7 +199,7 @@ class Controllers:
                 if b'"deletionTimestamp"' not in entry.data:
                     continue
                 if b'"orphan"' in entry.data or b'"foregroundDeletion"' in entry.data:
-                    fins = json.loads(entry.data)["metadata"].get("finalizers") or []
+                    fins = loads(entry.data)["metadata"].get("finalizers") or []
                     if "orphan" in fins:
                         dying[entry.uid] = "orphan"
                     elif "foregroundDeletion" in fins:
@@ -216,12 +221,17 @@ class Controllers:
                 if not drop and not foreground:
                     continue
                 live = [u for u in entry.owners if u not in drop]
-                if not live or (foreground and set(live) <= set(foreground)) and not orphaned:
+                delete = not orphaned and (
+                    not live or (bool(foreground) and set(live) <= set(foreground))
+                )
+                if delete:
                     if b'"deletionTimestamp"' not in entry.data:
                         with contextlib.suppress(StatusError):
                             await registry.delete(rtype, ns, name, DeleteOptions())
                     continue
-                obj = json.loads(entry.data)
+                if not drop:
+                    continue
+                obj = loads(entry.data)
                 refs = obj["metadata"].get("ownerReferences") or []
                 obj["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") not in drop]
                 if not obj["metadata"]["ownerReferences"]:
@@ -233,9 +243,6 @@ class Controllers:
                 continue
             await self._drop_finalizer(uid, finalizer)
 
-    def _finalizing(self) -> bool:
-        return False
-
     async def _drop_finalizer(self, uid: str, finalizer: str) -> None:
         registry = self.registry
         store = registry.store
@@ -246,7 +253,7 @@ class Controllers:
             for ns, name, entry in store.items(key):
                 if entry.uid != uid:
                     continue
-                obj: dict[str, Any] = json.loads(entry.data)
+                obj: dict[str, Any] = loads(entry.data)
                 meta = obj["metadata"]
                 meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != finalizer]
                 with contextlib.suppress(StatusError):

@@ -74,51 +74,67 @@ class _Decoder:
         )
 
     def walk(self, type_name: str, value: Any, path: str) -> None:
-        if value is None or type_name == "object":
+        if value is None:
             return
-        if type_name == "str" or type_name in ("datetime", "date"):
+        form, inner = _parse(type_name)
+        if form == "any":
+            return
+        if form == "str":
             if not isinstance(value, str):
                 raise self.fail(value, path, _GO_TYPES[type_name])
-            return
-        if type_name == "int":
+        elif form == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(value, path, "int64")
-            return
-        if type_name == "float":
+        elif form == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise self.fail(value, path, "float64")
-            return
-        if type_name == "bool":
+        elif form == "bool":
             if not isinstance(value, bool):
                 raise self.fail(value, path, "bool")
-            return
-        match = _LIST.match(type_name)
-        if match:
+        elif form == "list":
             if not isinstance(value, list):
-                raise self.fail(value, path, "[]" + match.group(1))
-            for i, item in enumerate(value):
-                self.walk(match.group(1), item, f"{path}[{i}]")
-            return
-        match = _DICT.match(type_name)
-        if match:
+                raise self.fail(value, path, "[]" + inner)
+            if _parse(inner)[0] != "any":
+                for i, item in enumerate(value):
+                    self.walk(inner, item, f"{path}[{i}]")
+        elif form == "dict":
             if not isinstance(value, dict):
-                raise self.fail(value, path, "map[string]" + match.group(1))
-            for key, item in value.items():
-                self.walk(match.group(1), item, f"{path}[{key}]")
-            return
-        fields = self.types.get(type_name)
-        if fields is None:
-            return
-        if not isinstance(value, dict):
-            raise self.fail(value, path, type_name)
-        for key in list(value):
-            sub = f"{path}.{key}" if path else key
-            field_type = fields.get(key)
-            if field_type is None:
-                self.unknown.append(sub)
-                del value[key]
-            else:
-                self.walk(field_type, value[key], sub)
+                raise self.fail(value, path, "map[string]" + inner)
+            if _parse(inner)[0] != "any":
+                for key, item in value.items():
+                    self.walk(inner, item, f"{path}[{key}]")
+        else:
+            fields = self.types.get(type_name)
+            if fields is None:
+                return
+            if not isinstance(value, dict):
+                raise self.fail(value, path, type_name)
+            for key in list(value):
+                field_type = fields.get(key)
+                sub = f"{path}.{key}" if path else key
+                if field_type is None:
+                    self.unknown.append(sub)
+                    del value[key]
+                else:
+                    self.walk(field_type, value[key], sub)
+
+
+@functools.cache
+def _parse(type_name: str) -> tuple[str, str]:
+    """(form, inner type) of a model type string: ``list[V1Container]`` -> (list, V1Container)."""
+    if type_name == "object":
+        return ("any", "")
+    if type_name in ("str", "datetime", "date"):
+        return ("str", "")
+    if type_name in ("int", "float", "bool"):
+        return (type_name, "")
+    match = _LIST.match(type_name)
+    if match:
+        return ("list", match.group(1))
+    match = _DICT.match(type_name)
+    if match:
+        return ("dict", match.group(1))
+    return ("model", type_name)
 
 
 def decode_builtin(kind: str, version: str, obj: dict[str, Any]) -> list[str]:

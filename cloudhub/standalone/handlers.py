@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -35,6 +34,7 @@ from cloudhub.standalone.registry import (
     Watch,
     WriteOptions,
     dumps,
+    loads,
 )
 from cloudhub.standalone.resources import ResourceType
 from cloudhub.standalone.settings import APIServerSettings
@@ -100,14 +100,25 @@ class APIHandler:
         self._watches: set[asyncio.Event] = set()
         self.openapi = openapi.OpenAPI(registry)
 
-    def app(self) -> web.Application:
-        """The aiohttp application (one catch-all route, dispatched by path)."""
-        app = web.Application(
-            client_max_size=self.settings.max_request_body_bytes,
-            middlewares=[self._middleware],
-        )
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        return app
+    def server(self) -> web.Server:
+        """The aiohttp low-level server: every request goes to :meth:`handle`, which
+        dispatches by path itself (no router: Kubernetes paths are parsed once)."""
+        limit = self.settings.max_request_body_bytes
+
+        def make_request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            return web.BaseRequest(
+                message,
+                payload,
+                protocol,
+                writer,
+                task,
+                asyncio.get_running_loop(),
+                client_max_size=limit,
+            )
+
+        return web.Server(self.handle, request_factory=make_request, access_log=None)
 
     def stop_watches(self) -> None:
         """End every open watch stream (the server is shutting down)."""
@@ -115,17 +126,15 @@ class APIHandler:
         for wake in list(self._watches):
             wake.set()
 
-    @web.middleware
-    async def _middleware(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Authenticate, dispatch, and turn errors into Status responses."""
         path = request.path.rstrip("/") or "/"
         if path not in _PUBLIC and not path.startswith(("/healthz/", "/livez/", "/readyz/")):
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, self._token):
                 return _status_response(errors.unauthorized())
         try:
-            return await handler(request)
+            return await self._dispatch(request)
         except StatusError as exc:
             return _status_response(exc)
         except web.HTTPRequestEntityTooLarge:
@@ -149,7 +158,7 @@ class APIHandler:
 
     # -- dispatch ------------------------------------------------------------------
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
         parts = [p for p in path.split("/") if p]
         method = request.method
@@ -256,7 +265,7 @@ class APIHandler:
 
     # -- bodies and responses ------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> Any:
+    async def _body(self, request: web.BaseRequest) -> Any:
         raw = await request.read()
         ctype = request.content_type or JSON
         if "protobuf" in ctype:
@@ -266,11 +275,11 @@ class APIHandler:
         try:
             if ctype in ("application/yaml", "application/apply-patch+yaml"):
                 return yaml.safe_load(raw)
-            return json.loads(raw)
+            return loads(raw)
         except (ValueError, yaml.YAMLError) as exc:
             raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
 
-    def _dry_run(self, request: web.Request) -> bool:
+    def _dry_run(self, request: web.BaseRequest) -> bool:
         values = request.query.getall("dryRun", [])
         for value in values:
             if value != "All":
@@ -279,12 +288,12 @@ class APIHandler:
                 )
         return bool(values)
 
-    def _write_options(self, request: web.Request) -> WriteOptions:
+    def _write_options(self, request: web.BaseRequest) -> WriteOptions:
         return WriteOptions.parse(request.query, self._dry_run(request))
 
     def _object_response(
         self,
-        request: web.Request,
+        request: web.BaseRequest,
         rtype: ResourceType,
         entry: Entry,
         status: int = 200,
@@ -296,13 +305,13 @@ class APIHandler:
         return resp
 
     def _object_body(
-        self, request: web.Request, rtype: ResourceType, entry: Entry, status: int
+        self, request: web.BaseRequest, rtype: ResourceType, entry: Entry, status: int
     ) -> web.Response:
         accept = request.headers.get("Accept", "")
         _check_accept(accept)
         data = self.registry.render(rtype, entry)
         if _wants_table(accept):
-            obj = json.loads(data)
+            obj = loads(data)
             doc = tables.table(
                 rtype,
                 [obj],
@@ -315,7 +324,7 @@ class APIHandler:
     # -- verbs ---------------------------------------------------------------------
 
     async def _list(
-        self, request: web.Request, rtype: ResourceType, namespace: str | None
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str | None
     ) -> web.Response:
         accept = request.headers.get("Accept", "")
         _check_accept(accept)
@@ -323,7 +332,7 @@ class APIHandler:
         result = await self.registry.list(rtype, namespace, params)
         render = self.registry.render
         if _wants_table(accept):
-            objs = [json.loads(render(rtype, e)) for e in result.entries]
+            objs = [loads(render(rtype, e)) for e in result.entries]
             doc = tables.table(
                 rtype,
                 objs,
@@ -347,7 +356,7 @@ class APIHandler:
         return _json_response(body)
 
     async def _create(
-        self, request: web.Request, rtype: ResourceType, namespace: str
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str
     ) -> web.Response:
         body = await self._body(request)
         opts = self._write_options(request)
@@ -355,7 +364,7 @@ class APIHandler:
         return self._object_response(request, rtype, entry, 201, opts.warnings)
 
     async def _update(
-        self, request: web.Request, rtype: ResourceType, ns: str, name: str, sub: str
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str, sub: str
     ) -> web.Response:
         body = await self._body(request)
         opts = self._write_options(request)
@@ -365,7 +374,7 @@ class APIHandler:
         return self._object_response(request, rtype, entry, 201 if created else 200, opts.warnings)
 
     async def _patch(
-        self, request: web.Request, rtype: ResourceType, ns: str, name: str, sub: str
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str, sub: str
     ) -> web.Response:
         ctype = request.content_type
         if ctype not in patch.PATCH_TYPES:
@@ -379,7 +388,7 @@ class APIHandler:
         return self._object_response(request, rtype, entry, 200, opts.warnings)
 
     async def _delete(
-        self, request: web.Request, rtype: ResourceType, ns: str, name: str
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str
     ) -> web.Response:
         body = await self._body(request)
         options = DeleteOptions.parse(body, request.query)
@@ -404,7 +413,7 @@ class APIHandler:
         return self._object_response(request, rtype, entry)
 
     async def _delete_collection(
-        self, request: web.Request, rtype: ResourceType, namespace: str | None
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str | None
     ) -> web.Response:
         body = await self._body(request)
         options = DeleteOptions.parse(body, request.query)
@@ -421,7 +430,7 @@ class APIHandler:
     # -- watch ---------------------------------------------------------------------
 
     async def _watch(
-        self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str | None
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str | None, name: str | None
     ) -> web.StreamResponse:
         accept = request.headers.get("Accept", "")
         _check_accept(accept)
@@ -450,14 +459,14 @@ class APIHandler:
             self._watches.discard(wake)
             self.registry.unwatch(watch)
 
-    async def _start_stream(self, request: web.Request) -> web.StreamResponse:
+    async def _start_stream(self, request: web.BaseRequest) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         return resp
 
     async def _stream(
-        self, request: web.Request, watch: Watch, wake: asyncio.Event, as_table: bool
+        self, request: web.BaseRequest, watch: Watch, wake: asyncio.Event, as_table: bool
     ) -> web.StreamResponse:
         settings = self.settings
         loop = asyncio.get_running_loop()
@@ -476,7 +485,7 @@ class APIHandler:
 
         def line(event: str, data: bytes, shared: bytes | None = None) -> bytes:
             if as_table:
-                obj = json.loads(data)
+                obj = loads(data)
                 doc = tables.table(
                     rtype,
                     [obj],

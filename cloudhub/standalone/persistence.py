@@ -27,6 +27,9 @@ from cloudhub.standalone.errors import StorageError
 __all__ = ["MemoryBackend", "Row", "SQLiteBackend", "StorageBackend"]
 
 SCHEMA_VERSION = "1"
+#: How long a commit waits for a lock another process holds on the file (seconds);
+#: past it the commit fails and its writers get an error, nothing is kept.
+BUSY_TIMEOUT_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,7 +44,13 @@ class Row:
 
 
 class StorageBackend:
-    """Interface of a durable store. All methods block."""
+    """Interface of a durable store. All methods block.
+
+    Attributes:
+        blocking: True when calls do I/O and must run off the event loop.
+    """
+
+    blocking = True
 
     def load(self) -> tuple[int, Iterator[Row]]:
         """The last committed revision and every stored object."""
@@ -62,6 +71,8 @@ class StorageBackend:
 
 class MemoryBackend(StorageBackend):
     """Keeps nothing: the server's objects live only as long as the process."""
+
+    blocking = False
 
     def load(self) -> tuple[int, Iterator[Row]]:
         return 0, iter(())
@@ -89,7 +100,9 @@ class SQLiteBackend(StorageBackend):
             path.parent.mkdir(parents=True, exist_ok=True)
             # The connection is used by one writer thread at a time; the store
             # serialises every call, so sharing it across threads is safe.
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous_full else 'NORMAL'}")
             self._db.execute(

@@ -40,6 +40,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from cloudhub.standalone import decode, defaults, errors, patch, schema, validation
 from cloudhub.standalone.resources import BUILTIN_TYPES, ResourceType, field_value
 from cloudhub.standalone.selectors import (
@@ -94,8 +96,14 @@ _SYSTEM_META = (
 
 
 def dumps(obj: Any) -> bytes:
-    """Compact JSON as kube-apiserver writes it."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact UTF-8 JSON, as kube-apiserver writes it (orjson: the hot path of every
+    write and response)."""
+    return orjson.dumps(obj)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON (``ValueError`` when it is not)."""
+    return orjson.loads(data)
 
 
 def now_rfc3339(at: float | None = None) -> str:
@@ -107,8 +115,8 @@ def now_rfc3339(at: float | None = None) -> str:
 class ListParams:
     """Query parameters of list and watch (already parsed)."""
 
-    label_selector: LabelSelector = LabelSelector()
-    field_selector: FieldSelector = FieldSelector()
+    label_selector: LabelSelector = dataclasses.field(default_factory=LabelSelector)
+    field_selector: FieldSelector = dataclasses.field(default_factory=FieldSelector)
     limit: int = 0
     continue_token: str = ""
     resource_version: str = ""
@@ -278,7 +286,7 @@ def _encode_continue(revision: int, start: str) -> str:
 def _decode_continue(token: str) -> tuple[int, str]:
     try:
         padded = token + "=" * (-len(token) % 4)
-        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        data = loads(base64.urlsafe_b64decode(padded.encode()))
         if data.get("v") != "meta.k8s.io/v1":
             raise ValueError("unknown version")
         return int(data["rv"]), str(data["start"])
@@ -311,6 +319,9 @@ class Watch(Subscriber):
         self.initial: list[tuple[str, str, Entry]] = []
         self.wakeup: Callable[[], None] | None = None
         self.ended: str | None = None
+        # The history replayed at subscription is not limited (kube-apiserver sends
+        # a watch's initial events outside its bounded buffer); live events are.
+        self.bounded = False
 
     def deliver(self, change: Change) -> bool:
         if self.ended:
@@ -347,7 +358,7 @@ class Watch(Subscriber):
                     event = ""
         if not event:
             return True
-        if len(self.queue) >= self.max_queued:
+        if self.bounded and len(self.queue) >= self.max_queued:
             self.ended = "overflow"
             if self.wakeup:
                 self.wakeup()
@@ -419,7 +430,7 @@ class Registry:
         rows = list(rows)
         for row in rows:
             if row.resource == CRD_KEY:
-                crd = json.loads(row.data)
+                crd = loads(row.data)
                 if not _crd_gone(crd):
                     try:
                         self._serve_crd(crd)
@@ -427,7 +438,7 @@ class Registry:
                         pass
         for row in rows:
             rtype = self.type_for_key(row.resource)
-            obj = json.loads(row.data)
+            obj = loads(row.data)
             entry = (
                 self._entry(rtype, obj, row.rv)
                 if rtype
@@ -592,7 +603,7 @@ class Registry:
         """The object JSON at the version ``rtype`` serves (custom resources stored at
         another version get their apiVersion rewritten; conversion strategy None)."""
         if rtype.custom and rtype.version != rtype.storage_version:
-            obj = json.loads(entry.data)
+            obj = loads(entry.data)
             obj["apiVersion"] = rtype.api_version
             return dumps(obj)
         return entry.data
@@ -604,7 +615,7 @@ class Registry:
     def render_previous(self, rtype: ResourceType, change: Change) -> bytes:
         """The state before ``change``, stamped with the change's resourceVersion."""
         assert change.prev is not None
-        obj = json.loads(self._convert_out(rtype, change.prev))
+        obj = loads(self._convert_out(rtype, change.prev))
         obj["metadata"]["resourceVersion"] = str(change.rev)
         return dumps(obj)
 
@@ -721,6 +732,7 @@ class Registry:
                 if not params.filtered or params.matches(ns, name, entry)
             ]
             store.subscribe_now(rtype.storage_key, watch)
+            watch.bounded = True
             await store.sync()
             return watch
         try:
@@ -729,6 +741,7 @@ class Registry:
             raise errors.bad_request(f"invalid resource version: {rv!r}") from None
         watch = Watch(rtype, namespace, params, since, self.watch_queue_events)
         store.subscribe(rtype.storage_key, since, watch)
+        watch.bounded = True
         return watch
 
     def unwatch(self, watch: Watch) -> None:
@@ -810,7 +823,7 @@ class Registry:
         used: list[str] = []
         if kind == "Service":
             used = [
-                json.loads(e.data).get("spec", {}).get("clusterIP", "")
+                loads(e.data).get("spec", {}).get("clusterIP", "")
                 for _, _, e in self.store.items("services")
             ]
         _fold_string_data(rtype, obj)
@@ -869,7 +882,7 @@ class Registry:
 
     def _crd_for(self, rtype: ResourceType) -> dict[str, Any] | None:
         entry = self.store.get(CRD_KEY, "", f"{rtype.plural}.{rtype.group}")
-        return json.loads(entry.data) if entry else None
+        return loads(entry.data) if entry else None
 
     # -- update and patch ------------------------------------------------------------
 
@@ -932,7 +945,7 @@ class Registry:
             raise errors.unsupported_media_type(content_type, [patch.JSON_PATCH, patch.MERGE_PATCH])
         if current is None:
             raise errors.not_found(rtype.plural, rtype.group, name)
-        original = json.loads(self._convert_out(rtype, current))
+        original = loads(self._convert_out(rtype, current))
         if content_type == patch.JSON_PATCH:
             obj = patch.apply_json_patch(original, patch_body)
         elif content_type == patch.MERGE_PATCH:
@@ -967,7 +980,7 @@ class Registry:
         system: bool = False,
     ) -> Entry:
         store = self.store
-        old = json.loads(current.data)
+        old = loads(current.data)
         meta = obj["metadata"]
         asked_rv = meta.get("resourceVersion")
         if asked_rv and asked_rv != str(current.rv):
@@ -1073,7 +1086,7 @@ class Registry:
     def _delete_now(
         self, rtype: ResourceType, ns: str, name: str, current: Entry, options: DeleteOptions
     ) -> tuple[Entry, bool]:
-        obj = json.loads(current.data)
+        obj = loads(current.data)
         meta = obj["metadata"]
         if options.precondition_uid and options.precondition_uid != meta.get("uid"):
             raise errors.conflict(

@@ -34,10 +34,8 @@ def _type_ok(kind: str, value: Any) -> bool:
     if kind == "string":
         return isinstance(value, str)
     if kind == "integer":
-        return (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            or (isinstance(value, float) and value.is_integer())
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
         )
     if kind == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -281,7 +279,8 @@ def validate_crd(crd: Mapping[str, Any]) -> list[StatusCause]:
         errs.invalid(
             "spec.preserveUnknownFields",
             True,
-            "cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead",
+            "cannot set to true, set x-kubernetes-preserve-unknown-fields to true in "
+            "spec.versions[*].schema instead",
         )
     versions = spec.get("versions")
     if not isinstance(versions, list) or not versions:

@@ -175,7 +175,7 @@ def parse_label_selector(text: str | None) -> LabelSelector:
             op = toks[i]
             i += 1
             if i >= len(toks) or not re.fullmatch(r"-?\d+", toks[i]):
-                raise fail(f"for 'Gt', 'Lt' operators, the value must be an integer")
+                raise fail("for 'Gt', 'Lt' operators, the value must be an integer")
             reqs.append(_Requirement(key, op, frozenset([toks[i]])))
             i += 1
         elif toks[i] in ("in", "notin"):
@@ -298,13 +298,13 @@ def parse_field_selector(text: str | None) -> FieldSelector:
         part = part.strip()
         if not part:
             raise bad_request(f"invalid selector: '{text}'; can't understand ''")
-        for op, negated in (("!=", True), ("==", False), ("=", False)):
+        for op in ("!=", "==", "="):
             idx = part.find(op)
             if idx > 0:
                 field = part[:idx].strip()
                 value = _unescape_field_value(part[idx + len(op) :].strip())
+                terms.append((field, op == "!=", value))
                 break
         else:
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
-        terms.append((field, negated, value))
     return FieldSelector(tuple(terms))

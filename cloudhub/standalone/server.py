@@ -57,7 +57,7 @@ class EmbeddedAPIServer:
         self._registry: Registry | None = None
         self._controllers: Controllers | None = None
         self._handler: APIHandler | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._port = 0
         self._kubeconfig: pathlib.Path | None = None
 
@@ -193,8 +193,8 @@ class EmbeddedAPIServer:
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(self._pki.cert_path, self._pki.key_path)
         ctx.set_alpn_protocols(["http/1.1"])
-        self._runner = web.AppRunner(
-            self._handler.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0
+        self._runner = web.ServerRunner(
+            self._handler.server(), handle_signals=False, shutdown_timeout=1.0
         )
         await self._runner.setup()
         site = web.TCPSite(

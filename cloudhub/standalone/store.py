@@ -349,7 +349,10 @@ class Store:
                 for c in batch.changes
             ]
             try:
-                await loop.run_in_executor(self._executor, self._backend.commit, rows, top)
+                if self._backend.blocking:
+                    await loop.run_in_executor(self._executor, self._backend.commit, rows, top)
+                else:
+                    self._backend.commit(rows, top)
             except (StorageError, OSError) as exc:
                 failed = [batch] + ([self._open] if self._open is not None else [])
                 self._open = None

@@ -344,7 +344,7 @@ _COLUMNS: dict[str, list[Column]] = {
 
 
 def _jsonpath(obj: Any, path: str) -> Any:
-    """The simple JSONPath of printer columns: ``.spec.replicas``, ``.status.conditions[0].type``."""
+    """The simple JSONPath of printer columns (``.spec.replicas``, ``.status.items[0].type``)."""
     path = path.strip()
     if path.startswith("{") and path.endswith("}"):
         path = path[1:-1]

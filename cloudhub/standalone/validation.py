@@ -31,7 +31,8 @@ _IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
     "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
-    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    "regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
 )
 LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
@@ -134,7 +135,7 @@ def _string_map(errs: Errors, meta: Mapping[str, Any], field: str) -> dict[str, 
     if not isinstance(value, dict):
         errs.invalid(f"metadata.{field}", value, "must be a map of string keys to string values")
         return {}
-    for key, val in value.items():
+    for val in value.values():
         if not isinstance(val, str):
             errs.invalid(f"metadata.{field}", val, "values must be strings")
     return value

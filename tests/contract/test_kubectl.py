@@ -62,12 +62,20 @@ SERVED = {
 }
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace"}
 #: Upstream files that are broken on purpose (see PROVENANCE.md), with what kubectl must say.
-BROKEN = {
-    "kubeedge/mappers-go/mappers/device-v1beta1/mqtt-mapper/resource/mqttdevice-instance.yaml": "error converting YAML to JSON",
+_MAPPERS = "kubeedge/mappers-go/mappers"
+_KARMADA_TESTDATA = (
     "karmada-io/karmada/pkg/resourceinterpreter/default/thirdparty/resourcecustomizations/"
-    "apps.kruise.io/v1alpha1/CloneSet/testdata/interpretdependency-test.yaml": "apiVersion not set",
-    "kubeedge/mappers-go/mappers/kubeedge-v1.17.0/onvif-mapper/resource/secret.yaml": "illegal base64 data",
-    "smarter-project/smarter-device-manager/smarter-device-manager-ds-with-configmap-rpi.yaml": "is invalid",
+    "apps.kruise.io/v1alpha1/CloneSet/testdata"
+)
+BROKEN = {
+    f"{_MAPPERS}/device-v1beta1/mqtt-mapper/resource/mqttdevice-instance.yaml": (
+        "error converting YAML to JSON"
+    ),
+    f"{_KARMADA_TESTDATA}/interpretdependency-test.yaml": "apiVersion not set",
+    f"{_MAPPERS}/kubeedge-v1.17.0/onvif-mapper/resource/secret.yaml": "illegal base64 data",
+    "smarter-project/smarter-device-manager/smarter-device-manager-ds-with-configmap-rpi.yaml": (
+        "is invalid"
+    ),
 }
 
 

@@ -102,7 +102,7 @@ async def test_finalizers_make_deletion_two_step(kube: Kube) -> None:
     held = await kube.core.read_namespaced_config_map("fin", kube.ns)
     assert held.metadata.deletion_timestamp is not None
     assert int(held.metadata.resource_version) > int(made.metadata.resource_version)
-    status, body2, _ = await kube.raw(
+    status, _, _ = await kube.raw(
         "PATCH",
         f"/api/v1/namespaces/{kube.ns}/configmaps/fin",
         {"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}},

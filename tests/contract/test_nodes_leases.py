@@ -36,7 +36,7 @@ async def test_node_keeps_status_given_at_create(kube: Kube) -> None:
     assert made.status.capacity["cpu"] == "4"
     assert made.status.conditions[0].type == "Ready"
     edge = await kube.core.list_node(
-        label_selector=f"node-role.kubernetes.io/edge,kubernetes.io/arch=arm64"
+        label_selector="node-role.kubernetes.io/edge,kubernetes.io/arch=arm64"
     )
     assert name in {n.metadata.name for n in edge.items}
 
