@@ -22,15 +22,15 @@ import contextlib
 import logging
 from typing import Any
 
+from cloudhub.standalone.encoding import loads
 from cloudhub.standalone.errors import StandaloneError, StatusError
+from cloudhub.standalone.options import DeleteOptions
 from cloudhub.standalone.registry import (
     CRD_FINALIZER,
     CRD_KEY,
     NAMESPACE_FINALIZER,
     NAMESPACES,
-    DeleteOptions,
     Registry,
-    loads,
 )
 from cloudhub.standalone.store import DELETED, Change
 

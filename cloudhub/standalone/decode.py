@@ -14,15 +14,24 @@ current Kubernetes: fields added after 1.20 are accepted, never refused.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 import pathlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from cloudhub.standalone import errors
 
-__all__ = ["FIELD_VALIDATION", "decode_builtin", "strict_error"]
+__all__ = [
+    "FIELD_VALIDATION",
+    "check_secret_data",
+    "decode_builtin",
+    "decode_metadata",
+    "strict_error",
+]
 
 FIELD_VALIDATION = ("", "Ignore", "Warn", "Strict")
 _SCHEMA_PATH = pathlib.Path(__file__).with_name("builtin_schema.json")
@@ -168,3 +177,30 @@ def strict_error(kind: str, version: str, unknown: list[str]) -> errors.StatusEr
         f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: '
         f"{listed}"
     )
+
+
+def check_secret_data(obj: Mapping[str, Any]) -> None:
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        if not isinstance(value, str):
+            continue
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise errors.bad_request(
+                f'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at '
+                f"input byte {_base64_error_at(value)} (data[{key}])"
+            ) from None
+
+
+def _base64_error_at(value: str) -> int:
+    """Offset of the first byte that makes ``value`` invalid base64 (as Go reports it)."""
+    alphabet = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+    for index, char in enumerate(value):
+        if char == "=":
+            return index if len(value) % 4 or index < len(value) - 2 else len(value)
+        if char not in alphabet:
+            return index
+    return len(value) - len(value) % 4

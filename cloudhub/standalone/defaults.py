@@ -11,11 +11,12 @@ covered.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["apply_create_admission", "apply_defaults", "pod_qos_class"]
+__all__ = ["apply_create_admission", "apply_defaults", "fold_string_data", "pod_qos_class"]
 
 DEFAULT_TOLERATION_SECONDS = 300  # DefaultTolerationSeconds admission plugin's default
 SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")  # kubeadm's default service range
@@ -206,3 +207,15 @@ def apply_create_admission(kind: str, obj: dict[str, Any]) -> None:
                 )
     spec.setdefault("priority", 0)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+def fold_string_data(kind: str, obj: dict[str, Any]) -> None:
+    """Secret ``stringData`` is write-only: merged into ``data`` base64-encoded."""
+    if kind != "Secret":
+        return
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict):
+        data = obj.setdefault("data", {})
+        if isinstance(data, dict):
+            for key, value in string_data.items():
+                data[key] = base64.b64encode(str(value).encode()).decode()

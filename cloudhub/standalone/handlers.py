@@ -25,20 +25,14 @@ import yaml
 from aiohttp import web
 
 from cloudhub.standalone import discovery, errors, openapi, patch, tables
+from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
-from cloudhub.standalone.registry import (
-    PREV_DELETED,
-    DeleteOptions,
-    ListParams,
-    Registry,
-    Watch,
-    WriteOptions,
-    dumps,
-    loads,
-)
+from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
+from cloudhub.standalone.registry import Registry
 from cloudhub.standalone.resources import ResourceType
 from cloudhub.standalone.settings import APIServerSettings
 from cloudhub.standalone.store import DELETED, Entry
+from cloudhub.standalone.watch import PREV_DELETED, Watch
 
 __all__ = ["APIHandler"]
 

@@ -28,42 +28,30 @@ before answering. Rules, and where they come from:
 
 from __future__ import annotations
 
-import base64
-import binascii
-import collections
 import copy
-import dataclasses
-import json
 import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import orjson
-
 from cloudhub.standalone import decode, defaults, errors, patch, schema, validation
-from cloudhub.standalone.resources import BUILTIN_TYPES, ResourceType, field_value
-from cloudhub.standalone.selectors import (
-    FieldSelector,
-    LabelSelector,
-    parse_field_selector,
-    parse_label_selector,
+from cloudhub.standalone.encoding import dumps, loads, now_rfc3339
+from cloudhub.standalone.options import (
+    DeleteOptions,
+    ListParams,
+    ListResult,
+    WriteOptions,
+    decode_continue,
+    encode_continue,
 )
-from cloudhub.standalone.store import ADDED, DELETED, MODIFIED, Change, Entry, Store, Subscriber
+from cloudhub.standalone.resources import BUILTIN_TYPES, ResourceType, field_value
+from cloudhub.standalone.store import ADDED, DELETED, MODIFIED, Change, Entry, Store
+from cloudhub.standalone.watch import Watch
 
-__all__ = [
-    "DeleteOptions",
-    "ListParams",
-    "ListResult",
-    "Registry",
-    "Watch",
-    "WriteOptions",
-    "dumps",
-]
+__all__ = ["CRD_FINALIZER", "CRD_KEY", "NAMESPACES", "NAMESPACE_FINALIZER", "Registry"]
 
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
-PREV_DELETED = "DELETED(prev)"  # queue marker: send DELETED with the previous state
 NAMESPACES = "namespaces"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
@@ -95,280 +83,6 @@ _SYSTEM_META = (
 )
 
 
-def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON, as kube-apiserver writes it (orjson: the hot path of every
-    write and response)."""
-    return orjson.dumps(obj)
-
-
-def loads(data: bytes | str) -> Any:
-    """Parse JSON (``ValueError`` when it is not)."""
-    return orjson.loads(data)
-
-
-def now_rfc3339(at: float | None = None) -> str:
-    """``2006-01-02T15:04:05Z``: the second-precision UTC time Kubernetes uses."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if at is None else at))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ListParams:
-    """Query parameters of list and watch (already parsed)."""
-
-    label_selector: LabelSelector = dataclasses.field(default_factory=LabelSelector)
-    field_selector: FieldSelector = dataclasses.field(default_factory=FieldSelector)
-    limit: int = 0
-    continue_token: str = ""
-    resource_version: str = ""
-    resource_version_match: str = ""
-    timeout_s: float | None = None
-    allow_bookmarks: bool = False
-
-    @classmethod
-    def parse(cls, rtype: ResourceType, query: Mapping[str, str]) -> ListParams:
-        """Parse list/watch query parameters for ``rtype``.
-
-        Raises:
-            StatusError: 400 for malformed selectors, limits or timeouts, or a
-                field selector on a field the resource does not support.
-        """
-        labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"))
-        for name in fields.fields:
-            if not rtype.selectable(name):
-                if rtype.custom:
-                    raise errors.bad_request(
-                        f'"{name}" is not a known field selector: only "metadata.name", '
-                        f'"metadata.namespace"'
-                    )
-                raise errors.bad_request(f"field label not supported: {name}")
-        limit = _int_param(query, "limit", 0)
-        if limit < 0:
-            limit = 0
-        timeout = query.get("timeoutSeconds")
-        timeout_s = float(_int_param(query, "timeoutSeconds", 0)) if timeout else None
-        return cls(
-            label_selector=labels,
-            field_selector=fields,
-            limit=limit,
-            continue_token=query.get("continue", ""),
-            resource_version=query.get("resourceVersion", ""),
-            resource_version_match=query.get("resourceVersionMatch", ""),
-            timeout_s=timeout_s,
-            allow_bookmarks=query.get("allowWatchBookmarks", "") in ("true", "1", "True"),
-        )
-
-    def matches(self, namespace: str, name: str, entry: Entry) -> bool:
-        if self.label_selector.requirements and not self.label_selector.matches(entry.labels):
-            return False
-        if self.field_selector.terms:
-            values = dict(entry.fields)
-            values["metadata.name"] = name
-            values["metadata.namespace"] = namespace
-            if not self.field_selector.matches(values):
-                return False
-        return True
-
-    @property
-    def filtered(self) -> bool:
-        return bool(self.label_selector.requirements or self.field_selector.terms)
-
-
-def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise errors.bad_request(f"invalid value for {name}: {raw!r} is not an integer") from None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DeleteOptions:
-    """DeleteOptions from the body or query (gracePeriodSeconds, preconditions...)."""
-
-    grace_period_s: int | None = None
-    precondition_uid: str | None = None
-    precondition_rv: str | None = None
-    propagation: str | None = None
-    dry_run: bool = False
-
-    @classmethod
-    def parse(cls, body: Any, query: Mapping[str, str]) -> DeleteOptions:
-        """Merge DeleteOptions from a JSON body and query parameters.
-
-        Raises:
-            StatusError: 400 for a body that is not a DeleteOptions object or
-                an unknown propagationPolicy.
-        """
-        if body is None:
-            body = {}
-        if not isinstance(body, dict):
-            raise errors.bad_request("DeleteOptions must be a JSON object")
-        grace = body.get("gracePeriodSeconds")
-        if "gracePeriodSeconds" in query:
-            grace = _int_param(query, "gracePeriodSeconds", 0)
-        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
-            raise errors.bad_request("gracePeriodSeconds must be an integer")
-        pre = body.get("preconditions") or {}
-        propagation = query.get("propagationPolicy") or body.get("propagationPolicy")
-        orphan = body.get("orphanDependents")
-        if "orphanDependents" in query:
-            orphan = query["orphanDependents"] in ("true", "1")
-        if propagation is None and orphan is not None:
-            propagation = "Orphan" if orphan else "Background"
-        if propagation not in (None, "Orphan", "Background", "Foreground"):
-            raise errors.bad_request(
-                f'propagationPolicy: Unsupported value: "{propagation}": supported values: '
-                '"Foreground", "Background", "Orphan"'
-            )
-        dry = body.get("dryRun") or query.get("dryRun")
-        return cls(
-            grace_period_s=grace,
-            precondition_uid=pre.get("uid") if isinstance(pre, dict) else None,
-            precondition_rv=pre.get("resourceVersion") if isinstance(pre, dict) else None,
-            propagation=propagation,
-            dry_run=bool(dry),
-        )
-
-
-@dataclasses.dataclass(slots=True)
-class WriteOptions:
-    """Options of one write request.
-
-    Attributes:
-        dry_run: ``dryRun=All``: check and answer, store nothing.
-        field_validation: ``fieldValidation``: ``Strict`` refuses unknown fields
-            (400), ``Warn`` drops them with a warning, ``Ignore`` or empty drops them.
-        warnings: Filled with the warnings to send as ``Warning`` headers.
-    """
-
-    dry_run: bool = False
-    field_validation: str = ""
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
-    @classmethod
-    def parse(cls, query: Mapping[str, str], dry_run: bool) -> WriteOptions:
-        """Raises StatusError 400 for an unknown fieldValidation value."""
-        value = query.get("fieldValidation", "")
-        if value not in decode.FIELD_VALIDATION:
-            raise errors.bad_request(
-                f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", '
-                '"Strict", "Warn"'
-            )
-        return cls(dry_run=dry_run, field_validation=value)
-
-    def unknown_fields(self, rtype: ResourceType, paths: list[str]) -> None:
-        if not paths:
-            return
-        if self.field_validation == "Strict":
-            raise decode.strict_error(rtype.kind, rtype.version, paths)
-        if self.field_validation == "Warn":
-            self.warnings.extend(f'unknown field "{p}"' for p in paths)
-
-
-@dataclasses.dataclass(slots=True)
-class ListResult:
-    """One page of a list: entries at ``revision`` and the paging metadata."""
-
-    revision: int
-    entries: list[Entry]
-    continue_token: str = ""
-    remaining: int | None = None
-
-
-def _encode_continue(revision: int, start: str) -> str:
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start})
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_continue(token: str) -> tuple[int, str]:
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        data = loads(base64.urlsafe_b64decode(padded.encode()))
-        if data.get("v") != "meta.k8s.io/v1":
-            raise ValueError("unknown version")
-        return int(data["rv"]), str(data["start"])
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise errors.bad_request(f"continue key is not valid: {exc}") from None
-
-
-class Watch(Subscriber):
-    """One watch's pending events, fed by the store, drained by the HTTP handler.
-
-    Attributes:
-        rtype: The watched resource type.
-        ended: Why the watch ended early ("overflow"), or None.
-    """
-
-    def __init__(
-        self,
-        rtype: ResourceType,
-        namespace: str | None,
-        params: ListParams,
-        since: int,
-        max_queued: int,
-    ) -> None:
-        self.rtype = rtype
-        self.namespace = namespace
-        self.params = params
-        self.since = since
-        self.max_queued = max_queued
-        self.queue: collections.deque[tuple[str, Change]] = collections.deque()
-        self.initial: list[tuple[str, str, Entry]] = []
-        self.wakeup: Callable[[], None] | None = None
-        self.ended: str | None = None
-        # The history replayed at subscription is not limited (kube-apiserver sends
-        # a watch's initial events outside its bounded buffer); live events are.
-        self.bounded = False
-
-    def deliver(self, change: Change) -> bool:
-        if self.ended:
-            return False
-        if change.rev <= self.since:
-            return True
-        if self.namespace is not None and change.namespace != self.namespace:
-            return True
-        params = self.params
-        if not params.filtered:
-            event = change.type
-        else:
-            now = change.type != DELETED and params.matches(
-                change.namespace, change.name, change.entry
-            )
-            if change.type == DELETED:
-                before = params.matches(change.namespace, change.name, change.entry)
-                event = DELETED if before else ""
-            elif change.type == ADDED:
-                event = ADDED if now else ""
-            else:
-                before = change.prev is not None and params.matches(
-                    change.namespace, change.name, change.prev
-                )
-                if now and before:
-                    event = MODIFIED
-                elif now:
-                    event = ADDED
-                elif before:
-                    # No longer selected: DELETED with the last state that matched,
-                    # at this change's resourceVersion (as the watch cache does).
-                    event = PREV_DELETED
-                else:
-                    event = ""
-        if not event:
-            return True
-        if self.bounded and len(self.queue) >= self.max_queued:
-            self.ended = "overflow"
-            if self.wakeup:
-                self.wakeup()
-            return False
-        self.queue.append((event, change))
-        if self.wakeup:
-            self.wakeup()
-        return True
-
-
 class Registry:
     """Served resource types and the REST operations on their objects.
 
@@ -385,7 +99,6 @@ class Registry:
         for rtype in BUILTIN_TYPES:
             self._add_type(rtype)
         self.terminating_namespaces: set[str] = set()
-        self.changed = collections.Counter[str]()  # discovery generation per group
         self.on_types_changed: list[Callable[[], None]] = []
 
     # -- types -------------------------------------------------------------------
@@ -548,7 +261,7 @@ class Registry:
         else:
             opts.unknown_fields(rtype, decode.decode_builtin(rtype.kind, rtype.version, body))
             if rtype.kind == "Secret":
-                _check_base64(body)
+                decode.check_secret_data(body)
         return body
 
     def _fail_invalid(self, rtype: ResourceType, name: str, causes: list[Any]) -> None:
@@ -662,7 +375,7 @@ class Registry:
                 raise errors.bad_request(
                     "specifying resource version is not allowed when using continue"
                 )
-            revision, start = _decode_continue(params.continue_token)
+            revision, start = decode_continue(params.continue_token)
             if revision < store.compacted_revision:
                 raise errors.StatusError(
                     410,
@@ -704,7 +417,7 @@ class Registry:
             if params.filtered and not params.matches(ns, name, entry):
                 continue
             if limit and len(out) == limit:
-                token = _encode_continue(revision, last)
+                token = encode_continue(revision, last)
                 if not params.filtered:
                     remaining = len(rows) - index
                 break
@@ -826,7 +539,7 @@ class Registry:
                 loads(e.data).get("spec", {}).get("clusterIP", "")
                 for _, _, e in self.store.items("services")
             ]
-        _fold_string_data(rtype, obj)
+        defaults.fold_string_data(rtype.kind, obj) if not rtype.custom else None
         defaults.apply_defaults(kind, obj, used)
         defaults.apply_create_admission(kind, obj)
         if kind == "Pod" and isinstance(obj.get("spec"), dict):
@@ -1019,7 +732,7 @@ class Registry:
                 for key in ("clusterIP", "clusterIPs"):
                     if key in old_spec and not obj["spec"].get(key):
                         obj["spec"][key] = old_spec[key]
-            _fold_string_data(rtype, obj)
+            defaults.fold_string_data(rtype.kind, obj) if not rtype.custom else None
             defaults.apply_defaults(rtype.kind, obj)
             if rtype.storage_key == CRD_KEY and subresource != "status":
                 schema.crd_defaults(obj)
@@ -1202,42 +915,3 @@ class Registry:
 def _crd_gone(crd: Mapping[str, Any]) -> bool:
     meta = crd.get("metadata") or {}
     return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
-
-
-def _check_base64(obj: Mapping[str, Any]) -> None:
-    data = obj.get("data")
-    if not isinstance(data, dict):
-        return
-    for key, value in data.items():
-        if not isinstance(value, str):
-            continue
-        try:
-            base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise errors.bad_request(
-                f'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at '
-                f"input byte {_base64_error_at(value)} (data[{key}])"
-            ) from None
-
-
-def _fold_string_data(rtype: ResourceType, obj: dict[str, Any]) -> None:
-    """Secret ``stringData`` is write-only: merged into ``data`` base64-encoded."""
-    if rtype.kind != "Secret" or rtype.custom:
-        return
-    string_data = obj.pop("stringData", None)
-    if isinstance(string_data, dict):
-        data = obj.setdefault("data", {})
-        if isinstance(data, dict):
-            for key, value in string_data.items():
-                data[key] = base64.b64encode(str(value).encode()).decode()
-
-
-def _base64_error_at(value: str) -> int:
-    """Offset of the first byte that makes ``value`` invalid base64 (as Go reports it)."""
-    alphabet = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
-    for index, char in enumerate(value):
-        if char == "=":
-            return index if len(value) % 4 or index < len(value) - 2 else len(value)
-        if char not in alphabet:
-            return index
-    return len(value) - len(value) % 4
