@@ -147,7 +147,8 @@ def apply_defaults(kind: str, obj: dict[str, Any], used_ips: Iterable[str] = ())
     elif kind == "Service":
         _service(obj, used_ips)
     elif kind == "Secret":
-        obj.setdefault("type", "Opaque")
+        if not obj.get("type"):
+            obj["type"] = "Opaque"
     elif kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         status = obj.setdefault("status", {})

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from cloudhub.standalone import discovery, errors, openapi, patch, tables
+from cloudhub.standalone import discovery, errors, openapi, patch, protobuf, tables
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
@@ -40,6 +40,15 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 _PUBLIC = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+_BODY_TYPES = frozenset(
+    {
+        JSON,
+        "application/yaml",
+        "application/apply-patch+yaml",
+        "application/octet-stream",
+        *patch.PATCH_TYPES,
+    }
+)
 _NOT_FOUND = StatusError(404, "NotFound", "the server could not find the requested resource")
 
 
@@ -225,6 +234,7 @@ class APIHandler:
             raise _NOT_FOUND
         if sub and not (
             (sub == "status" and rtype.status_subresource)
+            or (sub == "scale" and rtype.scale is not None)
             or (sub == "finalize" and rtype.plural == "namespaces" and not rtype.group)
         ):
             raise _NOT_FOUND
@@ -246,6 +256,8 @@ class APIHandler:
         ns = namespace or ""
         if sub == "finalize" and method != "PUT":
             raise errors.method_not_allowed(method, rtype.qualified)
+        if sub == "scale":
+            return await self._scale(request, rtype, ns, name)
         if method == "GET":
             entry = await self.registry.get(rtype, ns, name)
             return self._object_response(request, rtype, entry)
@@ -262,10 +274,12 @@ class APIHandler:
     async def _body(self, request: web.BaseRequest) -> Any:
         raw = await request.read()
         ctype = request.content_type or JSON
-        if "protobuf" in ctype:
-            raise errors.unsupported_media_type(ctype, [JSON, "application/yaml"])
         if not raw:
             return None
+        if ctype == protobuf.CONTENT_TYPE:
+            return protobuf.decode_object(raw)
+        if ctype not in _BODY_TYPES:
+            raise errors.unsupported_media_type(ctype, [JSON, "application/yaml"])
         try:
             if ctype in ("application/yaml", "application/apply-patch+yaml"):
                 return yaml.safe_load(raw)
@@ -380,6 +394,35 @@ class APIHandler:
         opts = self._write_options(request)
         entry = await self.registry.patch(rtype, ns, name, ctype, body, subresource=sub, opts=opts)
         return self._object_response(request, rtype, entry, 200, opts.warnings)
+
+    async def _scale(
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str
+    ) -> web.Response:
+        """The ``autoscaling/v1`` Scale subresource (``kubectl scale``)."""
+        _check_accept(request.headers.get("Accept", ""))
+        method = request.method
+        if method == "GET":
+            return _json_response(await self.registry.get_scale(rtype, ns, name))
+        if method not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed(method, f"{rtype.qualified}/scale")
+        ctype = request.content_type
+        if method == "PATCH" and ctype not in patch.PATCH_TYPES:
+            raise errors.unsupported_media_type(ctype, list(patch.PATCH_TYPES))
+        body = await self._body(request)
+
+        def change(scale: dict[str, Any]) -> Any:
+            if method == "PUT":
+                return body
+            if ctype == patch.JSON_PATCH:
+                return patch.apply_json_patch(scale, body)
+            if not isinstance(body, dict):
+                raise errors.bad_request("a merge patch must be a JSON object")
+            return patch.apply_merge_patch(scale, body)
+
+        scale = await self.registry.update_scale(
+            rtype, ns, name, change, self._write_options(request)
+        )
+        return _json_response(scale)
 
     async def _delete(
         self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str

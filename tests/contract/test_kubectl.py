@@ -307,3 +307,48 @@ async def test_get_prints_server_side_columns(kube: Kube, kubectl: Kubectl) -> N
     assert rc == 0, out
     assert out.split()[:3] == ["NAME", "STATUS", "AGE"]
     assert "Active" in out
+
+
+async def test_generators_scale_and_label(kube: Kube, kubectl: Kubectl) -> None:
+    """kubectl's typed commands send protobuf bodies (create namespace/configmap/secret)
+    and use the scale subresource (scale)."""
+    ns = kube.unique("kubectl-ns")
+    kube.cluster_scoped(lambda: kubectl("delete", "namespace", ns, "--wait=false"))
+    rc, out = await kubectl("create", "namespace", ns)
+    assert rc == 0, out
+    rc, out = await kubectl(
+        "create", "configmap", "settings", "-n", kube.ns, "--from-literal=mode=edge",
+        "--from-literal=interval=30s",
+    )
+    assert rc == 0, out
+    rc, out = await kubectl(
+        "create", "secret", "generic", "creds", "-n", kube.ns, "--from-literal=password=hunter2"
+    )
+    assert rc == 0, out
+    cm = await kube.core.read_namespaced_config_map("settings", kube.ns)
+    assert cm.data == {"mode": "edge", "interval": "30s"}
+    secret = await kube.core.read_namespaced_secret("creds", kube.ns)
+    assert secret.type == "Opaque"
+    assert secret.data == {"password": "aHVudGVyMg=="}
+    assert (await kube.core.read_namespace(ns)).status.phase == "Active"
+    rc, out = await kubectl("label", "configmap", "settings", "-n", kube.ns, "tier=edge")
+    assert rc == 0, out
+    assert (await kube.core.read_namespaced_config_map("settings", kube.ns)).metadata.labels == {
+        "tier": "edge"
+    }
+    manifest = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": kube.ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+            },
+        },
+    }
+    rc, out = await kubectl("apply", "-f", "-", stdin=json.dumps(manifest).encode())
+    assert rc == 0, out
+    rc, out = await kubectl("scale", "deployment", "web", "-n", kube.ns, "--replicas=3")
+    assert rc == 0, out
+    assert (await kube.apps.read_namespaced_deployment("web", kube.ns)).spec.replicas == 3
