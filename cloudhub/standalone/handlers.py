@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 _PUBLIC = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+#: How often an idle watch checks that its client is still connected (seconds).
+_IDLE_CHECK_S = 15.0
 _BODY_TYPES = frozenset(
     {
         JSON,
@@ -576,11 +578,15 @@ class APIHandler:
                     if deadline - 2 > now:
                         next_bookmark = min(next_bookmark, deadline - 2)
                     continue
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the client went away while the watch was idle
                 wait_until = min(deadline, next_bookmark) if bookmarks else deadline
+                wait_until = min(wait_until, now + _IDLE_CHECK_S)
                 wake.clear()
                 if watch.queue or watch.ended:
                     continue
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(wake.wait(), max(0.0, wait_until - now))
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):

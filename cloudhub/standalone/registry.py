@@ -446,7 +446,11 @@ class Registry:
             ]
             store.subscribe_now(rtype.storage_key, watch)
             watch.bounded = True
-            await store.sync()
+            try:
+                await store.sync()
+            except BaseException:
+                store.unsubscribe(rtype.storage_key, watch)
+                raise
             return watch
         try:
             since = int(rv)

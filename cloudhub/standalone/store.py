@@ -272,7 +272,7 @@ class Store:
             self._revision_changed.clear()
             try:
                 await asyncio.wait_for(self._revision_changed.wait(), remaining)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 return self._durable >= revision
         return True
 
