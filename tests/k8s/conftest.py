@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.k8s.fixtures import kube_apiserver, kubectl  # noqa: F401  (re-exported fixtures)
+from tests.k8s.fixtures import Backend, kube_apiserver, kubectl  # noqa: F401  (re-exported)
 from tests.k8s.kube_apiserver import RunningAPIServer
 
 # The API servers the kubectl tests run against: parameter id -> name of a session fixture
 # whose value has a `kubeconfig` path. The embedded server joins by adding its fixture here.
 KUBECTL_BACKENDS = {"kube-apiserver": "kube_apiserver"}
-
-
-@dataclass(frozen=True)
-class Backend:
-    """An API server that kubectl is pointed at: its name and kubeconfig file."""
-
-    name: str
-    kubeconfig: Path
 
 
 @pytest.fixture(scope="session", params=sorted(KUBECTL_BACKENDS))

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +33,15 @@ from tests.k8s.kube_apiserver import (
     start,
 )
 
-__all__ = ["kube_apiserver", "kubectl", "require"]
+__all__ = ["Backend", "kube_apiserver", "kubectl", "require"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An API server that kubectl is pointed at: its name and kubeconfig file."""
+
+    name: str
+    kubeconfig: Path
 
 
 def require(what: str, how: str) -> None:
