@@ -219,16 +219,7 @@ class RunningAPIServer:
         """
         for _name, proc in reversed(self._processes):
             _terminate_group(proc, timeout)
-        if self._watchdog.poll() is None:
-            with contextlib.suppress(OSError, ValueError):
-                assert self._watchdog.stdin is not None
-                self._watchdog.stdin.write(b"done\n")
-                self._watchdog.stdin.close()
-            try:
-                self._watchdog.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self._watchdog.kill()
-                self._watchdog.wait()
+        _close_watchdog(self._watchdog)
 
     def __enter__(self) -> RunningAPIServer:
         return self
@@ -491,41 +482,41 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-# The watchdog reads process-group ids, one a line, from the pipe held by the test process.
-# When the pipe closes without a final "done" line (the test process died or forgot to stop
-# the servers), it terminates every group it was told about, then kills what is left.
+# The watchdog reads process-group ids, one a line, from a pipe held by the test process.
+# "done" (sent by stop()) ends it at once. End of file without "done" means the test process
+# died or forgot its servers: it terminates every group it was told about, then kills what
+# is left after 10 s.
 _WATCHDOG_SOURCE = r"""
 import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-groups, done = [], False
+groups = []
 for line in sys.stdin:
     line = line.strip()
     if line == "done":
-        done = True
-    elif line:
+        sys.exit(0)
+    if line:
         groups.append(int(line))
-if not done:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = []
-        for group in groups:
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    alive = []
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+            alive.append(group)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        still = []
+        for group in alive:
             try:
-                os.killpg(group, sig)
-                alive.append(group)
+                os.killpg(group, 0)
+                still.append(group)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 10
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.1)
-            still = []
-            for group in alive:
-                try:
-                    os.killpg(group, 0)
-                    still.append(group)
-                except ProcessLookupError:
-                    pass
-            alive = still
-        if not alive:
-            break
+        alive = still
+    if not alive:
+        break
 """
 
 
@@ -540,6 +531,9 @@ def _start_watchdog() -> subprocess.Popen[bytes]:
 
 
 def _close_watchdog(watchdog: subprocess.Popen[bytes]) -> None:
+    """Tell the watchdog the servers were stopped on purpose, and reap it."""
+    if watchdog.poll() is not None:
+        return
     with contextlib.suppress(OSError, ValueError):
         assert watchdog.stdin is not None
         watchdog.stdin.write(b"done\n")

@@ -403,6 +403,20 @@ def test_start_reports_an_apiserver_that_exits_and_leaves_nothing_running(
     assert _processes_using(tmp_path) == []
 
 
+@pytest.mark.slow
+def test_stop_ends_both_processes_and_can_be_repeated(tmp_path: Path) -> None:
+    if binary_path() is None or etcd_path() is None:
+        pytest.skip("needs the built kube-apiserver and etcd")
+    with start(tmp_path / "work") as server:
+        assert server.running()
+        assert sorted(server.pids) == ["etcd", "kube-apiserver"]
+        assert {p.pid for p in _processes_using(tmp_path)} >= set(server.pids.values())
+    assert not server.running()
+    assert _processes_using(tmp_path) == []
+    server.stop()  # a second stop is harmless
+    assert "kube-apiserver" in (tmp_path / "work" / "kube-apiserver.log").read_text()
+
+
 def _processes_using(path: Path) -> list[psutil.Process]:
     """Live (non-zombie) processes whose command line mentions ``path``."""
     found = []
@@ -432,6 +446,7 @@ _KILLED_PARENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_servers_die_with_a_test_process_killed_by_sigkill(tmp_path: Path) -> None:
     if binary_path() is None or etcd_path() is None:
         pytest.skip("needs the built kube-apiserver and etcd")
