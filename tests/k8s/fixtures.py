@@ -4,10 +4,9 @@ Use from another test directory (e.g. the contract suite)::
 
     from tests.k8s.fixtures import kube_apiserver  # noqa: F401  (re-exported fixture)
 
-Each conftest.py that imports ``kube_apiserver`` defines its own session-scoped instance
-(a second server, about 6 s more per session); to share one across directories, register
-this module once in the top-level ``tests/conftest.py`` with
-``pytest_plugins = ["tests.k8s.fixtures"]``.
+Every conftest.py that imports ``kube_apiserver`` gets the same server: pytest makes one
+session-scoped fixture per conftest, and they share one process-wide server, started by
+the first and stopped when the last one is torn down.
 
 When the binary or etcd is missing, tests that use the fixture are skipped with the
 command that builds it, except under CI (``CI`` set in the environment), where they fail:
@@ -52,6 +51,13 @@ def require(what: str, how: str) -> None:
     pytest.skip(message)
 
 
+class _SharedServer:
+    """The one server of a test session, shared by every conftest that imports the fixture."""
+
+    server: RunningAPIServer | None = None
+    users = 0
+
+
 @pytest.fixture(scope="session")
 def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAPIServer]:
     """A real kube-apiserver v1.20.2 + etcd for the whole test session, stopped at its end."""
@@ -62,11 +68,16 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
         )
     if etcd_path() is None:
         require("etcd", "apt-get install etcd-server")
-    server = start(tmp_path_factory.mktemp("kube-apiserver"))
+    if _SharedServer.server is None:
+        _SharedServer.server = start(tmp_path_factory.mktemp("kube-apiserver"))
+    _SharedServer.users += 1
     try:
-        yield server
+        yield _SharedServer.server
     finally:
-        server.stop()
+        _SharedServer.users -= 1
+        if _SharedServer.users == 0:
+            _SharedServer.server.stop()
+            _SharedServer.server = None
 
 
 @pytest.fixture(scope="session")
