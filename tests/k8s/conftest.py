@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.k8s.fixtures import Backend, kube_apiserver, kubectl  # noqa: F401  (re-exported)
+from tests.k8s.fixtures import (  # noqa: F401  (re-exported fixtures)
+    Backend,
+    kube_apiserver,
+    kube_apiserver_binaries,
+    kubectl,
+)
 from tests.k8s.kube_apiserver import RunningAPIServer
 
 # The API servers the kubectl tests run against: parameter id -> name of a session fixture

@@ -32,7 +32,7 @@ from tests.k8s.kube_apiserver import (
     start,
 )
 
-__all__ = ["Backend", "kube_apiserver", "kubectl", "require"]
+__all__ = ["Backend", "kube_apiserver", "kube_apiserver_binaries", "kubectl", "require"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,22 @@ def require(what: str, how: str) -> None:
     pytest.skip(message)
 
 
+def _require_binaries() -> None:
+    if binary_path() is None:
+        require(
+            "the reference kube-apiserver v1.20.2",
+            f"run {build_script()} (about 5 minutes, once) or set ${BINARY_ENV}",
+        )
+    if etcd_path() is None:
+        require("etcd", "apt-get install etcd-server")
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver_binaries() -> None:
+    """Skip (fail under CI) unless the kube-apiserver binary and etcd are both there."""
+    _require_binaries()
+
+
 class _SharedServer:
     """The one server of a test session, shared by every conftest that imports the fixture."""
 
@@ -61,13 +77,7 @@ class _SharedServer:
 @pytest.fixture(scope="session")
 def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAPIServer]:
     """A real kube-apiserver v1.20.2 + etcd for the whole test session, stopped at its end."""
-    if binary_path() is None:
-        require(
-            "the reference kube-apiserver v1.20.2",
-            f"run {build_script()} (about 5 minutes, once) or set ${BINARY_ENV}",
-        )
-    if etcd_path() is None:
-        require("etcd", "apt-get install etcd-server")
+    _require_binaries()
     if _SharedServer.server is None:
         _SharedServer.server = start(tmp_path_factory.mktemp("kube-apiserver"))
     _SharedServer.users += 1

@@ -32,8 +32,6 @@ from tests.k8s.kube_apiserver import (
     KUBE_VERSION,
     KubeAPIServerError,
     RunningAPIServer,
-    binary_path,
-    etcd_path,
     start,
 )
 
@@ -387,11 +385,10 @@ def test_start_reports_a_missing_binary(tmp_path: Path) -> None:
         start(tmp_path, binary=tmp_path / "no-such-kube-apiserver")
 
 
+@pytest.mark.usefixtures("kube_apiserver_binaries")
 def test_start_reports_an_apiserver_that_exits_and_leaves_nothing_running(
     tmp_path: Path,
 ) -> None:
-    if etcd_path() is None:
-        pytest.skip("needs etcd (apt-get install etcd-server)")
     fake = tmp_path / "fake-apiserver"
     fake.write_text("#!/bin/sh\necho 'Error: unknown flag --nonsense' >&2\nexit 3\n")
     fake.chmod(0o755)
@@ -404,9 +401,8 @@ def test_start_reports_an_apiserver_that_exits_and_leaves_nothing_running(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("kube_apiserver_binaries")
 def test_stop_ends_both_processes_and_can_be_repeated(tmp_path: Path) -> None:
-    if binary_path() is None or etcd_path() is None:
-        pytest.skip("needs the built kube-apiserver and etcd")
     with start(tmp_path / "work") as server:
         assert server.running()
         assert sorted(server.pids) == ["etcd", "kube-apiserver"]
@@ -415,6 +411,7 @@ def test_stop_ends_both_processes_and_can_be_repeated(tmp_path: Path) -> None:
     assert _processes_using(tmp_path) == []
     server.stop()  # a second stop is harmless
     assert "kube-apiserver" in (tmp_path / "work" / "kube-apiserver.log").read_text()
+    assert not (tmp_path / "work" / "etcd-data").exists()
 
 
 def _processes_using(path: Path) -> list[psutil.Process]:
@@ -447,9 +444,8 @@ _KILLED_PARENT = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("kube_apiserver_binaries")
 def test_servers_die_with_a_test_process_killed_by_sigkill(tmp_path: Path) -> None:
-    if binary_path() is None or etcd_path() is None:
-        pytest.skip("needs the built kube-apiserver and etcd")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     parent = subprocess.Popen(
         [sys.executable, "-c", _KILLED_PARENT, str(tmp_path / "work")],
