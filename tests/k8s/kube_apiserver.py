@@ -683,8 +683,8 @@ def _wait_etcd(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout:
             with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
                 if json.loads(response.read()).get("health") == "true":
                     return
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError, http.client.HTTPException):
+            pass  # not listening yet, or answering half-started
         if time.monotonic() > deadline:
             raise KubeAPIServerError(
                 "etcd", f"/health not true within {timeout:.0f} s", _log_tail(log_path)
@@ -712,8 +712,8 @@ def _wait_apiserver(
                 if response.status == 200:
                     paths.pop(0)
                     continue
-        except (OSError, urllib.error.HTTPError):
-            pass
+        except (OSError, http.client.HTTPException):
+            pass  # not listening yet, or not ready (HTTPError is an OSError)
         if time.monotonic() > deadline:
             raise KubeAPIServerError(
                 "kube-apiserver",
