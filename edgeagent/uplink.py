@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 from protocol.backoff import full_jitter
 from protocol.errors import CloseCode
 from protocol.session import Closed, SessionConfig
-
 from protocol.transport import (
     ConnectFailed,
     Link,

@@ -41,6 +41,8 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
+from protocol.errors import ProtocolError
+
 __all__ = [
     "CLOCK_SKEW",
     "NODE_COMMON_NAME_PREFIX",
@@ -79,8 +81,9 @@ _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _HASH_PREFIX = "sha256:"
 
 
-class PKIError(Exception):
-    """A certificate, key or CSR is invalid, or a request to make one is.
+class PKIError(ProtocolError):
+    """A certificate, key or CSR is invalid, or a request to make one is (the ``pki``
+    branch of the ``protocol.errors`` tree).
 
     The message names what is wrong (subject, key type, validity, chain).
     """

@@ -1,22 +1,27 @@
-"""Errors raised by the transports (QUIC, WebSocket) and the links built on them.
+"""Errors raised by the transports (QUIC, WebSocket), under ``protocol.errors.TransportError``.
 
-``TransportError`` is the root here; every aioquic, websockets, ``ssl`` or ``OSError``
-failure is translated into one of these at the adapter boundary and chained with ``from``.
+::
+
+    protocol.errors.TransportError
+    └── ConnectFailed             refused, unreachable, TLS or certificate failure
+        ├── HandshakeTimeout      no transport handshake or no welcome in time
+        └── SessionRejected       the hub closed the session during hello/welcome
+
+Every aioquic, websockets, ``ssl`` or ``OSError`` failure is translated into one of these at
+the adapter boundary and chained with ``from``. Using a closed link raises
+``protocol.errors.ConnectionClosed``.
 """
 
 from __future__ import annotations
 
+from protocol.errors import TransportError
+
 __all__ = [
     "ConnectFailed",
     "HandshakeTimeout",
-    "LinkClosed",
     "SessionRejected",
     "TransportError",
 ]
-
-
-class TransportError(Exception):
-    """A transport could not be set up or failed while in use."""
 
 
 class ConnectFailed(TransportError):
@@ -48,20 +53,5 @@ class SessionRejected(ConnectFailed):
 
     def __init__(self, code: object, reason: str) -> None:
         super().__init__(f"session rejected: {code}: {reason}")
-        self.code = code
-        self.reason = reason
-
-
-class LinkClosed(TransportError):
-    """The link is closed; no more messages can be sent on it.
-
-    Attributes:
-        code: the ``CloseCode`` the link was closed with, or ``None`` if the transport was
-            lost without a close.
-        reason: why it closed.
-    """
-
-    def __init__(self, code: object, reason: str) -> None:
-        super().__init__(f"link closed: {code}: {reason}")
         self.code = code
         self.reason = reason
