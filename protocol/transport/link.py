@@ -196,6 +196,17 @@ class Link:
         return result.hello if isinstance(result, HelloReceived) else None
 
     @property
+    def version(self) -> int | None:
+        """The negotiated protocol version (server: chosen from the hello; client: the
+        welcome's), once known."""
+        result = self._opened.result() if self._opened.done() else None
+        if isinstance(result, HelloReceived):
+            return result.version
+        if isinstance(result, Established):
+            return result.welcome.version
+        return None
+
+    @property
     def welcome(self) -> Welcome | None:
         """Client side: the hub's welcome."""
         result = self._opened.result() if self._opened.done() else None

@@ -1,0 +1,228 @@
+"""Protocol benchmark: our QUIC and WebSocket layers against the bare libraries.
+
+For 1 KiB messages on loopback, with the far end in a separate process
+(``tests/bench/protocol_peer.py``) and this process as the measured client:
+
+- throughput: messages echoed per second with up to ``WINDOW`` messages in flight;
+- latency: round-trip p50/p99 of one message at a time.
+
+Four targets in the same run: an aioquic stream echo and a websockets echo (the bare
+libraries, same TLS 1.3 certificates), and our QUIC and WebSocket transports (an agent's
+``event`` answered by the hub with a ``twin_desired`` of the same text: framing, msgpack,
+validation, sequence numbers, acks and the window all included).
+
+Goals: ``protocol.overhead_ratio.quic`` and ``protocol.overhead_ratio.websocket`` =
+bare msgs/s ÷ our msgs/s, at most 1.3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+from protocol import pki
+from protocol.messages import PROTOCOL_VERSION, Hello, KubeEvent, ObjectRef
+from protocol.session import MessageReceived
+from protocol.transport import Link, connect_quic, connect_websocket
+from protocol.transport.tls import client_ssl_context
+from tests.bench.bare_echo import BareQuicClient, BareWebSocketClient
+from tests.testpki import make_test_pki
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+HOST = "127.0.0.1"
+SIZE = 1024
+WINDOW = 64
+TARGET = 1.3
+
+
+def write_server_certs(directory: pathlib.Path, test_pki) -> None:
+    (directory / "ca.pem").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
+    (directory / "server.pem").write_bytes(pki.dump_certificate_pem(test_pki.server.chain))
+    key = directory / "server.key"
+    key.write_bytes(pki.dump_private_key_pem(test_pki.server.private_key))
+    key.chmod(0o600)
+
+
+async def start_peer(cert_dir: pathlib.Path) -> tuple[asyncio.subprocess.Process, dict]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.bench.protocol_peer",
+        str(cert_dir),
+        HOST,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    if not line:
+        raise RuntimeError("the benchmark peer exited before listening")
+    return proc, json.loads(line)
+
+
+async def stop_peer(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    try:
+        await asyncio.wait_for(proc.wait(), 10)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+async def measure(
+    send: Callable[[], Awaitable[None]],
+    recv: Callable[[], Awaitable[None]],
+    count: int,
+    rounds: int,
+) -> dict:
+    """Throughput with WINDOW in flight, then ``rounds`` sequential round trips."""
+    credit = asyncio.Semaphore(WINDOW)
+
+    async def sender() -> None:
+        for _ in range(count):
+            await credit.acquire()
+            await send()
+
+    start = time.perf_counter()
+    task = asyncio.get_running_loop().create_task(sender())
+    for _ in range(count):
+        await recv()
+        credit.release()
+    elapsed = time.perf_counter() - start
+    await task
+    rtts = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        await send()
+        await recv()
+        rtts.append(time.perf_counter() - t0)
+    rtts.sort()
+    return {
+        "msgs_per_s": round(count / elapsed),
+        "rtt_p50_ms": round(statistics.median(rtts) * 1000, 3),
+        "rtt_p99_ms": round(rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1000, 3),
+    }
+
+
+async def bench_bare_quic(port: int, test_pki, count: int, rounds: int) -> dict:
+    client = BareQuicClient(HOST, port, test_pki.server)
+    await client.open()
+    payload = b"x" * SIZE
+
+    async def send() -> None:
+        client.writer.write(payload)
+
+    async def recv() -> None:
+        await client.reader.readexactly(SIZE)
+
+    try:
+        return await measure(send, recv, count, rounds)
+    finally:
+        await client.close()
+
+
+async def bench_bare_websocket(port: int, test_pki, count: int, rounds: int) -> dict:
+    client = BareWebSocketClient(HOST, port, client_ssl_context(test_pki.client))
+    await client.open()
+    payload = b"x" * SIZE
+
+    async def send() -> None:
+        await client.ws.send(payload)
+
+    async def recv() -> None:
+        await client.ws.recv()
+
+    try:
+        return await measure(send, recv, count, rounds)
+    finally:
+        await client.close()
+
+
+async def bench_ours(link: Link, count: int, rounds: int) -> dict:
+    ref = ObjectRef(kind="Pod", namespace="default", name="bench", uid="bench-uid")
+    text = "x" * SIZE
+    events = link.__aiter__()
+
+    async def send() -> None:
+        await link.send(
+            KubeEvent(
+                ref=ref, type="Normal", reason="Bench", message=text, timestamp=0.0, count=1
+            )
+        )
+
+    async def recv() -> None:
+        while not isinstance(await events.__anext__(), MessageReceived):
+            pass
+
+    try:
+        return await measure(send, recv, count, rounds)
+    finally:
+        await link.close()
+
+
+def hello() -> Hello:
+    return Hello(
+        min_version=PROTOCOL_VERSION,
+        max_version=PROTOCOL_VERSION,
+        node_name="edge-1",
+        agent_version="bench",
+    )
+
+
+async def run_async(quick: bool) -> dict:
+    count, rounds = (2000, 200) if quick else (20000, 2000)
+    test_pki = make_test_pki()
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_dir = pathlib.Path(tmp)
+        write_server_certs(cert_dir, test_pki)
+        proc, ports = await start_peer(cert_dir)
+        try:
+            common = {"credentials": test_pki.client, "hello": hello(), "server_name": "localhost"}
+            results = {
+                "bare_quic": await bench_bare_quic(ports["bare_quic"], test_pki, count, rounds),
+                "quic": await bench_ours(
+                    await connect_quic(HOST, ports["quic"], **common), count, rounds
+                ),
+                "bare_websocket": await bench_bare_websocket(
+                    ports["bare_websocket"], test_pki, count, rounds
+                ),
+                "websocket": await bench_ours(
+                    await connect_websocket(HOST, ports["websocket"], **common), count, rounds
+                ),
+            }
+        finally:
+            await stop_peer(proc)
+    results["messages"] = count
+    results["message_size_bytes"] = SIZE
+    results["window"] = WINDOW
+    return results
+
+
+def run(quick: bool) -> dict:
+    results = asyncio.run(run_async(quick))
+    goals = []
+    for transport in ("quic", "websocket"):
+        ratio = results[f"bare_{transport}"]["msgs_per_s"] / results[transport]["msgs_per_s"]
+        results[f"overhead_ratio_{transport}"] = round(ratio, 3)
+        goals.append(
+            {
+                "id": f"protocol.overhead_ratio.{transport}",
+                "value": round(ratio, 3),
+                "target": TARGET,
+                "unit": "ratio",
+                "op": "<=",
+            }
+        )
+    return {"results": results, "goals": goals}
