@@ -14,7 +14,7 @@ the adapter boundary and chained with ``from``. Using a closed link raises
 
 from __future__ import annotations
 
-from protocol.errors import TransportError
+from protocol.errors import CloseCode, TransportError
 
 __all__ = [
     "ConnectFailed",
@@ -49,9 +49,11 @@ class SessionRejected(ConnectFailed):
     Attributes:
         code: the ``CloseCode`` the peer gave (e.g. ``VERSION_MISMATCH``).
         reason: the peer's reason text.
+        retry_after: seconds the hub asked us to wait before dialling again, or ``None``.
     """
 
-    def __init__(self, code: object, reason: str) -> None:
-        super().__init__(f"session rejected: {code}: {reason}")
+    def __init__(self, code: CloseCode, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(f"session rejected: {code.name}: {reason}")
         self.code = code
         self.reason = reason
+        self.retry_after = retry_after

@@ -26,7 +26,6 @@ from protocol.session import (
     Closed,
     Established,
     HelloReceived,
-    PeerDead,
     Session,
     SessionState,
 )
@@ -46,8 +45,14 @@ after the session has ended, before it is aborted."""
 class _Backend(Protocol):
     """What a link needs from its transport adapter."""
 
+    message_based: bool
+    """True: frames go one per transport message (WebSocket); False: a byte stream (QUIC)."""
+
     def write(self, data: bytes) -> None:
-        """Queue bytes (one or more whole frames) for the peer; never blocks."""
+        """Queue stream bytes (whole frames, back to back) for the peer; never blocks."""
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        """Queue frames, one per transport message; never blocks."""
 
     async def aclose(self, timeout: float) -> None:
         """Close the transport, cleanly if it can within ``timeout`` s, else abort it."""
@@ -80,7 +85,7 @@ class Link:
         self._opened: asyncio.Future[Any] = self._loop.create_future()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._close_event: Closed | PeerDead | None = None
+        self._close_event: Closed | None = None
         self._closing_task: asyncio.Task[None] | None = None
         self.close_bound = session.config.close_timeout + TRANSPORT_CLOSE_BOUND + 0.5
         """Seconds within which :meth:`close` returns."""
@@ -103,9 +108,13 @@ class Link:
         self._pump()
 
     def connection_lost(self, reason: str) -> None:
-        """Tell the link its transport ended without a session close (adapters call this)."""
+        """Tell the link its transport has ended (adapters call this).
+
+        The session ends with ``Closed(CONNECTION_LOST)`` unless it had already ended.
+        """
         if self._session.state is not SessionState.CLOSED:
-            self._session.connection_lost(reason, self.now())
+            logger.debug("%s transport ended: %s", self.transport, reason)
+            self._session.receive_eof(self.now())
             self._pump()
         self._finish()
 
@@ -115,9 +124,16 @@ class Link:
         session = self._session
         for event in session.events_received():
             self._dispatch(event)
-        data = session.data_to_send()
-        if data and self._backend is not None:
-            self._backend.write(data)
+        backend = self._backend
+        if backend is not None:
+            if backend.message_based:
+                frames = session.frames_to_send()
+                if frames:
+                    backend.write_frames(frames)
+            else:
+                data = session.data_to_send()
+                if data:
+                    backend.write(data)
         if session.state is SessionState.CLOSED:
             self._finish()
         else:
@@ -130,7 +146,7 @@ class Link:
             if not self._opened.done():
                 self._opened.set_result(event)
             return  # consumed by the handshake, not by the application
-        elif isinstance(event, (Closed, PeerDead)):
+        elif isinstance(event, Closed):
             self._close_event = event
             if not self._opened.done():
                 self._opened.set_result(event)
@@ -178,7 +194,12 @@ class Link:
         return await asyncio.wait_for(asyncio.shield(self._opened), timeout)
 
     def start_client(self, hello: Hello, pending: Iterable[tuple[int, Message]]) -> None:
-        """Send the hello (client side; adapters call this once the transport is up)."""
+        """Send the hello (client side; adapters call this once the transport is up).
+
+        Raises:
+            protocol.errors.UsageError: ``pending`` is not in increasing seq order below
+                the session's ``next_seq``, or holds a kind that needs no ack.
+        """
         self._session.connect(hello, self.now(), pending=list(pending))
         self._pump()
 
@@ -218,8 +239,9 @@ class Link:
         return self._ended.is_set()
 
     @property
-    def close_event(self) -> Closed | PeerDead | None:
-        """How the session ended (``Closed`` or ``PeerDead``), once it has."""
+    def close_event(self) -> Closed | None:
+        """How the session ended, once it has (code ``PEER_DEAD`` after a ``PeerDead``,
+        ``CONNECTION_LOST`` if the transport ended without a close)."""
         return self._close_event
 
     def accept(self, welcome: Welcome) -> None:
@@ -231,19 +253,16 @@ class Link:
         self._session.accept(welcome, self.now())
         self._pump()
 
-    def reject(self, code: CloseCode, reason: str) -> None:
-        """Server side: refuse the peer's hello; the link then closes."""
-        self._session.reject(code, reason, self.now())
+    def reject(self, code: CloseCode, reason: str, *, retry_after: float | None = None) -> None:
+        """Server side: refuse the peer's hello (``UNAUTHORIZED``, ``OVERLOADED`` with a
+        ``retry_after`` in seconds...); the link then closes."""
+        self._session.reject(code, reason, self.now(), retry_after=retry_after)
         self._pump()
 
     def _raise_closed(self) -> None:
         event = self._close_event
-        if isinstance(event, Closed):
-            raise ConnectionClosed(event.code, event.reason, event.by_peer)
-        if isinstance(event, PeerDead):
-            raise ConnectionClosed(
-                CloseCode.PEER_DEAD, f"nothing received for {event.silent_for:.1f} s", True
-            )
+        if event is not None:
+            raise ConnectionClosed(event.code, event.reason, event.by_peer, event.retry_after)
         raise ConnectionClosed(CloseCode.CONNECTION_LOST, "link closed", True)
 
     async def send(self, message: Message) -> int | None:
@@ -271,8 +290,8 @@ class Link:
         return self
 
     async def __anext__(self) -> Any:
-        """The next session event: ``MessageReceived``, ``Acked``, ``PeerError``, and last
-        ``Closed`` or ``PeerDead``; then the iteration stops."""
+        """The next session event: ``MessageReceived``, ``Acked``, ``PeerError``,
+        ``PeerDead``, and last ``Closed``; then the iteration stops."""
         while not self._events:
             if self._ended.is_set():
                 raise StopAsyncIteration

@@ -41,7 +41,7 @@ from aioquic.quic.packet import (
 
 from protocol import pki
 from protocol.errors import CloseCode
-from protocol.session import Closed, Established, PeerDead, Role, Session, SessionConfig
+from protocol.session import Closed, Established, Role, Session, SessionConfig
 from protocol.transport.errors import ConnectFailed, HandshakeTimeout, SessionRejected
 from protocol.transport.link import Link
 from protocol.transport.tls import TLSCredentials
@@ -116,6 +116,7 @@ class _QuicEndpoint:
         self._on_done = on_done
         self._on_cid = on_cid
         self.link: Link | None = None
+        self._early: list[qe.StreamDataReceived] = []
         self.handshake: asyncio.Future[None] = self._loop.create_future()
         self.terminated = asyncio.Event()
         self.termination: qe.ConnectionTerminated | None = None
@@ -131,9 +132,14 @@ class _QuicEndpoint:
         quic = self.quic
         while (event := quic.next_event()) is not None:
             if isinstance(event, qe.StreamDataReceived):
-                if event.stream_id == STREAM_ID and self.link is not None and event.data:
+                if event.stream_id != STREAM_ID:
+                    continue
+                if self.link is None:  # not attached yet: keep it for the link
+                    self._early.append(event)
+                    continue
+                if event.data:
                     self.link.data_received(event.data)
-                if event.end_stream and self.link is not None:
+                if event.end_stream:
                     self.link.connection_lost("the peer ended the QUIC stream")
             elif isinstance(event, qe.HandshakeCompleted):
                 self._handshake_completed()
@@ -144,6 +150,17 @@ class _QuicEndpoint:
             elif isinstance(event, qe.ConnectionIdRetired) and self._on_cid is not None:
                 self._on_cid(self, event.connection_id, False)
         self.transmit()
+
+    def attach(self, link: Link) -> None:
+        """Bind the link: from now on stream 0 feeds its session."""
+        self.link = link
+        link.attach(self)
+        early, self._early = self._early, []
+        for event in early:
+            if event.data:
+                link.data_received(event.data)
+            if event.end_stream:
+                link.connection_lost("the peer ended the QUIC stream")
 
     def _handshake_completed(self) -> None:
         if self.credentials is not None:  # server: verify the client certificate
@@ -187,6 +204,11 @@ class _QuicEndpoint:
             self._on_done(self)
 
     # bytes out
+    message_based = False
+
+    def write_frames(self, frames: list[bytes]) -> None:  # pragma: no cover - stream-based
+        self.write(b"".join(frames))
+
     def write(self, data: bytes) -> None:
         """Link → QUIC stream 0 (transmitted at the end of this loop iteration)."""
         if self.termination is None:
@@ -323,8 +345,7 @@ async def connect_quic(
             Session(role=Role.CLIENT, config=config, now=loop.time(), next_seq=next_seq),
             peer_node_name=None,
         )
-        endpoint.link = link
-        link.attach(endpoint)
+        endpoint.attach(link)
         link.start_client(hello, pending)
         try:
             opened = await link.wait_opened(max(deadline - loop.time(), 0.0))
@@ -399,9 +420,11 @@ async def quic_handshake_succeeds(
 
 def _rejection(opened: Any, where: str) -> Exception:
     if isinstance(opened, Closed):
-        return SessionRejected(opened.code, opened.reason)
-    if isinstance(opened, PeerDead):
-        return ConnectFailed(f"{where}: no answer to our hello")
+        if opened.code == CloseCode.PEER_DEAD:
+            return ConnectFailed(f"{where}: no answer to our hello")
+        if opened.code == CloseCode.CONNECTION_LOST:
+            return ConnectFailed(f"{where}: the connection closed during the session handshake")
+        return SessionRejected(opened.code, opened.reason, opened.retry_after)
     return ConnectFailed(f"{where}: the connection closed during the session handshake")
 
 
@@ -521,8 +544,7 @@ class QuicServer(asyncio.DatagramProtocol):
                 Session(role=Role.SERVER, config=self._config, now=loop.time(), next_seq=1),
                 peer_node_name=endpoint.peer_node_name,
             )
-            endpoint.link = link
-            link.attach(endpoint)
+            endpoint.attach(link)
             try:
                 opened = await link.wait_opened(self._hello_timeout)
             except asyncio.TimeoutError:

@@ -181,19 +181,6 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-def _split_frames(data: bytes) -> Iterable[bytes]:
-    """Cut the session's output into whole frames, one per WebSocket message."""
-    end = _LENGTH + int.from_bytes(data[:_LENGTH], "big")
-    if end >= len(data):  # the usual case: exactly one frame, no copy
-        yield data
-        return
-    start = 0
-    while start < len(data):
-        end = start + _LENGTH + int.from_bytes(data[start : start + _LENGTH], "big")
-        yield data[start:end]
-        start = end
-
-
 class _WebSocketEndpoint:
     """One WebSocket connection bound to one link: reader and writer in one task scope."""
 
@@ -209,8 +196,13 @@ class _WebSocketEndpoint:
         self._scope.create_task(self._reader(), name="ws-reader")
         self._scope.create_task(self._writer(), name="ws-writer")
 
-    def write(self, data: bytes) -> None:
-        self._out.extend(_split_frames(data))
+    message_based = True
+
+    def write(self, data: bytes) -> None:  # pragma: no cover - the link uses write_frames
+        raise NotImplementedError("WebSocket links write frames, one per message")
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        self._out.extend(frames)
         self._flushed.clear()
         self._wake.set()
 

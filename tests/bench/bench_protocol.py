@@ -157,9 +157,7 @@ async def bench_ours(link: Link, count: int, rounds: int) -> dict:
 
     async def send() -> None:
         await link.send(
-            KubeEvent(
-                ref=ref, type="Normal", reason="Bench", message=text, timestamp=0.0, count=1
-            )
+            KubeEvent(ref=ref, type="Normal", reason="Bench", message=text, timestamp=0.0, count=1)
         )
 
     async def recv() -> None:

@@ -3,7 +3,7 @@
 The server is ``tests/bench/protocol_peer.py`` in its own process; this process opens
 ``N`` sessions (1,000; 200 with ``--quick``) to each of our servers, established (hello and
 welcome exchanged) and idle, and reads the server's RSS before and after. The figure is
-(RSS after − RSS before) ÷ N, after a warm-up batch so that one-time allocations (imports,
+(RSS after - RSS before) / N, after a warm-up batch so that one-time allocations (imports,
 caches, the first TLS handshake) are not counted. The full run also measures the bare
 websockets server (``ssl=`` handed to asyncio) for comparison.
 

@@ -62,7 +62,9 @@ async def echo(link: Link) -> None:
     async for event in link:
         if isinstance(event, MessageReceived) and isinstance(event.message, KubeEvent):
             await link.send(
-                TwinDesired(ref=event.message.ref, version=1, properties={"p": event.message.message})
+                TwinDesired(
+                    ref=event.message.ref, version=1, properties={"p": event.message.message}
+                )
             )
 
 
@@ -92,7 +94,11 @@ async def main(cert_dir: pathlib.Path, host: str) -> None:
             if line.strip() == b"rss":
                 print(
                     json.dumps(
-                        {"rss_kib": rss_kib(), "quic": quic.connections, "websocket": ws.connections}
+                        {
+                            "rss_kib": rss_kib(),
+                            "quic": quic.connections,
+                            "websocket": ws.connections,
+                        }
                     ),
                     flush=True,
                 )

@@ -37,7 +37,7 @@ def welcome(link: Link) -> Welcome:
         hub_time=time.time(),
         session_id="test",
         received_up_to=0,
-        heartbeat_interval=20.0,
+        heartbeat_interval=link.session.config.ping_interval,
     )
 
 
@@ -83,9 +83,7 @@ async def make_hub(test_pki: TestPKI) -> AsyncIterator[Callable[..., object]]:
             async for _ in link:
                 pass
 
-        quic = await serve_quic(
-            handler, "127.0.0.1", 0, credentials=test_pki.server, config=config
-        )
+        quic = await serve_quic(handler, "127.0.0.1", 0, credentials=test_pki.server, config=config)
         servers.append(quic)
         ws = await serve_websocket(
             handler, "127.0.0.1", 0, credentials=test_pki.server, config=config

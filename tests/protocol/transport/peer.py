@@ -35,11 +35,10 @@ async def handler(link: Link) -> None:
             await link.send(
                 TwinDesired(ref=ev.message.ref, version=1, properties={"p": ev.message.message})
             )
-    end = link.close_event
-    if isinstance(end, PeerDead):
-        report(event="PeerDead", transport=link.transport, silent_for=end.silent_for)
-    elif isinstance(end, Closed):
-        report(event="Closed", transport=link.transport, code=int(end.code), reason=end.reason)
+        elif isinstance(ev, PeerDead):
+            report(event="PeerDead", transport=link.transport, silent_for=ev.silent_for)
+        elif isinstance(ev, Closed):
+            report(event="Closed", transport=link.transport, code=int(ev.code), reason=ev.reason)
 
 
 async def main(cert_dir: str, host: str, ping: float, liveness: float) -> None:

@@ -27,9 +27,7 @@ def connect(transport: str):
 
 
 def event(text: str) -> KubeEvent:
-    return KubeEvent(
-        ref=REF, type="Normal", reason="Test", message=text, timestamp=1.0, count=1
-    )
+    return KubeEvent(ref=REF, type="Normal", reason="Test", message=text, timestamp=1.0, count=1)
 
 
 async def next_of(link: Link, kind: type, timeout: float = 10.0):
@@ -57,7 +55,10 @@ async def test_exchange_both_ways(transport, make_hub, test_pki) -> None:
 
     hub = await make_hub(behaviour)
     link = await connect(transport)(
-        "127.0.0.1", hub.port(transport), credentials=test_pki.client, hello=hello(),
+        "127.0.0.1",
+        hub.port(transport),
+        credentials=test_pki.client,
+        hello=hello(),
         server_name="localhost",
     )
     async with link:
@@ -131,7 +132,10 @@ async def test_hub_refusal_is_session_rejected(transport, make_hub, test_pki) ->
     hub = await make_hub(behaviour)
     with pytest.raises(SessionRejected) as info:
         await connect(transport)(
-            "127.0.0.1", hub.port(transport), credentials=test_pki.client, hello=hello(),
+            "127.0.0.1",
+            hub.port(transport),
+            credentials=test_pki.client,
+            hello=hello(),
             server_name="localhost",
         )
     assert info.value.code == CloseCode.UNAUTHORIZED
@@ -143,8 +147,11 @@ async def test_version_mismatch(transport, make_hub, test_pki) -> None:
     hub = await make_hub()
     with pytest.raises(SessionRejected) as info:
         await connect(transport)(
-            "127.0.0.1", hub.port(transport), credentials=test_pki.client,
-            hello=hello(min_version=99), server_name="localhost",
+            "127.0.0.1",
+            hub.port(transport),
+            credentials=test_pki.client,
+            hello=hello(min_version=99),
+            server_name="localhost",
         )
     assert info.value.code == CloseCode.VERSION_MISMATCH
 
@@ -157,12 +164,17 @@ async def test_hub_closing_ends_the_link(transport, make_hub, test_pki) -> None:
 
     hub = await make_hub(behaviour)
     link = await connect(transport)(
-        "127.0.0.1", hub.port(transport), credentials=test_pki.client, hello=hello(),
+        "127.0.0.1",
+        hub.port(transport),
+        credentials=test_pki.client,
+        hello=hello(),
         server_name="localhost",
     )
     closed = await next_of(link, Closed)
     assert (closed.code, closed.reason, closed.by_peer) == (
-        CloseCode.GOING_AWAY, "hub restarting", True
+        CloseCode.GOING_AWAY,
+        "hub restarting",
+        True,
     )
     with pytest.raises(ConnectionClosed):
         await link.send(event("too late"))
@@ -182,7 +194,11 @@ async def test_nothing_listening(transport, test_pki) -> None:
     started = loop.time()
     with pytest.raises(ConnectFailed):
         await connect(transport)(
-            "127.0.0.1", port, credentials=test_pki.client, hello=hello(),
-            server_name="localhost", timeout=1.0,
+            "127.0.0.1",
+            port,
+            credentials=test_pki.client,
+            hello=hello(),
+            server_name="localhost",
+            timeout=1.0,
         )
     assert loop.time() - started < 3.0
