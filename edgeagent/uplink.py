@@ -4,9 +4,11 @@ This is the agent's policy (STYLE.md §2, §7); the transports in ``protocol.tra
 connect. The loops, outer to inner:
 
 - **Outer** (:meth:`Uplink.run`): forever until :meth:`Uplink.close`: dial, serve the link,
-  wait a backoff delay (exponential with full jitter, base 1 s, cap 60 s), again. The
-  backoff resets after a healthy session (one that stayed open ``healthy_after`` seconds),
-  and a hub that closes with a ``retry_after`` is not dialled again sooner.
+  wait a backoff delay (exponential with full jitter, base 1 s, cap 60 s,
+  ``protocol.backoff``), again. The backoff resets after a healthy session (one that stayed
+  open ``healthy_after`` seconds); a hub's ``retry_after`` is a floor under the delay; a
+  final refusal (``VERSION_MISMATCH``, ``UNAUTHORIZED``: ``protocol.backoff.is_retryable``)
+  is retried only at the cap, since only a change on one side can fix it.
 - **Dial**: QUIC first, with a short handshake timeout (3 s), because a network that drops
   UDP shows up as silence, not as an error. If QUIC fails at the transport level, fall
   back to WebSocket and remember it: later dials go straight to WebSocket until the QUIC
@@ -30,9 +32,9 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from protocol.backoff import full_jitter
+from protocol.backoff import backoff, is_retryable, retry_delay
 from protocol.errors import CloseCode
-from protocol.session import Closed, SessionConfig
+from protocol.session import SessionConfig
 from protocol.transport import (
     ConnectFailed,
     Link,
@@ -137,6 +139,7 @@ class Uplink:
         self._quic_failed_at: float | None = None
         self._run_task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
+        self._refusal: SessionRejected | None = None
         self.link_changed = asyncio.Condition()
         """Notified whenever a link opens or closes (wait on it to observe the uplink)."""
 
@@ -178,7 +181,8 @@ class Uplink:
     # -- the loops --------------------------------------------------------------------------
 
     def _delays(self) -> Iterator[float]:
-        return full_jitter(self.settings.backoff_base, self.settings.backoff_cap, random.random)
+        s = self.settings
+        return backoff(uniform=random.uniform, base=s.backoff_base, cap=s.backoff_cap)
 
     async def run(self) -> None:
         """Dial and serve links until :meth:`close` (the outer loop).
@@ -191,20 +195,26 @@ class Uplink:
         delays = self._delays()
         try:
             while not self._stop.is_set():
+                self._refusal = None
                 link = await self._until_stopped(self._dial())
-                delay = next(delays)
+                retry_after = None
                 if link is not None:
                     opened_at = loop.time()
                     switch_to_quic = await self._serve(link)
                     if loop.time() - opened_at >= self.settings.healthy_after:
                         delays = self._delays()
-                        delay = next(delays)
                     if switch_to_quic:
-                        delay = 0.0
+                        continue
                     closed = link.close_event
-                    retry_after = getattr(closed, "retry_after", None)
-                    if isinstance(closed, Closed) and retry_after:
-                        delay = max(delay, retry_after)
+                    if closed is not None:
+                        retry_after = closed.retry_after
+                elif self._refusal is not None:
+                    retry_after = self._refusal.retry_after
+                    if not is_retryable(self._refusal.code):
+                        # A final refusal (version mismatch, unauthorized) needs a change on
+                        # one side; keep asking, but only at the slowest rate.
+                        retry_after = max(retry_after or 0.0, self.settings.backoff_cap)
+                delay = retry_delay(next(delays), retry_after)
                 if self._stop.is_set():
                     break
                 if delay > 0:
@@ -264,6 +274,7 @@ class Uplink:
                 )
             except SessionRejected as exc:
                 logger.warning("hub refused the session over QUIC: %s", exc)
+                self._refusal = exc
                 return None
             except ConnectFailed as exc:
                 logger.info("QUIC to %s:%s failed (%s); trying WebSocket", s.host, s.quic_port, exc)
@@ -281,6 +292,10 @@ class Uplink:
                 timeout=s.websocket_timeout,
                 **common,
             )
+        except SessionRejected as exc:
+            logger.warning("hub refused the session over WebSocket: %s", exc)
+            self._refusal = exc
+            return None
         except ConnectFailed as exc:
             logger.warning("WebSocket to %s:%s failed: %s", s.host, s.websocket_port, exc)
             return None

@@ -320,14 +320,18 @@ class Link:
             except asyncio.TimeoutError:
                 self.connection_lost("close timed out")
         self._finish()
+        await self._transport_closed()
+
+    async def _transport_closed(self) -> None:
+        # Not shielded: whoever gives up waiting (cancellation) turns the clean transport
+        # close into an abort, so that nothing outlives the link.
         if self._closing_task is not None:
-            await asyncio.shield(self._closing_task)
+            await self._closing_task
 
     async def wait_closed(self) -> None:
         """Wait until the link has ended and its transport is closed."""
         await self._ended.wait()
-        if self._closing_task is not None:
-            await asyncio.shield(self._closing_task)
+        await self._transport_closed()
 
     async def __aenter__(self) -> Link:
         return self

@@ -243,18 +243,20 @@ class _QuicEndpoint:
 
     async def aclose(self, timeout: float) -> None:
         """Send CONNECTION_CLOSE; wait up to ``timeout`` s for it to go out, then drop."""
-        if self.termination is None:
-            self.quic.close(error_code=_APPLICATION_CLOSE, reason_phrase="session closed")
-            self.transmit()
-            try:
-                await asyncio.wait_for(self.terminated.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        self._arm(None)
-        if not self.terminated.is_set():
-            self.terminated.set()
-            if self._on_done is not None:
-                self._on_done(self)
+        try:
+            if self.termination is None:
+                self.quic.close(error_code=_APPLICATION_CLOSE, reason_phrase="session closed")
+                self.transmit()
+                try:
+                    await asyncio.wait_for(self.terminated.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._arm(None)
+            if not self.terminated.is_set():
+                self.terminated.set()
+                if self._on_done is not None:
+                    self._on_done(self)
 
 
 class _ClientProtocol(asyncio.DatagramProtocol):
@@ -459,6 +461,7 @@ class QuicServer(asyncio.DatagramProtocol):
             credentials, is_client=False, server_name=None, idle_timeout=_idle_timeout(config)
         )
         self._endpoints: dict[bytes, _QuicEndpoint] = {}
+        self._links: set[Link] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._transport: asyncio.DatagramTransport | None = None
         self._closing = False
@@ -545,6 +548,7 @@ class QuicServer(asyncio.DatagramProtocol):
                 peer_node_name=endpoint.peer_node_name,
             )
             endpoint.attach(link)
+            self._links.add(link)
             try:
                 opened = await link.wait_opened(self._hello_timeout)
             except asyncio.TimeoutError:
@@ -558,12 +562,17 @@ class QuicServer(asyncio.DatagramProtocol):
                 await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
         finally:
             if link is not None:
+                self._links.discard(link)
                 await link.close()
             await endpoint.aclose(0.5)
 
     async def aclose(self) -> None:
         """Stop accepting, close every link (bounded) and wait for every handler."""
         self._closing = True
+        await asyncio.gather(
+            *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in self._links),
+            return_exceptions=True,
+        )
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
