@@ -54,6 +54,9 @@ class _Backend(Protocol):
     def write_frames(self, frames: list[bytes]) -> None:
         """Queue frames, one per transport message; never blocks."""
 
+    async def flush(self) -> None:
+        """Message-based transports: send what is queued from the calling task."""
+
     async def aclose(self, timeout: float) -> None:
         """Close the transport, cleanly if it can within ``timeout`` s, else abort it."""
 
@@ -154,7 +157,10 @@ class Link:
         self._event_ready.set()
 
     def _arm_timer(self, deadline: float | None) -> None:
-        if deadline == self._timer_at:
+        # Re-arm only when the deadline moves earlier: every packet pushes the deadlines
+        # later, and moving a timer per packet costs more than one early wake-up, which
+        # handle_timer() takes harmlessly (it re-arms for the real deadline).
+        if deadline is not None and self._timer_at is not None and self._timer_at <= deadline:
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -284,6 +290,9 @@ class Link:
                 await self._window_open.wait()
                 continue
             self._pump()
+            backend = self._backend
+            if backend is not None and backend.message_based:
+                await backend.flush()
             return seq
 
     def __aiter__(self) -> Link:

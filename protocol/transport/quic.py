@@ -113,6 +113,7 @@ class _QuicEndpoint:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._transmit_scheduled = False
+        self._transmit_needed = False
         self._on_done = on_done
         self._on_cid = on_cid
         self.link: Link | None = None
@@ -216,20 +217,30 @@ class _QuicEndpoint:
             self.schedule_transmit()
 
     def schedule_transmit(self) -> None:
-        # Coalesce the writes of one loop iteration into one round of datagrams.
+        # Coalesce the writes of one loop iteration into one round of datagrams; a
+        # transmit() that runs first (after a datagram or a timer) makes this a no-op.
+        self._transmit_needed = True
         if not self._transmit_scheduled:
             self._transmit_scheduled = True
-            self._loop.call_soon(self.transmit)
+            self._loop.call_soon(self._scheduled_transmit)
+
+    def _scheduled_transmit(self) -> None:
+        self._transmit_scheduled = False
+        if self._transmit_needed:
+            self.transmit()
 
     def transmit(self) -> None:
-        self._transmit_scheduled = False
+        self._transmit_needed = False
         now = self._loop.time()
         for data, addr in self.quic.datagrams_to_send(now=now):
             self._send(data, addr)
         self._arm(self.quic.get_timer())
 
     def _arm(self, deadline: float | None) -> None:
-        if deadline == self._timer_at:
+        # Re-arm only when the deadline moves earlier: every packet pushes the deadlines
+        # later, and moving a timer per packet costs more than one early wake-up, which
+        # handle_timer() takes harmlessly (it re-arms for the real deadline).
+        if deadline is not None and self._timer_at is not None and self._timer_at <= deadline:
             return
         if self._timer is not None:
             self._timer.cancel()

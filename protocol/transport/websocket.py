@@ -182,21 +182,31 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 
 
 class _WebSocketEndpoint:
-    """One WebSocket connection bound to one link: reader and writer in one task scope."""
+    """One WebSocket connection bound to one link: reader and writer in one task scope.
+
+    Frames the application sends go out from its own task (``Link.send`` awaits
+    :meth:`flush`, which waits when the socket's write buffer is full: back-pressure, and
+    one task switch less per message). Frames the session makes by itself (acks, pings,
+    its close) are sent by the writer task, which is woken only for them. One flusher at a
+    time, from one queue, so frames keep their order.
+    """
+
+    message_based = True
 
     def __init__(self, ws: ClientConnection | ServerConnection, link: Link) -> None:
         self._ws = ws
         self._link = link
         self._out: deque[bytes] = deque()
         self._wake = asyncio.Event()
+        self._kick_scheduled = False
+        self._flushing = False
         self._flushed = asyncio.Event()
+        self._flushed.set()
         self._scope = TaskScope()
 
     def start(self) -> None:
         self._scope.create_task(self._reader(), name="ws-reader")
         self._scope.create_task(self._writer(), name="ws-writer")
-
-    message_based = True
 
     def write(self, data: bytes) -> None:  # pragma: no cover - the link uses write_frames
         raise NotImplementedError("WebSocket links write frames, one per message")
@@ -204,7 +214,35 @@ class _WebSocketEndpoint:
     def write_frames(self, frames: list[bytes]) -> None:
         self._out.extend(frames)
         self._flushed.clear()
-        self._wake.set()
+        if not self._kick_scheduled:
+            # Wake the writer at the end of this loop iteration, unless an application
+            # send has flushed these frames inline by then.
+            self._kick_scheduled = True
+            asyncio.get_running_loop().call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        if self._out and not self._flushing:
+            self._wake.set()
+
+    async def flush(self) -> None:
+        """Send the queued frames from the calling task (no-op if another task is).
+
+        A closed connection is not an error here: the reader reports it to the link.
+        """
+        if self._flushing:
+            return
+        ws, out = self._ws, self._out
+        self._flushing = True
+        try:
+            while out:
+                await ws.send(out.popleft())
+        except WSConnectionClosed:
+            out.clear()
+        finally:
+            self._flushing = False
+            if not out:
+                self._flushed.set()
 
     async def _reader(self) -> None:
         ws, link = self._ws, self._link
@@ -223,16 +261,10 @@ class _WebSocketEndpoint:
         link.connection_lost(reason)
 
     async def _writer(self) -> None:
-        ws, out = self._ws, self._out
-        try:
-            while True:
-                while out:
-                    await ws.send(out.popleft())
-                self._flushed.set()
-                self._wake.clear()
-                await self._wake.wait()
-        except WSConnectionClosed:
-            self._flushed.set()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
 
     async def aclose(self, timeout: float) -> None:
         """Flush what is queued (e.g. our ``close``), close the WebSocket; abort at ``timeout``."""

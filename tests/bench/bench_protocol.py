@@ -6,6 +6,9 @@ For 1 KiB messages on loopback, with the far end in a separate process
 - throughput: messages echoed per second with up to ``WINDOW`` messages in flight;
 - latency: round-trip p50/p99 of one message at a time.
 
+Bare and ours alternate over several rounds on the same connections and each keeps its best
+round (the machine is shared; see :func:`compare`).
+
 Four targets in the same run: an aioquic stream echo and a websockets echo (the bare
 libraries, same TLS 1.3 certificates), and our QUIC and WebSocket transports (an agent's
 ``event`` answered by the hub with a ``twin_desired`` of the same text: framing, msgpack,
@@ -116,7 +119,10 @@ async def measure(
     }
 
 
-async def bench_bare_quic(port: int, test_pki, count: int, rounds: int) -> dict:
+Pair = tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]
+
+
+async def bare_quic(port: int, test_pki) -> tuple[Pair, Callable[[], Awaitable[None]]]:
     client = BareQuicClient(HOST, port, test_pki.server)
     await client.open()
     payload = b"x" * SIZE
@@ -127,13 +133,10 @@ async def bench_bare_quic(port: int, test_pki, count: int, rounds: int) -> dict:
     async def recv() -> None:
         await client.reader.readexactly(SIZE)
 
-    try:
-        return await measure(send, recv, count, rounds)
-    finally:
-        await client.close()
+    return (send, recv), client.close
 
 
-async def bench_bare_websocket(port: int, test_pki, count: int, rounds: int) -> dict:
+async def bare_websocket(port: int, test_pki) -> tuple[Pair, Callable[[], Awaitable[None]]]:
     client = BareWebSocketClient(HOST, port, client_ssl_context(test_pki.client))
     await client.open()
     payload = b"x" * SIZE
@@ -144,13 +147,10 @@ async def bench_bare_websocket(port: int, test_pki, count: int, rounds: int) -> 
     async def recv() -> None:
         await client.ws.recv()
 
-    try:
-        return await measure(send, recv, count, rounds)
-    finally:
-        await client.close()
+    return (send, recv), client.close
 
 
-async def bench_ours(link: Link, count: int, rounds: int) -> dict:
+def ours(link: Link) -> tuple[Pair, Callable[[], Awaitable[None]]]:
     ref = ObjectRef(kind="Pod", namespace="default", name="bench", uid="bench-uid")
     text = "x" * SIZE
     events = link.__aiter__()
@@ -164,10 +164,29 @@ async def bench_ours(link: Link, count: int, rounds: int) -> dict:
         while not isinstance(await events.__anext__(), MessageReceived):
             pass
 
-    try:
-        return await measure(send, recv, count, rounds)
-    finally:
-        await link.close()
+    return (send, recv), link.close
+
+
+async def compare(bare: Pair, our: Pair, count: int, rounds: int, repeats: int) -> dict:
+    """Alternate bare and ours ``repeats`` times; keep each side's best round.
+
+    The machine is shared and noisy: interleaving exposes both sides to the same load,
+    and the best of several rounds is the least disturbed measurement of each.
+    """
+    runs: dict[str, list[dict]] = {"bare": [], "ours": []}
+    for _ in range(repeats):
+        runs["bare"].append(await measure(*bare, count, rounds))
+        runs["ours"].append(await measure(*our, count, rounds))
+    best = {}
+    for side, results in runs.items():
+        top = max(results, key=lambda r: r["msgs_per_s"])
+        best[side] = {
+            **top,
+            "rtt_p50_ms": min(r["rtt_p50_ms"] for r in results),
+            "rtt_p99_ms": min(r["rtt_p99_ms"] for r in results),
+            "msgs_per_s_all": [r["msgs_per_s"] for r in results],
+        }
+    return best
 
 
 def hello() -> Hello:
@@ -180,29 +199,32 @@ def hello() -> Hello:
 
 
 async def run_async(quick: bool) -> dict:
-    count, rounds = (2000, 200) if quick else (20000, 2000)
+    count, rounds, repeats = (1000, 100, 3) if quick else (5000, 500, 5)
     test_pki = make_test_pki()
+    results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         cert_dir = pathlib.Path(tmp)
         write_server_certs(cert_dir, test_pki)
         proc, ports = await start_peer(cert_dir)
         try:
             common = {"credentials": test_pki.client, "hello": hello(), "server_name": "localhost"}
-            results = {
-                "bare_quic": await bench_bare_quic(ports["bare_quic"], test_pki, count, rounds),
-                "quic": await bench_ours(
-                    await connect_quic(HOST, ports["quic"], **common), count, rounds
-                ),
-                "bare_websocket": await bench_bare_websocket(
-                    ports["bare_websocket"], test_pki, count, rounds
-                ),
-                "websocket": await bench_ours(
-                    await connect_websocket(HOST, ports["websocket"], **common), count, rounds
-                ),
-            }
+            for name, open_bare, connect in (
+                ("quic", bare_quic, connect_quic),
+                ("websocket", bare_websocket, connect_websocket),
+            ):
+                bare, close_bare = await open_bare(ports[f"bare_{name}"], test_pki)
+                our, close_ours = ours(await connect(HOST, ports[name], **common))
+                try:
+                    best = await compare(bare, our, count, rounds, repeats)
+                finally:
+                    await close_bare()
+                    await close_ours()
+                results[f"bare_{name}"] = best["bare"]
+                results[name] = best["ours"]
         finally:
             await stop_peer(proc)
-    results["messages"] = count
+    results["messages_per_round"] = count
+    results["rounds"] = repeats
     results["message_size_bytes"] = SIZE
     results["window"] = WINDOW
     return results
