@@ -26,6 +26,7 @@ from protocol.session import (
     Closed,
     Established,
     HelloReceived,
+    MessageReceived,
     Session,
     SessionState,
 )
@@ -54,8 +55,8 @@ class _Backend(Protocol):
     def write_frames(self, frames: list[bytes]) -> None:
         """Queue frames, one per transport message; never blocks."""
 
-    async def flush(self) -> None:
-        """Message-based transports: send what is queued from the calling task."""
+    async def send_frames(self, frames: list[bytes]) -> None:
+        """Message-based transports: queue frames and send them from the calling task."""
 
     async def aclose(self, timeout: float) -> None:
         """Close the transport, cleanly if it can within ``timeout`` s, else abort it."""
@@ -125,8 +126,14 @@ class Link:
 
     def _pump(self) -> None:
         session = self._session
-        for event in session.events_received():
-            self._dispatch(event)
+        events = session.events_received()
+        if events:
+            for event in events:
+                if event.__class__ is MessageReceived:  # the common case, first
+                    self._events.append(event)
+                else:
+                    self._dispatch(event)
+            self._event_ready.set()
         backend = self._backend
         if backend is not None:
             if backend.message_based:
@@ -154,7 +161,6 @@ class Link:
             if not self._opened.done():
                 self._opened.set_result(event)
         self._events.append(event)
-        self._event_ready.set()
 
     def _arm_timer(self, deadline: float | None) -> None:
         # Re-arm only when the deadline moves earlier: every packet pushes the deadlines
@@ -289,10 +295,15 @@ class Link:
                 self._window_open.clear()
                 await self._window_open.wait()
                 continue
-            self._pump()
+            # send() makes frames and nothing else: no events, and a timer that can only
+            # move later (handled lazily), so skip the rest of the pump.
             backend = self._backend
-            if backend is not None and backend.message_based:
-                await backend.flush()
+            if backend is None:
+                return seq
+            if backend.message_based:
+                await backend.send_frames(self._session.frames_to_send())
+            else:
+                backend.write(self._session.data_to_send())
             return seq
 
     def __aiter__(self) -> Link:

@@ -225,6 +225,13 @@ class _WebSocketEndpoint:
         if self._out and not self._flushing:
             self._wake.set()
 
+    async def send_frames(self, frames: list[bytes]) -> None:
+        """Queue frames and send them from the calling task (the application's send)."""
+        if frames:
+            self._out.extend(frames)
+            self._flushed.clear()
+            await self.flush()
+
     async def flush(self) -> None:
         """Send the queued frames from the calling task (no-op if another task is).
 

@@ -84,14 +84,28 @@ async def stop_peer(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (seconds)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(
     send: Callable[[], Awaitable[None]],
     recv: Callable[[], Awaitable[None]],
     count: int,
     rounds: int,
+    peer_pid: int | None = None,
 ) -> dict:
-    """Throughput with WINDOW in flight, then ``rounds`` sequential round trips."""
+    """Throughput with WINDOW in flight, then ``rounds`` sequential round trips.
+
+    Also the CPU time both processes spent per message during the throughput phase
+    (``cpu_us_per_msg``): unlike wall time, it barely moves when other work shares the
+    machine, so its ratio is the steadier view of our layer's cost.
+    """
     credit = asyncio.Semaphore(WINDOW)
+    cpu0 = time.process_time() + (process_cpu_seconds(peer_pid) if peer_pid else 0.0)
 
     async def sender() -> None:
         for _ in range(count):
@@ -105,6 +119,7 @@ async def measure(
         credit.release()
     elapsed = time.perf_counter() - start
     await task
+    cpu = time.process_time() + (process_cpu_seconds(peer_pid) if peer_pid else 0.0) - cpu0
     rtts = []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -114,6 +129,7 @@ async def measure(
     rtts.sort()
     return {
         "msgs_per_s": round(count / elapsed),
+        "cpu_us_per_msg": round(cpu / count * 1e6, 1),
         "rtt_p50_ms": round(statistics.median(rtts) * 1000, 3),
         "rtt_p99_ms": round(rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1000, 3),
     }
@@ -167,7 +183,9 @@ def ours(link: Link) -> tuple[Pair, Callable[[], Awaitable[None]]]:
     return (send, recv), link.close
 
 
-async def compare(bare: Pair, our: Pair, count: int, rounds: int, repeats: int) -> dict:
+async def compare(
+    bare: Pair, our: Pair, count: int, rounds: int, repeats: int, peer_pid: int
+) -> dict:
     """Alternate bare and ours ``repeats`` times; keep each side's best round.
 
     The machine is shared and noisy: interleaving exposes both sides to the same load,
@@ -175,8 +193,8 @@ async def compare(bare: Pair, our: Pair, count: int, rounds: int, repeats: int) 
     """
     runs: dict[str, list[dict]] = {"bare": [], "ours": []}
     for _ in range(repeats):
-        runs["bare"].append(await measure(*bare, count, rounds))
-        runs["ours"].append(await measure(*our, count, rounds))
+        runs["bare"].append(await measure(*bare, count, rounds, peer_pid))
+        runs["ours"].append(await measure(*our, count, rounds, peer_pid))
     best = {}
     for side, results in runs.items():
         top = max(results, key=lambda r: r["msgs_per_s"])
@@ -184,6 +202,7 @@ async def compare(bare: Pair, our: Pair, count: int, rounds: int, repeats: int) 
             **top,
             "rtt_p50_ms": min(r["rtt_p50_ms"] for r in results),
             "rtt_p99_ms": min(r["rtt_p99_ms"] for r in results),
+            "cpu_us_per_msg": min(r["cpu_us_per_msg"] for r in results),
             "msgs_per_s_all": [r["msgs_per_s"] for r in results],
         }
     return best
@@ -215,7 +234,7 @@ async def run_async(quick: bool) -> dict:
                 bare, close_bare = await open_bare(ports[f"bare_{name}"], test_pki)
                 our, close_ours = ours(await connect(HOST, ports[name], **common))
                 try:
-                    best = await compare(bare, our, count, rounds, repeats)
+                    best = await compare(bare, our, count, rounds, repeats, proc.pid)
                 finally:
                     await close_bare()
                     await close_ours()
@@ -236,6 +255,9 @@ def run(quick: bool) -> dict:
     for transport in ("quic", "websocket"):
         ratio = results[f"bare_{transport}"]["msgs_per_s"] / results[transport]["msgs_per_s"]
         results[f"overhead_ratio_{transport}"] = round(ratio, 3)
+        results[f"cpu_ratio_{transport}"] = round(
+            results[transport]["cpu_us_per_msg"] / results[f"bare_{transport}"]["cpu_us_per_msg"], 3
+        )
         goals.append(
             {
                 "id": f"protocol.overhead_ratio.{transport}",
