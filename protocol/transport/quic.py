@@ -189,10 +189,7 @@ class _QuicEndpoint:
             self.termination = event
         if not self.handshake.done():
             self.handshake.set_exception(
-                ConnectFailed(
-                    f"QUIC connection closed during the handshake: error 0x{event.error_code:x}"
-                    f" {event.reason_phrase}".rstrip()
-                )
+                ConnectFailed(f"QUIC handshake failed: {_describe(event)}")
             )
             self.handshake.exception()  # retrieved: nobody may be waiting any more
         if self.link is not None:
@@ -367,6 +364,8 @@ async def connect_quic(
                 f"no welcome from {host}:{port} within {timeout} s", timeout=timeout
             ) from None
         if not isinstance(opened, Established):
+            if endpoint.termination is not None and endpoint.termination.error_code:
+                raise ConnectFailed(f"QUIC {host}:{port}: {_describe(endpoint.termination)}")
             raise _rejection(opened, f"{host}:{port}")
     except BaseException:
         if link is not None:
@@ -429,6 +428,24 @@ async def quic_handshake_succeeds(
     finally:
         await endpoint.aclose(0.2)
         transport.close()
+
+
+_TLS_ALERTS = {
+    42: "bad_certificate",
+    45: "certificate_expired",
+    48: "unknown_ca",
+    116: "certificate_required",
+}
+
+
+def _describe(event: qe.ConnectionTerminated) -> str:
+    """A QUIC close in words: the TLS alert for crypto errors (RFC 9001 §4.8)."""
+    code = event.error_code
+    what = f"error 0x{code:x}"
+    if 0x100 <= code <= 0x1FF:
+        alert = code - 0x100
+        what = f"TLS alert {_TLS_ALERTS.get(alert, alert)}"
+    return f"connection closed: {what} {event.reason_phrase}".rstrip()
 
 
 def _rejection(opened: Any, where: str) -> Exception:

@@ -36,7 +36,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed as WSConnectionClosed
-from websockets.exceptions import InvalidHandshake, InvalidURI
+from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidURI
 
 from protocol.errors import CloseCode
 from protocol.session import Established, Role, Session, SessionConfig
@@ -83,13 +83,21 @@ class _LeanSSLProtocol(sslproto.SSLProtocol):
 
     max_size = TLS_READ_BUFFER
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, loop: Any, app_protocol: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(loop, app_protocol, *args, **kwargs)
+        self._owner = app_protocol
         view = getattr(_scratch, "view", None)
         if view is None:
             view = _scratch.view = memoryview(bytearray(TLS_READ_BUFFER))
         self._ssl_buffer = view.obj
         self._ssl_buffer_view = view
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # asyncio tells the application about a TLS failure only on a later loop turn;
+        # record it now so that a failed connect can name it (e.g. the hub's alert).
+        if isinstance(exc, ssl.SSLError):
+            self._owner.tls_error = exc
+        super().connection_lost(exc)
 
 
 def _start_tls(
@@ -169,6 +177,9 @@ class _TLSClientConnection(ClientConnection):
             )
         else:
             super().connection_made(transport)
+
+    tls_error: ssl.SSLError | None = None
+    """The TLS error that ended the connection, if one did (e.g. the hub's alert)."""
 
     async def handshake(self, *args: Any, **kwargs: Any) -> None:
         assert self._tls_waiter is not None
@@ -331,8 +342,11 @@ async def connect_websocket(
     context = client_ssl_context(credentials)
     hostname = server_name or host
 
+    created: list[_TLSClientConnection] = []
+
     def create_connection(*args: Any, **kwargs: Any) -> _TLSClientConnection:
         connection = _TLSClientConnection(*args, **kwargs)
+        created.append(connection)
         connection.tls_context = context
         connection.tls_server_hostname = hostname
         connection.tls_handshake_timeout = timeout
@@ -356,7 +370,20 @@ async def connect_websocket(
             f"{where}: not connected within {timeout} s", timeout=timeout
         ) from None
     except (OSError, InvalidHandshake, InvalidURI, WSConnectionClosed) as exc:
-        raise ConnectFailed(f"{where}: {exc}") from exc
+        # With TLS 1.3 a certificate the hub rejects surfaces as a TLS alert while the
+        # upgrade response is read: name the alert, not only "no valid HTTP response".
+        tls_error = created[-1].tls_error if created else None
+        if tls_error is not None:
+            detail = f"TLS: {tls_error}"
+        elif isinstance(exc, InvalidMessage):
+            # asyncio's TLS server drops a rejected client without sending the alert.
+            detail = (
+                f"the hub closed the connection before the WebSocket upgrade ({exc}): "
+                "our client certificate was probably rejected"
+            )
+        else:
+            detail = str(exc)
+        raise ConnectFailed(f"{where}: {detail}") from exc
     link = Link(
         "websocket",
         Session(role=Role.CLIENT, config=config, now=loop.time(), next_seq=next_seq),

@@ -104,6 +104,7 @@ async def test_bad_client_certificates_are_rejected(transport, who, make_hub, te
             timeout=5.0,
         )
     assert not isinstance(info.value, (SessionRejected, HandshakeTimeout)), info.value
+    assert "certificate" in str(info.value)  # the message says why
     assert hub.links == []
 
 
