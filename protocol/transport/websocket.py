@@ -417,8 +417,10 @@ Handler = Callable[[Link], Awaitable[None]]
 class WebSocketServer:
     """A WebSocket listener (see :func:`serve_websocket`)."""
 
-    def __init__(self, server: Any) -> None:
-        self._server = server
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._links: set[Link] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def port(self) -> int:
@@ -427,13 +429,17 @@ class WebSocketServer:
 
     @property
     def connections(self) -> int:
-        """WebSocket connections past their upgrade."""
-        return len(self._server.connections)
+        """Links currently open (hello received, handler running)."""
+        return len(self._links)
 
     async def aclose(self) -> None:
         """Stop accepting, close every link (bounded) and wait for every handler."""
         self._server.close(close_connections=False)
-        tasks = list(self._server.handler_tasks)
+        await asyncio.gather(
+            *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in self._links),
+            return_exceptions=True,
+        )
+        tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -484,7 +490,18 @@ async def serve_websocket(
         connection.tls_handshake_timeout = hello_timeout
         return connection
 
+    result = WebSocketServer()
+
     async def serve_one(ws: ServerConnection) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        result._tasks.add(task)
+        try:
+            await _serve_one(ws)
+        finally:
+            result._tasks.discard(task)
+
+    async def _serve_one(ws: ServerConnection) -> None:
         loop = asyncio.get_running_loop()
         ssl_object = ws.transport.get_extra_info("ssl_object")
         try:
@@ -500,6 +517,7 @@ async def serve_websocket(
         endpoint = _WebSocketEndpoint(ws, link)
         link.attach(endpoint)
         endpoint.start()
+        result._links.add(link)
         try:
             try:
                 opened = await link.wait_opened(hello_timeout)
@@ -513,6 +531,7 @@ async def serve_websocket(
                 logger.exception("WebSocket link handler failed (node %s)", node)
                 await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
         finally:
+            result._links.discard(link)
             await link.close()
 
     def process_request(connection: ServerConnection, request: Any) -> Any:
@@ -537,4 +556,5 @@ async def serve_websocket(
         )
     except OSError as exc:
         raise TransportError(f"cannot listen on tcp {host}:{port}: {exc}") from exc
-    return WebSocketServer(server)
+    result._server = server
+    return result

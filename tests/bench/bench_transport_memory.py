@@ -1,7 +1,7 @@
 """Transport memory: hub-side RSS per idle connection, for our QUIC and WebSocket servers.
 
 The server is ``tests/bench/protocol_peer.py`` in its own process; this process opens
-``N`` sessions (1,000; 200 with ``--quick``) to each of our servers, established (hello and
+``N`` sessions (1,000; 100 with ``--quick``) to each of our servers, established (hello and
 welcome exchanged) and idle, and reads the server's RSS before and after. The figure is
 (RSS after - RSS before) / N, after a warm-up batch so that one-time allocations (imports,
 caches, the first TLS handshake) are not counted. The full run also measures the bare
@@ -55,7 +55,7 @@ async def per_connection(proc, open_one, close_one, n: int) -> dict:
 
 
 async def run_async(quick: bool) -> dict:
-    n = 200 if quick else 1000
+    n = 100 if quick else 1000
     test_pki = make_test_pki()
     # Generous timeouts: 50 handshakes at once on a shared 2-core machine are slow.
     common = {
