@@ -679,6 +679,8 @@ class Session:
         """
         close = Close(CloseCode(code), reason[:_REASON_LIMIT], retry_after)
         state = self._state
+        if state is SessionState.OPEN:
+            self._flush_ack(now)  # while acks may still be sent
         to = self._go("close")
         if to is state:  # already closing or closed
             return
@@ -690,7 +692,6 @@ class Session:
         if to is SessionState.CLOSED:  # from IDLE: nothing was said, nothing to say
             self._events.append(Closed(close.code, close.reason, False, retry_after))
             return
-        self._flush_ack(now)
         self._queue(close, None, now)
         self._close_deadline = now + self.config.close_timeout
 
