@@ -433,12 +433,12 @@ class WebSocketServer:
         return len(self._links)
 
     async def aclose(self) -> None:
-        """Stop accepting, close every link (bounded) and wait for every handler."""
-        self._server.close(close_connections=False)
+        """Close every link (GOING_AWAY, bounded), stop accepting, wait for every handler."""
         await asyncio.gather(
             *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in self._links),
             return_exceptions=True,
         )
+        self._server.close()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()

@@ -203,3 +203,33 @@ async def test_nothing_listening(transport, test_pki) -> None:
             timeout=1.0,
         )
     assert loop.time() - started < 3.0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_server_shutdown_closes_links_going_away(transport, test_pki) -> None:
+    from protocol.transport import serve_quic, serve_websocket
+
+    async def handler(link: Link) -> None:
+        link.accept(welcome(link))
+        async for _ in link:
+            pass
+
+    serve = serve_quic if transport == "quic" else serve_websocket
+    server = await serve(handler, "127.0.0.1", 0, credentials=test_pki.server)
+    try:
+        link = await connect(transport)(
+            "127.0.0.1",
+            server.port,
+            credentials=test_pki.client,
+            hello=hello(),
+            server_name="localhost",
+        )
+    finally:
+        await asyncio.wait_for(server.aclose(), 10)
+    closed = await next_of(link, Closed)
+    assert (closed.code, closed.reason, closed.by_peer) == (
+        CloseCode.GOING_AWAY,
+        "hub shutting down",
+        True,
+    )
+    await link.close()
