@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from protocol.errors import CloseCode, ConnectionClosed, WindowFull
+from protocol.errors import CloseCode, ConnectionClosed, StateError, WindowFull
 from protocol.session import (
     Acked,
     Closed,
@@ -326,11 +326,14 @@ class Link:
         ``close`` (a ping in flight or a stuck send does not delay it), then closes the
         transport, aborting it if it does not close within ``TRANSPORT_CLOSE_BOUND``.
         Idempotent.
+
+        Raises:
+            protocol.errors.InvalidMessage: ``code`` or ``reason`` cannot go in a ``close``.
         """
         if not self._ended.is_set():
             try:
                 self._session.close(code, reason, self.now())
-            except Exception:
+            except StateError:  # a state the session cannot close from: just end it
                 logger.debug("session refused close(); ending the link", exc_info=True)
                 self.connection_lost("closed locally")
             else:
