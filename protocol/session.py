@@ -263,12 +263,16 @@ def _positive_int(config: SessionConfig, key: str) -> None:
 
 
 class SessionEvent:
-    """Base of what ``Session.events_received()`` returns."""
+    """Base of what ``Session.events_received()`` returns.
+
+    Events are slotted dataclasses, like aioquic's; they are not frozen because one is made
+    per received message and a frozen dataclass costs twice as much to build.
+    """
 
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HelloReceived(SessionEvent):
     """Server: a client said hello. Answer with ``accept(welcome)`` or ``reject()``."""
 
@@ -278,7 +282,7 @@ class HelloReceived(SessionEvent):
     """The negotiated protocol version; put it in the welcome."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Established(SessionEvent):
     """Client: the hub accepted; the session is open and pending messages were resent."""
 
@@ -286,7 +290,7 @@ class Established(SessionEvent):
     """The hub's welcome (version, hub time, session id, heartbeat interval)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageReceived(SessionEvent):
     """An application message arrived (delivered once per seq)."""
 
@@ -297,7 +301,7 @@ class MessageReceived(SessionEvent):
     """The message."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Acked(SessionEvent):
     """The peer has everything we numbered up to ``up_to``: drop it from the outbox."""
 
@@ -305,7 +309,7 @@ class Acked(SessionEvent):
     """The highest acknowledged seq (cumulative)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PeerError(SessionEvent):
     """The peer reported a problem with one of our messages; the session goes on."""
 
@@ -313,7 +317,7 @@ class PeerError(SessionEvent):
     """The error message (code, text, ``in_reply_to`` seq)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PeerDead(SessionEvent):
     """Nothing arrived within ``liveness_timeout``; a ``Closed(PEER_DEAD)`` follows."""
 
@@ -321,7 +325,7 @@ class PeerDead(SessionEvent):
     """Seconds since the last byte arrived."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Closed(SessionEvent):
     """The session is over (always the last event). Flush ``data_to_send()``, then close
     the transport."""
