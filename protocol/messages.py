@@ -24,6 +24,7 @@ to be maps with string keys, not validated deeper: the hub and the agent own the
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import typing
 from collections.abc import Callable, Hashable
@@ -77,7 +78,7 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 # --- references ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ObjectRef:
     """Which Kubernetes object a message is about (a small value, never a joined string).
 
@@ -94,9 +95,9 @@ class ObjectRef:
     uid: str
     """Its ``metadata.uid``: the identity that survives renames and recreations."""
 
-    def __post_init__(self) -> None:
-        # One expression on the hot path (every decoded pod status carries a ref).
-        kind, namespace, name, uid = self.kind, self.namespace, self.name, self.uid
+    def __init__(self, kind: str, namespace: str, name: str, uid: str) -> None:
+        # Written out rather than generated: every decoded pod status and event carries a
+        # ref, so the valid case is one expression and four slot stores.
         if not (
             isinstance(kind, str)
             and kind
@@ -106,25 +107,25 @@ class ObjectRef:
             and isinstance(uid, str)
             and uid
         ):
-            for field_name in ("kind", "namespace", "name", "uid"):
-                value = getattr(self, field_name)
+            for field_name, value in (
+                ("kind", kind),
+                ("namespace", namespace),
+                ("name", name),
+                ("uid", uid),
+            ):
                 if not isinstance(value, str):
                     got = "nothing" if value is _MISSING else type(value).__name__
                     raise InvalidMessage(field_name, f"expected str, got {got}")
                 if not value and field_name != "namespace":
                     raise InvalidMessage(field_name, "must not be empty")
+        _set = object.__setattr__
+        _set(self, "kind", kind)
+        _set(self, "namespace", namespace)
+        _set(self, "name", name)
+        _set(self, "uid", uid)
 
     def _to_wire(self) -> dict[str, str]:
         return {"kind": self.kind, "namespace": self.namespace, "name": self.name, "uid": self.uid}
-
-    @classmethod
-    def _from_wire(cls, v: object) -> object:
-        if v.__class__ is not dict:
-            return v  # the message's type check names the problem
-        get = v.get  # type: ignore[attr-defined]
-        return cls(
-            get("kind", _MISSING), get("namespace", ""), get("name", _MISSING), get("uid", _MISSING)
-        )
 
 
 # --- field checks and wire mapping, generated once per class ---------------------------------
@@ -150,58 +151,23 @@ _CHECKS: dict[object, tuple[str, str]] = {
     bool: ("v.__class__ is bool", "bool"),
     bytes: ("isinstance(v, bytes)", "bytes"),
     Any: ("v is not _MISSING", "any value"),
-    dict[str, Any]: ("isinstance(v, dict) and _str_keys(v)", "map with str keys"),
-    dict[str, str]: ("isinstance(v, dict) and _str_to_str(v)", "map of str to str"),
-    dict[str, list]: ("isinstance(v, dict) and _str_to_list(v)", "map of str to list"),
-    tuple[str, ...]: ("isinstance(v, tuple) and _all_str(v)", "list of str"),
+    # container checks run in C: all(map(isinstance, items, repeat(type)))
+    dict[str, Any]: ("isinstance(v, dict) and all(map(isinstance, v, _STR))", "map with str keys"),
+    dict[str, str]: (
+        "isinstance(v, dict) and all(map(isinstance, v, _STR))"
+        " and all(map(isinstance, v.values(), _STR))",
+        "map of str to str",
+    ),
+    dict[str, list]: (
+        "isinstance(v, dict) and all(map(isinstance, v, _STR))"
+        " and all(map(isinstance, v.values(), _LIST))",
+        "map of str to list",
+    ),
+    tuple[str, ...]: ("isinstance(v, tuple) and all(map(isinstance, v, _STR))", "list of str"),
     ObjectRef: ("v.__class__ is ObjectRef", "ObjectRef map"),
     CloseCode: ("v.__class__ is CloseCode", "CloseCode int"),
     ErrorCode: ("v.__class__ is ErrorCode", "ErrorCode int"),
 }
-
-
-def _str_keys(d: dict[Any, Any]) -> bool:
-    for k in d:
-        if not isinstance(k, str):
-            return False
-    return True
-
-
-def _str_to_str(d: dict[Any, Any]) -> bool:
-    for k, v in d.items():
-        if not (isinstance(k, str) and isinstance(v, str)):
-            return False
-    return True
-
-
-def _str_to_list(d: dict[Any, Any]) -> bool:
-    for k, v in d.items():
-        if not (isinstance(k, str) and isinstance(v, list)):
-            return False
-    return True
-
-
-def _all_str(t: tuple[Any, ...]) -> bool:
-    for x in t:
-        if not isinstance(x, str):
-            return False
-    return True
-
-
-def _to_tuple(v: object) -> object:
-    return tuple(v) if v.__class__ is list else v
-
-
-def _enum_from_wire(enum_cls: type) -> Callable[[Any], Any]:
-    def decode(v: object) -> object:
-        if v.__class__ is int:
-            try:
-                return enum_cls(v)
-            except ValueError:
-                raise InvalidMessage("", f"unknown {enum_cls.__name__} value {v}") from None
-        return v  # the type check names the problem
-
-    return decode
 
 
 def _or_new(value: object, factory: Callable[[], Any]) -> object:
@@ -215,18 +181,6 @@ def _bad(cls: type[Message], name: str, value: object) -> InvalidMessage:
     return InvalidMessage(name, f"expected {cls._expected[name]}, got {type(value).__name__}")
 
 
-def _nested(name: str, decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Wrap a field decoder so that its errors name the field (``ref`` + ``uid``)."""
-
-    def decode_field(v: object) -> object:
-        try:
-            return decode(v)
-        except InvalidMessage as exc:
-            raise InvalidMessage(f"{name}.{exc.field}".rstrip("."), exc.reason) from None
-
-    return decode_field
-
-
 def _compile(cls: type[Message]) -> None:
     """Generate ``__post_init__``, ``_to_body`` and ``_from_body`` for a message class."""
     hints = typing.get_type_hints(cls)
@@ -238,17 +192,15 @@ def _compile(cls: type[Message]) -> None:
         "_INT_MIN": _INT_MIN,
         "_INF": float("inf"),
         "_MISSING": _MISSING,
-        "_str_keys": _str_keys,
-        "_str_to_str": _str_to_str,
-        "_str_to_list": _str_to_list,
-        "_all_str": _all_str,
+        "_STR": itertools.repeat(str),  # endless and stateless: map() stops at the items
+        "_LIST": itertools.repeat(list),
         "_bad": _bad,
         "_or_new": _or_new,
         "cls": cls,
         "InvalidMessage": InvalidMessage,
         "DecodeError": DecodeError,
     }
-    checks, to_body, args, expected = [], [], [], {}
+    checks, to_body, args, decode_lines, expected = [], [], [], [], {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         name, hint = f.name, hints[f.name]
         hint_args = typing.get_args(hint)
@@ -268,13 +220,6 @@ def _compile(cls: type[Message]) -> None:
         to_body.append(
             f"{name!r}: self.{name}._to_wire()" if hint is ObjectRef else f"{name!r}: self.{name}"
         )
-        decode = None
-        if hint is ObjectRef:
-            decode = ObjectRef._from_wire
-        elif hint in (CloseCode, ErrorCode):
-            decode = _enum_from_wire(hint)  # type: ignore[arg-type]
-        elif hint == tuple[str, ...]:
-            decode = _to_tuple
         value = f"get({name!r}, _MISSING)"
         if f.default is not dataclasses.MISSING:
             env[f"_default_{name}"] = f.default
@@ -282,24 +227,46 @@ def _compile(cls: type[Message]) -> None:
         elif f.default_factory is not dataclasses.MISSING:
             env[f"_factory_{name}"] = f.default_factory
             value = f"_or_new(get({name!r}, _MISSING), _factory_{name})"
-        if decode is not None:
-            env[f"_decode_{name}"] = _nested(name, decode)
-            value = f"_decode_{name}({value})"
-        args.append(value)
+        decode_lines.append(f"    {name}_ = {value}")
+        if hint is ObjectRef:  # a map on the wire; its own errors name ``<field>.<key>``
+            decode_lines += [
+                f"    if {name}_.__class__ is dict:",
+                f"        r = {name}_.get",
+                "        try:",
+                f"            {name}_ = ObjectRef(r('kind', _MISSING), r('namespace', ''), "
+                "r('name', _MISSING), r('uid', _MISSING))",
+                "        except InvalidMessage as exc:",
+                f"            raise DecodeError('b.{name}.' + exc.field, exc.reason, cls.kind)"
+                " from exc",
+            ]
+        elif hint in (CloseCode, ErrorCode):
+            env[f"_enum_{name}"] = hint
+            decode_lines += [
+                f"    if {name}_.__class__ is int:",
+                "        try:",
+                f"            {name}_ = _enum_{name}({name}_)",
+                "        except ValueError:",
+                f"            raise DecodeError('b.{name}', 'unknown {hint.__name__} value ' "
+                f"+ str({name}_), cls.kind) from None",
+            ]
+        elif hint == tuple[str, ...]:
+            decode_lines.append(f"    if {name}_.__class__ is list: {name}_ = tuple({name}_)")
+        args.append(f"{name}_")
     source = "\n".join(
         [
             "def __post_init__(self):",
             *checks,
-            "    self._check()",
+            # only classes with value rules pay for the call
+            "    self._check()" if cls._check is not Message._check else "    pass",
             "def _to_body(self):",
             f"    return {{{', '.join(to_body)}}}",
             "def _from_body(body):",
             "    get = body.get",
+            *decode_lines,
             "    try:",
             f"        return cls({', '.join(args)})",
             "    except InvalidMessage as exc:",
-            "        path = ('b.' + exc.field).rstrip('.')",
-            "        raise DecodeError(path, exc.reason, cls.kind) from exc",
+            "        raise DecodeError('b.' + exc.field, exc.reason, cls.kind) from exc",
         ]
     )
     exec(compile(source, f"<protocol.messages {cls.__name__}>", "exec"), env)

@@ -259,16 +259,23 @@ def _positive_int(config: SessionConfig, key: str) -> None:
         raise SettingsError(key, "an int >= 1", value)
 
 
+_DEFAULT_CONFIG = SessionConfig()  # immutable, so shared by the 10,000 sessions of a hub
+
+
 # --- events ------------------------------------------------------------------------------------
 
 
 class SessionEvent:
-    """Base of what ``Session.events_received()`` returns."""
+    """Base of what ``Session.events_received()`` returns.
+
+    Events are slotted dataclasses, like aioquic's; they are not frozen because one is made
+    per received message and a frozen dataclass costs twice as much to build.
+    """
 
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HelloReceived(SessionEvent):
     """Server: a client said hello. Answer with ``accept(welcome)`` or ``reject()``."""
 
@@ -278,7 +285,7 @@ class HelloReceived(SessionEvent):
     """The negotiated protocol version; put it in the welcome."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Established(SessionEvent):
     """Client: the hub accepted; the session is open and pending messages were resent."""
 
@@ -286,7 +293,7 @@ class Established(SessionEvent):
     """The hub's welcome (version, hub time, session id, heartbeat interval)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MessageReceived(SessionEvent):
     """An application message arrived (delivered once per seq)."""
 
@@ -297,7 +304,7 @@ class MessageReceived(SessionEvent):
     """The message."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Acked(SessionEvent):
     """The peer has everything we numbered up to ``up_to``: drop it from the outbox."""
 
@@ -305,7 +312,7 @@ class Acked(SessionEvent):
     """The highest acknowledged seq (cumulative)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PeerError(SessionEvent):
     """The peer reported a problem with one of our messages; the session goes on."""
 
@@ -313,7 +320,7 @@ class PeerError(SessionEvent):
     """The error message (code, text, ``in_reply_to`` seq)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PeerDead(SessionEvent):
     """Nothing arrived within ``liveness_timeout``; a ``Closed(PEER_DEAD)`` follows."""
 
@@ -321,7 +328,7 @@ class PeerDead(SessionEvent):
     """Seconds since the last byte arrived."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Closed(SessionEvent):
     """The session is over (always the last event). Flush ``data_to_send()``, then close
     the transport."""
@@ -385,10 +392,11 @@ class Session:
     def __init__(
         self, role: Role, config: SessionConfig | None = None, *, now: float, next_seq: int = 1
     ) -> None:
-        if not (isinstance(next_seq, int) and 1 <= next_seq <= MAX_SEQ):
+        valid = isinstance(next_seq, int) and not isinstance(next_seq, bool)
+        if not (valid and 1 <= next_seq <= MAX_SEQ):
             raise UsageError(f"next_seq must be in 1..2**64-1, got {next_seq!r}")
         self.role = role
-        self.config = config = config if config is not None else SessionConfig()
+        self.config = config = config if config is not None else _DEFAULT_CONFIG
         self._is_client = role is Role.CLIENT
         self._state = SessionState.IDLE
         self._moves = _MOVES[role][SessionState.IDLE]
@@ -399,7 +407,7 @@ class Session:
         self._next_seq = next_seq
         self._unacked: list[tuple[int, Message]] = []
         self._acked_up_to = 0
-        self._pending: list[tuple[int, Message]] = []
+        self._pending: list[tuple[int, Message, bytes]] = []  # client, until the welcome
         # receiving side
         self._received_up_to = 0
         self._acks_owed = 0
@@ -481,7 +489,7 @@ class Session:
         Persist it (or keep your outbox keyed by seq) and pass it to the next session's
         ``connect(pending=...)`` to resend.
         """
-        return [*self._pending, *self._unacked]
+        return [*((seq, message) for seq, message, _ in self._pending), *self._unacked]
 
     def _queue(self, message: Message, seq: int | None, now: float) -> None:
         self._out.append(encode(message, seq))
@@ -506,25 +514,36 @@ class Session:
         Raises:
             StateError: not a client, or not ``IDLE``.
             UsageError: ``hello`` is not a Hello, or ``pending`` is not as described.
+            InvalidMessage: the hello or a pending message does not encode (nothing is sent).
         """
         if not isinstance(hello, Hello):
             raise UsageError(f"connect() takes a Hello, got {type(hello).__name__}")
-        checked: list[tuple[int, Message]] = []
+        if (self.role, self._state, "connect") not in TRANSITIONS:
+            raise StateError(self._state, "connect", self.role)
+        checked: list[tuple[int, Message, bytes]] = []
         previous = 0
+        limit = self.config.max_frame_size
         for seq, message in pending:
             if not (isinstance(message, Message) and message.needs_ack):
                 raise UsageError(f"pending seq {seq}: {type(message).__name__} needs no ack")
-            if not (isinstance(seq, int) and previous < seq < self._next_seq):
+            if not (
+                isinstance(seq, int)
+                and not isinstance(seq, bool)
+                and previous < seq < self._next_seq
+            ):
                 raise UsageError(
                     f"pending seqs must increase and stay below next_seq={self._next_seq}, "
                     f"got {seq!r} after {previous}"
                 )
-            checked.append((seq, message))
+            # Encoded now, so that a bad one fails here rather than inside receive_data().
+            checked.append((seq, message, encode(message, seq, limit)))
             previous = seq
+        frame = encode(hello, None, limit)
         self._go("connect")
         self._pending = checked
         self._hello_range = (hello.min_version, hello.max_version)
-        self._queue(hello, None, now)
+        self._out.append(frame)
+        self._last_sent = now
 
     def _on_welcome(self, welcome: Welcome, now: float) -> None:
         low, high = self._hello_range or (0, 0)
@@ -546,10 +565,11 @@ class Session:
         if pending and pending[0][0] <= up_to:
             self._acked_up_to = up_to
             self._events.append(Acked(up_to))
-        for seq, message in pending:
+        for seq, message, frame in pending:
             if seq > up_to:
-                self._queue(message, seq, now)
+                self._out.append(frame)
                 self._unacked.append((seq, message))
+        self._last_sent = now
 
     # --- server ----------------------------------------------------------------------------
 

@@ -599,3 +599,18 @@ def test_decode_of_what_a_session_sends_is_plain_codec() -> None:
     client.connect(hello(), 0.0)
     data = client.data_to_send()
     assert decode_payload(data[4:]) == (None, hello())
+
+
+def test_a_pending_message_that_does_not_encode_fails_at_connect() -> None:
+    bad = MetricsBatch("edge-1", {"x": [object()]})
+    client = Session(Role.CLIENT, now=0.0, next_seq=3)
+    with pytest.raises(InvalidMessage) as info:
+        client.connect(hello(), 0.0, pending=[(1, status()), (2, bad)])
+    assert info.value.field == "b.samples"
+    assert client.state is SessionState.IDLE and client.data_to_send() == b""
+
+
+@pytest.mark.parametrize("next_seq", [0, True, 2**64, 1.0])
+def test_next_seq_must_be_a_seq(next_seq) -> None:
+    with pytest.raises(UsageError):
+        Session(Role.CLIENT, now=0.0, next_seq=next_seq)
