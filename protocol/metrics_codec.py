@@ -37,11 +37,16 @@ Integers are LEB128 varints: ``uvar`` unsigned, ``svar`` zigzag-signed. ::
     uvar    n, number of samples (>= 1)
     uvar    t_ms of sample 0;  uvar window_ms of sample 0
     n-1 x   svar (window_i - window_{i-1}); svar ((t_i - t_{i-1}) - window_i)
-    uvar    number of labels; each: byte 1 + uvar length + UTF-8 text, or byte 2 + 4-byte key
-    uvar    number of series entries; each:
-              uvar metric id
-              byte flags: bits 0-1 mode, bit 2 labelled, bit 3 partial
-              [uvar label index]              if labelled
+    uvar    number of text labels; each uvar length + UTF-8 text
+    uvar    number of container keys; each 4 bytes big-endian
+            (label index: the texts first, then the keys)
+    uvar    number of series entries, sorted by metric id; each:
+              byte    high nibble: 0-13 metric id = previous entry's + this;
+                               14 same metric, label index = previous + 1;
+                               15 a uvar metric id follows
+                      low nibble: bits 0-1 mode, bit 2 labelled, bit 3 partial
+              [uvar metric id]                if high nibble 15
+              [uvar label index]              if labelled and high nibble != 14
               [uvar start, uvar count]        if partial (else the entry spans all n samples)
               values:  RAW   count x svar
                        DELTA svar first, then count-1 x svar differences
@@ -161,7 +166,8 @@ class Metric(enum.IntEnum):
     NODE_CPU_CAPACITY_MILLICORES = 2
     """Online CPUs x 1000."""
     NODE_MEMORY_WORKING_SET_KIB = 3
-    """Memory in use that cannot be reclaimed cheaply: total - available (KiB)."""
+    """Memory in use that cannot be reclaimed cheaply (KiB). Left out when it is capacity -
+    available (the agent's definition): the hub derives it then, saving a series."""
     NODE_MEMORY_AVAILABLE_KIB = 4
     """``MemAvailable`` of ``/proc/meminfo`` (KiB)."""
     NODE_MEMORY_CAPACITY_KIB = 5
@@ -315,7 +321,7 @@ class Batch:
 
 _RAW, _DELTA, _CONST, _COPY = 0, 1, 2, 3
 _LABELLED, _PARTIAL = 4, 8
-_LABEL_TEXT, _LABEL_KEY = 1, 2
+_NEXT_LABEL, _ABSOLUTE = 14, 15  # high nibble of an entry's header byte
 
 
 def _uvar(out: bytearray, value: int) -> None:
@@ -388,35 +394,44 @@ def encode_batch(batch: Batch) -> bytes:
         for key, value in sample.values.items():
             columns.setdefault(key, []).append((i, value))
 
-    labels: dict[str | int, int] = {}
-    label_bytes = bytearray()
-    entries = bytearray()
-    n_entries = 0
-    seen: dict[tuple[int, int, tuple[int, ...]], int] = {}
-    for key in sorted(columns, key=lambda k: (k[0], _label_sort(k[1]))):
-        metric_id, label = key
+    keys = sorted(columns, key=lambda k: (k[0], _label_sort(k[1])))
+    texts: dict[str, None] = {}
+    container_keys: dict[int, None] = {}
+    for metric_id, label in keys:
         if not isinstance(metric_id, int) or isinstance(metric_id, bool) or metric_id < 0:
             raise MetricsCodecError("series", f"metric id must be an int >= 0, got {metric_id!r}")
         _check_label(metric_id, label)
-        label_index = None
-        if label is not None:
-            label_index = labels.get(label)
-            if label_index is None:
-                label_index = labels[label] = len(labels)
-                _put_label(label_bytes, label)
+        if isinstance(label, str):
+            texts[label] = None
+        elif label is not None:
+            container_keys[label] = None
+    labels = {label: i for i, label in enumerate([*texts, *container_keys])}
+    _uvar(out, len(texts))
+    for text in texts:
+        raw = text.encode()
+        _uvar(out, len(raw))
+        out += raw
+    _uvar(out, len(container_keys))
+    for ckey in container_keys:
+        out += ckey.to_bytes(4, "big")
+
+    entries = bytearray()
+    n_entries = 0
+    prev_metric = 0
+    prev_label = -1
+    seen: dict[tuple[int, int, tuple[int, ...]], int] = {}
+    for key in keys:
+        metric_id, label = key
+        label_index = labels[label] if label is not None else None
         for start, values in _runs(columns[key]):
             where = f"series {metric_id}/{label!r}"
             for v in values:
                 _check_int(v, where)
             count = len(values)
-            flags = 0
-            if label_index is not None:
-                flags |= _LABELLED
+            flags = 0 if label_index is None else _LABELLED
             partial = start != 0 or count != n
             if partial:
                 flags |= _PARTIAL
-            head = bytearray()
-            _uvar(head, metric_id)
             body = bytearray()
             mode = _encode_values(body, values)
             signature = (start, count, tuple(values))
@@ -428,17 +443,32 @@ def encode_batch(batch: Batch) -> bytes:
             elif copy_of is None:
                 seen[signature] = n_entries
             flags |= mode
-            head.append(flags)
-            if label_index is not None:
-                _uvar(head, label_index)
+            explicit_id = explicit_label = False
+            if (
+                label_index is not None
+                and metric_id == prev_metric
+                and label_index == prev_label + 1
+            ):
+                entries.append((_NEXT_LABEL << 4) | flags)
+            elif 0 <= metric_id - prev_metric < _NEXT_LABEL:
+                entries.append(((metric_id - prev_metric) << 4) | flags)
+                explicit_label = label_index is not None
+            else:
+                entries.append((_ABSOLUTE << 4) | flags)
+                explicit_id = True
+                explicit_label = label_index is not None
+            if explicit_id:
+                _uvar(entries, metric_id)
+            if explicit_label:
+                _uvar(entries, label_index)
             if partial:
-                _uvar(head, start)
-                _uvar(head, count)
-            entries += head
+                _uvar(entries, start)
+                _uvar(entries, count)
             entries += body
             n_entries += 1
-    _uvar(out, len(labels))
-    out += label_bytes
+            prev_metric = metric_id
+            if label_index is not None:
+                prev_label = label_index
     _uvar(out, n_entries)
     out += entries
     return bytes(out)
@@ -480,17 +510,6 @@ def _check_label(metric_id: int, label: object) -> None:
         raise MetricsCodecError(
             "labels", f"metric {spec.name} takes a {spec.label.value} label, got {label!r}"
         )
-
-
-def _put_label(out: bytearray, label: str | int) -> None:
-    if isinstance(label, str):
-        raw = label.encode()
-        out.append(_LABEL_TEXT)
-        _uvar(out, len(raw))
-        out += raw
-    else:
-        out.append(_LABEL_KEY)
-        out += label.to_bytes(4, "big")
 
 
 def _runs(column: list[tuple[int, int]]) -> Iterable[tuple[int, list[int]]]:
@@ -593,42 +612,49 @@ def decode_batch(data: bytes) -> Batch:
         windows.append(w)
         times.append(t)
 
-    n_labels = r.uvar("labels")
-    if n_labels > MAX_LABELS:
-        raise MetricsCodecError("labels", f"{n_labels} labels exceed {MAX_LABELS}")
     labels: list[str | int] = []
-    for _ in range(n_labels):
-        kind = r.byte("labels")
-        if kind == _LABEL_TEXT:
-            size = r.uvar("labels")
-            if size > MAX_LABEL_BYTES:
-                raise MetricsCodecError("labels", f"label of {size} bytes")
-            try:
-                labels.append(r.take(size, "labels").decode())
-            except UnicodeDecodeError as exc:
-                raise MetricsCodecError("labels", "label is not UTF-8") from exc
-        elif kind == _LABEL_KEY:
-            labels.append(int.from_bytes(r.take(4, "labels"), "big"))
-        else:
-            raise MetricsCodecError("labels", f"unknown label kind {kind}")
+    n_texts = r.uvar("labels")
+    if n_texts > MAX_LABELS:
+        raise MetricsCodecError("labels", f"{n_texts} labels exceed {MAX_LABELS}")
+    for _ in range(n_texts):
+        size = r.uvar("labels")
+        if size > MAX_LABEL_BYTES:
+            raise MetricsCodecError("labels", f"label of {size} bytes")
+        try:
+            labels.append(r.take(size, "labels").decode())
+        except UnicodeDecodeError as exc:
+            raise MetricsCodecError("labels", "label is not UTF-8") from exc
+    n_keys = r.uvar("labels")
+    if n_texts + n_keys > MAX_LABELS:
+        raise MetricsCodecError("labels", f"{n_texts + n_keys} labels exceed {MAX_LABELS}")
+    for _ in range(n_keys):
+        labels.append(int.from_bytes(r.take(4, "labels"), "big"))
 
     n_entries = r.uvar("series")
     if n_entries > MAX_SERIES:
         raise MetricsCodecError("series", f"{n_entries} series exceed {MAX_SERIES}")
     columns: list[dict[SeriesKey, int]] = [{} for _ in range(n)]
     decoded: list[tuple[int, list[int]]] = []
+    metric_id = 0
+    label_index = -1
     for e in range(n_entries):
         where = f"series[{e}]"
-        metric_id = r.uvar(where)
-        flags = r.byte(where)
-        if flags & ~0x0F:
-            raise MetricsCodecError(where, f"unknown flags {flags:#x}")
+        head = r.byte(where)
+        step, flags = head >> 4, head & 0x0F
+        labelled = bool(flags & _LABELLED)
+        if step == _NEXT_LABEL:
+            if not labelled:
+                raise MetricsCodecError(where, "next-label entry without the labelled flag")
+            label_index += 1
+        else:
+            metric_id = r.uvar(where) if step == _ABSOLUTE else metric_id + step
+            if labelled:
+                label_index = r.uvar(where)
         label: str | int | None = None
-        if flags & _LABELLED:
-            index = r.uvar(where)
-            if index >= len(labels):
-                raise MetricsCodecError(where, f"label index {index} out of range")
-            label = labels[index]
+        if labelled:
+            if not 0 <= label_index < len(labels):
+                raise MetricsCodecError(where, f"label index {label_index} out of range")
+            label = labels[label_index]
         start, count = 0, n
         if flags & _PARTIAL:
             start, count = r.uvar(where), r.uvar(where)

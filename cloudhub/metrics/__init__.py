@@ -3,7 +3,8 @@
 - :class:`EdgeMetricsStore` takes ``metrics_batch`` bodies (de-duplicated by batch
   identity) and keeps the latest samples per node and container.
 - :class:`PodIndex`, fed from the pod informer, maps container keys back to names.
-- :class:`EdgeMetricsCollector` exposes them to Prometheus through prometheus-client.
+- :class:`EdgeMetricsExposition` renders them for Prometheus (text format, cached per
+  node); :class:`EdgeMetricsCollector` is the same as a prometheus-client collector.
 - :func:`evaluate_pressure` gives the MemoryPressure / DiskPressure conditions.
 - :class:`ResourceMetricsAPI` builds NodeMetrics / PodMetrics for ``kubectl top``.
 """
@@ -16,7 +17,7 @@ from cloudhub.metrics.conditions import (
     node_usage,
 )
 from cloudhub.metrics.errors import BatchRejected, MetricsError, MetricsNotFound
-from cloudhub.metrics.exposition import FAMILIES, EdgeMetricsCollector
+from cloudhub.metrics.exposition import FAMILIES, EdgeMetricsCollector, EdgeMetricsExposition
 from cloudhub.metrics.pods import ContainerName, PodIndex
 from cloudhub.metrics.resource_metrics import ResourceMetricsAPI
 from cloudhub.metrics.store import (
@@ -33,6 +34,7 @@ __all__ = [
     "ContainerName",
     "ContainerState",
     "EdgeMetricsCollector",
+    "EdgeMetricsExposition",
     "EdgeMetricsStore",
     "IngestResult",
     "MetricsError",

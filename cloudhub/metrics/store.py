@@ -220,6 +220,11 @@ def _apply(state: NodeState, batch: Batch) -> None:
         for key, value in last.values.items()
         if not isinstance(key[1], int) and metric_kind(key[0]) is MetricKind.GAUGE
     }
+    ws = (Metric.NODE_MEMORY_WORKING_SET_KIB, None)
+    capacity = state.gauges.get((Metric.NODE_MEMORY_CAPACITY_KIB, None))
+    available = state.gauges.get((Metric.NODE_MEMORY_AVAILABLE_KIB, None))
+    if ws not in state.gauges and capacity is not None and available is not None:
+        state.gauges[ws] = max(capacity - available, 0)  # the agent leaves it out when derived
     present = {key[1] for key in last.values if isinstance(key[1], int)}
     for key in [k for k in containers if k not in present]:
         del containers[key]

@@ -38,10 +38,12 @@ _FS_SERIES = {
 
 
 def sample_values_from_host(reading: HostReading) -> dict[SeriesKey, int]:
-    """Map a host reading's gauges onto series keys (counters are left to the sampler)."""
+    """Map a host reading's gauges onto series keys (counters are left to the sampler).
+
+    The node working set is not sent: it is capacity - available, which the hub derives.
+    """
     values: dict[SeriesKey, int] = {
         (M.NODE_CPU_CAPACITY_MILLICORES, None): reading.cpu_capacity_millicores,
-        (M.NODE_MEMORY_WORKING_SET_KIB, None): reading.memory_working_set_kib,
         (M.NODE_MEMORY_AVAILABLE_KIB, None): reading.memory_available_kib,
         (M.NODE_MEMORY_CAPACITY_KIB, None): reading.memory_capacity_kib,
         (M.NODE_LOAD1_CENTI, None): reading.load_centi[0],
