@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edgeagent.metrics.downsample import merge_samples, pairs_to_merge
@@ -162,14 +163,23 @@ class MetricsForwarder:
             stored = self._storage.samples()
             if len(stored) < 2:
                 return  # only sealed batches are left: they go as soon as acknowledged
-            decoded = [self._decode(item) for item in stored]
-            if any(s is None for s in decoded):
-                self._storage.replace_samples(
-                    [item.seq for item, s in zip(stored, decoded, strict=True) if s is None], ()
-                )
+            # Decode lazily: a pass looks at the oldest quarter or so, not the whole buffer.
+            decoded: dict[int, Sample] = {}
+
+            def window(i: int, stored: list[StoredSample] = stored, cache=decoded) -> int:
+                sample = cache.get(i)
+                if sample is None:
+                    sample = self._decode(stored[i])
+                    if sample is None:
+                        raise _CorruptSample(stored[i].seq)
+                    cache[i] = sample
+                return sample.window_ms
+
+            try:
+                pairs = pairs_to_merge(_Lazy(len(stored), window), self._max_window_ms)
+            except _CorruptSample as corrupt:
+                self._storage.replace_samples([corrupt.seq], ())
                 continue
-            samples = [s for s in decoded if s is not None]
-            pairs = pairs_to_merge([s.window_ms for s in samples], self._max_window_ms)
             if not pairs:
                 self._storage.replace_samples([stored[0].seq], ())
                 self.stats.dropped_samples += 1
@@ -177,9 +187,34 @@ class MetricsForwarder:
             remove: list[int] = []
             add: list[StoredSample] = []
             for i in pairs:
-                merged = merge_samples(samples[i], samples[i + 1])
+                window(i + 1)  # make sure both halves are decoded
+                merged = merge_samples(decoded[i], decoded[i + 1])
                 remove.append(stored[i].seq)
                 add.append(StoredSample(stored[i + 1].seq, encode_sample(merged)))
             self._storage.replace_samples(remove, add)
             self.stats.downsample_passes += 1
             self.stats.merged_samples += len(pairs)
+
+
+class _CorruptSample(Exception):
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
+
+
+class _Lazy(Sequence[int]):
+    """A read-only sequence whose items are computed on first access."""
+
+    def __init__(self, length: int, get: Callable[[int], int]) -> None:
+        self._length = length
+        self._get = get
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self._get(i) for i in range(*index.indices(self._length))]
+        if not 0 <= index < self._length:
+            raise IndexError(index)
+        return self._get(index)
