@@ -557,6 +557,9 @@ class _Reader:
 
     def uvar(self, where: str) -> int:
         data, pos = self.data, self.pos
+        if pos < len(data) and data[pos] < 0x80:  # most values fit in one byte
+            self.pos = pos + 1
+            return data[pos]
         result = shift = 0
         while True:
             if pos >= len(data):

@@ -147,7 +147,7 @@ label_st = st.one_of(st.none(), st.text(max_size=20), st.integers(min_value=0, m
 
 @st.composite
 def batches(draw):
-    n = draw(st.integers(min_value=1, max_value=12))
+    n = draw(st.integers(min_value=1, max_value=8))
     t = draw(st.integers(min_value=0, max_value=2**45))
     samples = []
     for _ in range(n):
@@ -164,7 +164,7 @@ def batches(draw):
     return Batch(draw(st.integers(0, 2**32 - 1)), draw(st.integers(0, 2**40)), tuple(samples))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(batches())
 def test_any_batch_round_trips(batch: Batch) -> None:
     assert decode_batch(encode_batch(batch)) == batch
