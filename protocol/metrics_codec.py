@@ -29,6 +29,9 @@ finer than the sensor (temperature), and small on the wire.
 
 Wire format (version 1)
 -----------------------
+The message's ``samples`` field is ``{"p": [body]}`` ("packed") (:func:`to_samples_field`); ``body``
+is this:
+
 Integers are LEB128 varints: ``uvar`` unsigned, ``svar`` zigzag-signed. ::
 
     byte    format version (1)
@@ -69,15 +72,18 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from protocol.errors import DecodeError, InvalidMessage
+
 __all__ = [
     "FORMAT_VERSION",
     "METRICS",
+    "SAMPLES_KEY",
     "Batch",
     "LabelKind",
     "Metric",
     "MetricKind",
     "MetricSpec",
-    "MetricsCodecError",
+    "MetricsBodyError",
     "Sample",
     "SeriesKey",
     "container_key",
@@ -85,7 +91,9 @@ __all__ = [
     "decode_sample",
     "encode_batch",
     "encode_sample",
+    "from_samples_field",
     "metric_kind",
+    "to_samples_field",
 ]
 
 FORMAT_VERSION = 1
@@ -99,24 +107,18 @@ MAX_LABEL_BYTES = 256
 _INT64 = 1 << 63
 
 
-class MetricsCodecError(ValueError):
-    """A ``metrics_batch`` body that does not encode or decode.
+class MetricsBodyError(DecodeError):
+    """A ``metrics_batch`` body that does not decode (the peer misbehaved).
 
-    Raised by :func:`decode_batch` for bytes that break the format (the peer misbehaved) and
-    by :func:`encode_batch` for samples that cannot be represented (we misused it).
+    A :class:`protocol.errors.DecodeError` whose ``field`` is ``"b.samples.<where>"``.
 
     Attributes:
-        field: where the problem is (``"header"``, ``"labels"``, ``"series[3]"``, ...).
-        reason: what is wrong.
+        where: the part of the body at fault (``"header"``, ``"labels"``, ``"series[3]"``).
     """
 
-    # TODO(core merge): derive from protocol.errors.DecodeError once branch core lands, so
-    # that the session answers a bad body like any other invalid field.
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"metrics body {field}: {reason}")
-        self.field = field
-        self.reason = reason
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"b.samples.{where}", reason, kind="metrics_batch")
+        self.where = where
 
 
 class MetricKind(enum.Enum):
@@ -296,9 +298,9 @@ class Sample:
 
     def __post_init__(self) -> None:
         if not isinstance(self.t_ms, int) or self.t_ms < 0:
-            raise MetricsCodecError("t_ms", f"must be an int >= 0, got {self.t_ms!r}")
+            raise InvalidMessage("t_ms", f"must be an int >= 0, got {self.t_ms!r}")
         if not isinstance(self.window_ms, int) or self.window_ms < 0:
-            raise MetricsCodecError("window_ms", f"must be an int >= 0, got {self.window_ms!r}")
+            raise InvalidMessage("window_ms", f"must be an int >= 0, got {self.window_ms!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,9 +344,9 @@ def _svar_len(value: int) -> int:
 
 def _check_int(value: object, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise MetricsCodecError(where, f"value must be an int, got {type(value).__name__}")
+        raise InvalidMessage(where, f"value must be an int, got {type(value).__name__}")
     if not -_INT64 <= value < _INT64:
-        raise MetricsCodecError(where, f"value {value} is outside the signed 64-bit range")
+        raise InvalidMessage(where, f"value {value} is outside the signed 64-bit range")
     return value
 
 
@@ -367,16 +369,17 @@ def encode_batch(batch: Batch) -> bytes:
         containers).
 
     Raises:
-        MetricsCodecError: no samples, a stream id outside 32 bits, a negative sequence,
-            a label of the wrong type for its metric, or a value that is not a 64-bit int.
+        InvalidMessage: no samples, a stream id outside 32 bits, a negative sequence, a
+            label of the wrong type for its metric, or a value that is not a 64-bit int
+            (``field`` names the part).
     """
     samples = batch.samples
     if not samples:
-        raise MetricsCodecError("samples", "a batch needs at least one sample")
+        raise InvalidMessage("samples", "a batch needs at least one sample")
     if not 0 <= batch.stream_id < 1 << 32:
-        raise MetricsCodecError("stream_id", f"must fit in 32 bits, got {batch.stream_id}")
+        raise InvalidMessage("stream_id", f"must fit in 32 bits, got {batch.stream_id}")
     if batch.batch_seq < 0:
-        raise MetricsCodecError("batch_seq", f"must be >= 0, got {batch.batch_seq}")
+        raise InvalidMessage("batch_seq", f"must be >= 0, got {batch.batch_seq}")
     out = bytearray((FORMAT_VERSION,))
     out += batch.stream_id.to_bytes(4, "big")
     _uvar(out, batch.batch_seq)
@@ -399,7 +402,7 @@ def encode_batch(batch: Batch) -> bytes:
     container_keys: dict[int, None] = {}
     for metric_id, label in keys:
         if not isinstance(metric_id, int) or isinstance(metric_id, bool) or metric_id < 0:
-            raise MetricsCodecError("series", f"metric id must be an int >= 0, got {metric_id!r}")
+            raise InvalidMessage("series", f"metric id must be an int >= 0, got {metric_id!r}")
         _check_label(metric_id, label)
         if isinstance(label, str):
             texts[label] = None
@@ -500,14 +503,14 @@ def _check_label(metric_id: int, label: object) -> None:
     elif isinstance(label, str):
         kind = LabelKind.TEXT
         if len(label.encode()) > MAX_LABEL_BYTES:
-            raise MetricsCodecError("labels", f"label longer than {MAX_LABEL_BYTES} bytes")
+            raise InvalidMessage("labels", f"label longer than {MAX_LABEL_BYTES} bytes")
     elif isinstance(label, int) and not isinstance(label, bool) and 0 <= label < 1 << 32:
         kind = LabelKind.CONTAINER
     else:
-        raise MetricsCodecError("labels", f"a label is None, a str or a 32-bit int: {label!r}")
+        raise InvalidMessage("labels", f"a label is None, a str or a 32-bit int: {label!r}")
     spec = METRICS.get(metric_id)
     if spec is not None and spec.label is not kind:
-        raise MetricsCodecError(
+        raise InvalidMessage(
             "labels", f"metric {spec.name} takes a {spec.label.value} label, got {label!r}"
         )
 
@@ -524,6 +527,32 @@ def _runs(column: list[tuple[int, int]]) -> Iterable[tuple[int, list[int]]]:
         values.append(value)
         prev = index
     yield start, values
+
+
+SAMPLES_KEY = "p"
+"""The one key of ``MetricsBatch.samples``: its value is ``[body]``, the encoded batch."""
+
+
+def to_samples_field(body: bytes) -> dict[str, list]:
+    """Wrap an encoded batch as the ``samples`` field of a ``MetricsBatch`` message.
+
+    ``MetricsBatch.samples`` is a map of column name to list; the columns of this format
+    are packed into one binary value (see the module docstring), so the map has one key.
+    """
+    return {SAMPLES_KEY: [bytes(body)]}
+
+
+def from_samples_field(samples: Mapping[str, object]) -> bytes:
+    """Return the encoded batch inside a ``MetricsBatch.samples`` field.
+
+    Raises:
+        MetricsBodyError: the field does not hold exactly one binary value under
+            :data:`SAMPLES_KEY`.
+    """
+    value = samples.get(SAMPLES_KEY) if isinstance(samples, Mapping) else None
+    if not (isinstance(value, list) and len(value) == 1 and isinstance(value[0], bytes)):
+        raise MetricsBodyError(SAMPLES_KEY, "expected a list holding one binary value")
+    return value[0]
 
 
 def encode_sample(sample: Sample) -> bytes:
@@ -543,14 +572,14 @@ class _Reader:
 
     def byte(self, where: str) -> int:
         if self.pos >= len(self.data):
-            raise MetricsCodecError(where, "truncated")
+            raise MetricsBodyError(where, "truncated")
         b = self.data[self.pos]
         self.pos += 1
         return b
 
     def take(self, n: int, where: str) -> bytes:
         if self.pos + n > len(self.data):
-            raise MetricsCodecError(where, "truncated")
+            raise MetricsBodyError(where, "truncated")
         chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
@@ -563,7 +592,7 @@ class _Reader:
         result = shift = 0
         while True:
             if pos >= len(data):
-                raise MetricsCodecError(where, "truncated varint")
+                raise MetricsBodyError(where, "truncated varint")
             b = data[pos]
             pos += 1
             result |= (b & 0x7F) << shift
@@ -571,7 +600,7 @@ class _Reader:
                 break
             shift += 7
             if shift > 63:
-                raise MetricsCodecError(where, "varint longer than 10 bytes")
+                raise MetricsBodyError(where, "varint longer than 10 bytes")
         self.pos = pos
         return result
 
@@ -590,52 +619,52 @@ def decode_batch(data: bytes) -> Batch:
         The batch, samples oldest first; series of unknown metric ids are kept.
 
     Raises:
-        MetricsCodecError: wrong type, unknown format version, truncated or trailing
+        MetricsBodyError: wrong type, unknown format version, truncated or trailing
             bytes, a count over the decoder limits (``MAX_SAMPLES`` ...), a negative
             time or window, an invalid label, or a COPY of a later or mismatched entry.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise MetricsCodecError("body", f"expected bytes, got {type(data).__name__}")
+        raise MetricsBodyError("body", f"expected bytes, got {type(data).__name__}")
     r = _Reader(bytes(data))
     version = r.byte("header")
     if version != FORMAT_VERSION:
-        raise MetricsCodecError("header", f"unknown format version {version}")
+        raise MetricsBodyError("header", f"unknown format version {version}")
     stream_id = int.from_bytes(r.take(4, "header"), "big")
     batch_seq = r.uvar("header")
     n = r.uvar("header")
     if not 1 <= n <= MAX_SAMPLES:
-        raise MetricsCodecError("header", f"sample count {n} outside 1..{MAX_SAMPLES}")
+        raise MetricsBodyError("header", f"sample count {n} outside 1..{MAX_SAMPLES}")
     times = [r.uvar("times")]
     windows = [r.uvar("times")]
     for _ in range(n - 1):
         w = windows[-1] + r.svar("times")
         t = times[-1] + w + r.svar("times")
         if w < 0 or t < 0:
-            raise MetricsCodecError("times", "negative window or time")
+            raise MetricsBodyError("times", "negative window or time")
         windows.append(w)
         times.append(t)
 
     labels: list[str | int] = []
     n_texts = r.uvar("labels")
     if n_texts > MAX_LABELS:
-        raise MetricsCodecError("labels", f"{n_texts} labels exceed {MAX_LABELS}")
+        raise MetricsBodyError("labels", f"{n_texts} labels exceed {MAX_LABELS}")
     for _ in range(n_texts):
         size = r.uvar("labels")
         if size > MAX_LABEL_BYTES:
-            raise MetricsCodecError("labels", f"label of {size} bytes")
+            raise MetricsBodyError("labels", f"label of {size} bytes")
         try:
             labels.append(r.take(size, "labels").decode())
         except UnicodeDecodeError as exc:
-            raise MetricsCodecError("labels", "label is not UTF-8") from exc
+            raise MetricsBodyError("labels", "label is not UTF-8") from exc
     n_keys = r.uvar("labels")
     if n_texts + n_keys > MAX_LABELS:
-        raise MetricsCodecError("labels", f"{n_texts + n_keys} labels exceed {MAX_LABELS}")
+        raise MetricsBodyError("labels", f"{n_texts + n_keys} labels exceed {MAX_LABELS}")
     for _ in range(n_keys):
         labels.append(int.from_bytes(r.take(4, "labels"), "big"))
 
     n_entries = r.uvar("series")
     if n_entries > MAX_SERIES:
-        raise MetricsCodecError("series", f"{n_entries} series exceed {MAX_SERIES}")
+        raise MetricsBodyError("series", f"{n_entries} series exceed {MAX_SERIES}")
     columns: list[dict[SeriesKey, int]] = [{} for _ in range(n)]
     decoded: list[tuple[int, list[int]]] = []
     metric_id = 0
@@ -647,7 +676,7 @@ def decode_batch(data: bytes) -> Batch:
         labelled = bool(flags & _LABELLED)
         if step == _NEXT_LABEL:
             if not labelled:
-                raise MetricsCodecError(where, "next-label entry without the labelled flag")
+                raise MetricsBodyError(where, "next-label entry without the labelled flag")
             label_index += 1
         else:
             metric_id = r.uvar(where) if step == _ABSOLUTE else metric_id + step
@@ -656,13 +685,13 @@ def decode_batch(data: bytes) -> Batch:
         label: str | int | None = None
         if labelled:
             if not 0 <= label_index < len(labels):
-                raise MetricsCodecError(where, f"label index {label_index} out of range")
+                raise MetricsBodyError(where, f"label index {label_index} out of range")
             label = labels[label_index]
         start, count = 0, n
         if flags & _PARTIAL:
             start, count = r.uvar(where), r.uvar(where)
             if count < 1 or start + count > n:
-                raise MetricsCodecError(where, f"run {start}+{count} outside {n} samples")
+                raise MetricsBodyError(where, f"run {start}+{count} outside {n} samples")
         mode = flags & 3
         if mode == _RAW:
             values = [r.svar(where) for _ in range(count)]
@@ -677,16 +706,16 @@ def decode_batch(data: bytes) -> Batch:
         else:
             ref = r.uvar(where)
             if ref >= e or decoded[ref][0] != count:
-                raise MetricsCodecError(where, f"copy of entry {ref} is invalid")
+                raise MetricsBodyError(where, f"copy of entry {ref} is invalid")
             values = decoded[ref][1]
         decoded.append((count, values))
         key = (metric_id, label)
         for i, v in enumerate(values, start):
             if not -_INT64 <= v < _INT64:
-                raise MetricsCodecError(where, "value outside the signed 64-bit range")
+                raise MetricsBodyError(where, "value outside the signed 64-bit range")
             columns[i][key] = v
     if r.pos != len(r.data):
-        raise MetricsCodecError("body", f"{len(r.data) - r.pos} trailing bytes")
+        raise MetricsBodyError("body", f"{len(r.data) - r.pos} trailing bytes")
     samples = tuple(Sample(t, w, vals) for t, w, vals in zip(times, windows, columns, strict=True))
     return Batch(stream_id, batch_seq, samples)
 
@@ -695,10 +724,10 @@ def decode_sample(data: bytes) -> Sample:
     """Decode bytes made by :func:`encode_sample`.
 
     Raises:
-        MetricsCodecError: as :func:`decode_batch`, or if the bytes hold more than one
+        MetricsBodyError: as :func:`decode_batch`, or if the bytes hold more than one
             sample.
     """
     batch = decode_batch(data)
     if len(batch.samples) != 1:
-        raise MetricsCodecError("body", f"expected one sample, got {len(batch.samples)}")
+        raise MetricsBodyError("body", f"expected one sample, got {len(batch.samples)}")
     return batch.samples[0]

@@ -17,7 +17,7 @@ Prometheus handles).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -26,9 +26,10 @@ from protocol.metrics_codec import (
     Batch,
     Metric,
     MetricKind,
-    MetricsCodecError,
+    MetricsBodyError,
     SeriesKey,
     decode_batch,
+    from_samples_field,
     metric_kind,
 )
 
@@ -138,13 +139,13 @@ class EdgeMetricsStore:
         self._nodes: dict[str, NodeState] = {}
         self.stats = IngestStats()
 
-    def ingest(self, node: str, body: bytes, now: float) -> IngestResult:
-        """Take one ``metrics_batch`` body from ``node``.
+    def ingest(self, node: str, samples: Mapping[str, object] | bytes, now: float) -> IngestResult:
+        """Take one ``metrics_batch`` from ``node``.
 
         Args:
             node: the node's name *as its certificate says*, never the message's own
                 ``node_name`` field (a node may only report for itself).
-            body: the message's ``samples`` bytes.
+            samples: the message's ``samples`` field, or the encoded body inside it.
             now: hub wall-clock time (s since the epoch).
 
         Returns:
@@ -155,8 +156,9 @@ class EdgeMetricsStore:
                 ``Error(INVALID_MESSAGE)``: a resend would fail the same way.
         """
         try:
+            body = samples if isinstance(samples, bytes) else from_samples_field(samples)
             batch = decode_batch(body)
-        except MetricsCodecError as exc:
+        except MetricsBodyError as exc:
             self.stats.rejected += 1
             raise BatchRejected(node, str(exc)) from exc
         state = self._nodes.get(node)

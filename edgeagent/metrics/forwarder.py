@@ -30,7 +30,7 @@ from edgeagent.metrics.settings import MetricsSettings
 from edgeagent.metrics.storage import MetricsStorage, SealedBatch, StoredSample, StreamState
 from protocol.metrics_codec import (
     Batch,
-    MetricsCodecError,
+    MetricsBodyError,
     Sample,
     decode_sample,
     encode_batch,
@@ -94,7 +94,7 @@ class MetricsForwarder:
             sample: the newest sample (later than every buffered one).
 
         Raises:
-            MetricsCodecError: the sample cannot be encoded (a bug in the sampler).
+            protocol.errors.InvalidMessage: the sample cannot be encoded (a sampler bug).
         """
         self._storage.append_sample(encode_sample(sample))
         self._enforce_budget()
@@ -152,7 +152,7 @@ class MetricsForwarder:
     def _decode(self, item: StoredSample) -> Sample | None:
         try:
             return decode_sample(item.data)
-        except MetricsCodecError as exc:
+        except MetricsBodyError as exc:
             self.stats.corrupt_samples += 1
             log.error("metrics: stored sample %d does not decode (%s); discarded", item.seq, exc)
             return None

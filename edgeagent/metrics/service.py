@@ -1,5 +1,10 @@
 """The agent's metrics loops: sample every 15 s, deliver every 60 s while connected.
 
+Sampling runs on an absolute schedule (no drift); delivery follows every
+``batch_interval_s / sample_interval_s``-th sample (4 by default), so a batch always holds
+whole samples and leaves at a steady cadence. Between batches an idle session sends only
+its pings.
+
 :class:`MetricsService` owns two loops (:meth:`MetricsService.run`).
 It talks to the uplink through :class:`MetricsUplink`, three small methods the agent's
 session code implements; the session code calls back :meth:`MetricsService.batch_acked`
@@ -38,7 +43,7 @@ class MetricsUplink(Protocol):
         ...
 
     async def send_metrics_batch(self, batch: SealedBatch) -> None:
-        """Queue ``metrics_batch(node_name, samples=batch.body)`` on the current session.
+        """Queue ``batch.message(node_name)`` on the current session.
 
         The uplink remembers which session sequence number carries which
         ``batch.batch_seq`` and calls :meth:`MetricsService.batch_acked` when the hub's
@@ -160,9 +165,14 @@ class MetricsService:
 
     async def _sample_loop(self) -> None:
         interval = self._settings.sample_interval_s
+        per_batch = max(1, round(self._settings.batch_interval_s / interval))
+        taken = 0
         next_at = self._mono()
         while True:
-            await self.sample_once()
+            if await self.sample_once():
+                taken += 1
+                if taken % per_batch == 0:
+                    self._kick.set()  # a batch's worth: deliver right after the sample
             next_at += interval
             now = self._mono()
             if next_at < now:  # fell behind (suspend, overload): skip, do not burst
@@ -171,9 +181,6 @@ class MetricsService:
 
     async def _flush_loop(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._kick.wait(), self._settings.batch_interval_s)
-            except asyncio.TimeoutError:
-                pass
+            await self._kick.wait()
             self._kick.clear()
             await self.flush()

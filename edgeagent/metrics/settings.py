@@ -36,9 +36,10 @@ class MetricsSettings:
     Attributes:
         sample_interval_s: seconds between samples. 15 s is metrics-server's default
             resolution, so ``kubectl top`` is as fresh as on a kubelet node.
-        batch_interval_s: seconds between deliveries while connected. 60 s puts four
-            samples in a batch, so the per-message overhead (frame, QUIC packet, the
-            hub's ack) is paid once a minute.
+        batch_interval_s: seconds between deliveries while connected, rounded to a whole
+            number of samples (a batch leaves right after its last sample). 60 s puts
+            four samples in a batch, so the per-message overhead (frame, QUIC packet,
+            the hub's ack) is paid once a minute.
         budget_bytes: bytes the unsent samples and batches may take in the store
             (payload plus ``ROW_OVERHEAD_BYTES`` per row). At 2 MiB a node with five
             containers keeps about two days at full resolution before down-sampling.
@@ -68,8 +69,8 @@ class MetricsSettings:
     def __post_init__(self) -> None:
         if not self.sample_interval_s > 0:
             raise MetricsSettingsError("sample_interval_s", "must be > 0")
-        if not self.batch_interval_s > 0:
-            raise MetricsSettingsError("batch_interval_s", "must be > 0")
+        if not self.batch_interval_s >= self.sample_interval_s:
+            raise MetricsSettingsError("batch_interval_s", "must be >= sample_interval_s")
         if self.budget_bytes < 16 * 1024:
             raise MetricsSettingsError("budget_bytes", "must be at least 16 KiB")
         if self.max_window_s < self.sample_interval_s:

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from edgeagent.metrics.errors import MetricsError
+from protocol.messages import MetricsBatch
+from protocol.metrics_codec import to_samples_field
 
 __all__ = [
     "ROW_OVERHEAD_BYTES",
@@ -81,6 +83,10 @@ class SealedBatch:
     samples: int
     first_t_ms: int
     last_t_ms: int
+
+    def message(self, node_name: str) -> MetricsBatch:
+        """The ``metrics_batch`` message that carries this batch (send it with a seq)."""
+        return MetricsBatch(node_name=node_name, samples=to_samples_field(self.body))
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.codec import FrameDecoder, encode
+from protocol.errors import DecodeError, InvalidMessage
+from protocol.messages import MetricsBatch
 from protocol.metrics_codec import (
     FORMAT_VERSION,
     METRICS,
@@ -13,14 +16,16 @@ from protocol.metrics_codec import (
     LabelKind,
     Metric,
     MetricKind,
-    MetricsCodecError,
+    MetricsBodyError,
     Sample,
     container_key,
     decode_batch,
     decode_sample,
     encode_batch,
     encode_sample,
+    from_samples_field,
     metric_kind,
+    to_samples_field,
 )
 from tests.bench.bench_metrics import typical_node_samples
 
@@ -170,7 +175,7 @@ def test_any_batch_round_trips(batch: Batch) -> None:
     assert decode_batch(encode_batch(batch)) == batch
 
 
-# --- bad input: a clear MetricsCodecError, never another exception -----------------------
+# --- bad input: a clear MetricsBodyError, never another exception -----------------------
 
 
 @pytest.mark.parametrize(
@@ -191,34 +196,34 @@ def test_any_batch_round_trips(batch: Batch) -> None:
     ],
 )
 def test_encoding_invalid_batches_raises(batch: Batch, field: str) -> None:
-    with pytest.raises(MetricsCodecError) as info:
+    with pytest.raises(InvalidMessage) as info:
         encode_batch(batch)
     assert info.value.field == field
 
 
 def test_invalid_samples_are_refused_on_construction() -> None:
-    with pytest.raises(MetricsCodecError, match="t_ms"):
+    with pytest.raises(InvalidMessage, match="t_ms"):
         Sample(-1, 0, {})
-    with pytest.raises(MetricsCodecError, match="window_ms"):
+    with pytest.raises(InvalidMessage, match="window_ms"):
         Sample(0, -5, {})
 
 
 def test_every_truncation_of_a_body_is_rejected_cleanly() -> None:
     body = encode_batch(Batch(7, 9, tuple(typical_node_samples(4))))
     for cut in range(len(body)):
-        with pytest.raises(MetricsCodecError):
+        with pytest.raises(MetricsBodyError):
             decode_batch(body[:cut])
 
 
 def test_trailing_bytes_version_and_type_are_rejected() -> None:
     body = encode_batch(Batch(7, 9, tuple(typical_node_samples(2))))
-    with pytest.raises(MetricsCodecError, match="trailing"):
+    with pytest.raises(MetricsBodyError, match="trailing"):
         decode_batch(body + b"\x00")
-    with pytest.raises(MetricsCodecError, match="version"):
+    with pytest.raises(MetricsBodyError, match="version"):
         decode_batch(bytes([FORMAT_VERSION + 1]) + body[1:])
-    with pytest.raises(MetricsCodecError, match="expected bytes"):
+    with pytest.raises(MetricsBodyError, match="expected bytes"):
         decode_batch("not bytes")  # type: ignore[arg-type]
-    with pytest.raises(MetricsCodecError, match="one sample"):
+    with pytest.raises(MetricsBodyError, match="one sample"):
         decode_sample(body)
 
 
@@ -243,18 +248,18 @@ def _header(n: int) -> bytearray:
     ],
 )
 def test_malformed_series_are_rejected(tail: bytes, match: str) -> None:
-    with pytest.raises(MetricsCodecError, match=match):
+    with pytest.raises(MetricsBodyError, match=match):
         decode_batch(bytes(_header(1)) + tail)
 
 
 def test_counts_over_the_limits_are_rejected_before_allocating() -> None:
-    with pytest.raises(MetricsCodecError, match="sample count"):
+    with pytest.raises(MetricsBodyError, match="sample count"):
         decode_batch(bytes([FORMAT_VERSION, 0, 0, 0, 1, 1, 0]))  # zero samples
     huge = bytearray([FORMAT_VERSION, 0, 0, 0, 1, 1]) + bytes([0xFF, 0xFF, 0xFF, 0x7F])
-    with pytest.raises(MetricsCodecError, match="sample count"):
+    with pytest.raises(MetricsBodyError, match="sample count"):
         decode_batch(bytes(huge))
     too_many_series = _header(1) + bytes([0, 0, 0xFF, 0xFF, 0xFF, 0x7F])
-    with pytest.raises(MetricsCodecError, match="series"):
+    with pytest.raises(MetricsBodyError, match="series"):
         decode_batch(bytes(too_many_series))
 
 
@@ -263,5 +268,29 @@ def test_counts_over_the_limits_are_rejected_before_allocating() -> None:
 def test_random_bytes_never_raise_anything_but_a_codec_error(data: bytes) -> None:
     try:
         decode_batch(bytes([FORMAT_VERSION]) + data)
-    except MetricsCodecError:
+    except MetricsBodyError:
         pass
+
+
+def test_body_travels_in_a_real_metrics_batch_frame() -> None:
+    body = encode_batch(Batch(5, 6, tuple(typical_node_samples(4))))
+    frame = encode(MetricsBatch(node_name="edge-1", samples=to_samples_field(body)), seq=9)
+    decoder = FrameDecoder()
+    decoder.feed(frame)
+    ((seq, message),) = list(decoder)
+    assert seq == 9
+    assert isinstance(message, MetricsBatch)
+    assert from_samples_field(message.samples) == body
+    assert len(frame) - len(body) < 70  # envelope, node name and the one-key map
+
+
+@pytest.mark.parametrize(
+    "field",
+    [{}, {"p": []}, {"p": [b"a", b"b"]}, {"p": ["text"]}, {"other": [b"x"]}, []],
+)
+def test_samples_field_of_the_wrong_shape(field) -> None:
+    with pytest.raises(MetricsBodyError) as info:
+        from_samples_field(field)
+    assert isinstance(info.value, DecodeError)
+    assert info.value.field == "b.samples.p"
+    assert info.value.kind == "metrics_batch"

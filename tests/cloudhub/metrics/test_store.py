@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cloudhub.metrics import BatchRejected, EdgeMetricsStore, PodIndex, Rate
+from edgeagent.metrics import MemoryMetricsStorage, MetricsForwarder, MetricsSettings
+from protocol.messages import MetricsBatch
 from protocol.metrics_codec import Metric, Sample, container_key
 from tests.cloudhub.metrics.helpers import T0, body, pod, sample
 
@@ -154,3 +156,18 @@ def test_pod_index_relist_replaces_a_nodes_pods() -> None:
     index.replace_node_pods("n1", [pod("default", "web-0", "n1", "app")])
     assert index.resolve("n1", container_key("default", "gone", "x")) is None
     assert index.resolve("n1", WEB_KEY) is not None
+
+
+def test_ingest_takes_the_message_field_from_a_sealed_batch() -> None:
+    storage = MemoryMetricsStorage()
+    forwarder = MetricsForwarder(storage, MetricsSettings())
+    forwarder.add(sample(0))
+    sealed = forwarder.seal()
+    assert sealed is not None
+    message = sealed.message("pi-1")
+    assert isinstance(message, MetricsBatch) and message.node_name == "pi-1"
+    store = EdgeMetricsStore()
+    result = store.ingest("pi-1", message.samples, now=0.0)
+    assert result.accepted and result.batch.batch_seq == sealed.batch_seq
+    with pytest.raises(BatchRejected, match="b.samples.p"):
+        store.ingest("pi-1", {"p": ["not bytes"]}, now=0.0)

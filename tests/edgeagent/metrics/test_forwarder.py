@@ -61,6 +61,8 @@ def test_settings_are_validated() -> None:
         MetricsSettings(max_window_s=1)
     with pytest.raises(MetricsSettingsError, match="sample_interval_s"):
         MetricsSettings(sample_interval_s=0)
+    with pytest.raises(MetricsSettingsError, match="batch_interval_s"):
+        MetricsSettings(batch_interval_s=5)
     with pytest.raises(MetricsSettingsError, match="max_in_flight"):
         MetricsSettings(max_in_flight=0)
 
