@@ -169,5 +169,5 @@ def test_ingest_takes_the_message_field_from_a_sealed_batch() -> None:
     store = EdgeMetricsStore()
     result = store.ingest("pi-1", message.samples, now=0.0)
     assert result.accepted and result.batch.batch_seq == sealed.batch_seq
-    with pytest.raises(BatchRejected, match="b.samples.p"):
+    with pytest.raises(BatchRejected, match=r"b\.samples\.p"):
         store.ingest("pi-1", {"p": ["not bytes"]}, now=0.0)
