@@ -3,27 +3,25 @@
 What is measured, and how:
 
 - **Batches** are made by the real pipeline: synthetic samples of a typical node (below)
-  go through ``MetricsForwarder`` (in-memory storage, default settings) and come out as
-  sealed ``metrics_batch`` bodies (``protocol.metrics_codec``). Branch ``core`` has no
-  frame codec yet, so the frame is measured as the 4-byte length prefix plus
-  ``msgpack.packb({"k": "metrics_batch", "s": seq, "b": {"node_name": ..., "samples":
-  body}})``, the envelope ``docs/protocol.md`` specifies.
+  go through ``MetricsForwarder`` (in-memory storage, default settings), come out as
+  sealed bodies (``protocol.metrics_codec``) and are framed by branch core's codec
+  (``protocol.encode(MetricsBatch(...), seq)``, length prefix included).
 - **Typical node**: a Raspberry Pi class machine, 4 CPUs at 2-8 % busy, 3.9 GB of RAM
   drifting by up to 300 KiB per sample, one 30 GB filesystem holding ``/`` and the state
   directory, 3-30 kB per 15 s each way on the network, one thermal zone, no GPU, five
   containers of 10-80 MiB using 10-300 ms of CPU per 15 s. Values are drawn at random
   (uniformly) every sample, which is noisier, hence larger on the wire, than a real idle
   node.
-- **Idle uplink** is an *estimate* from a packet model, until the agent is wired and the
-  lead measures it on real sockets. Per minute at the defaults (batch every 60 s, ping
-  after 20 s of silence, ``docs/protocol.md``): the hub's ack of each batch resets the
-  ping timer, so two pings per minute; each ping and each batch is one QUIC 1-RTT packet
-  (short header: 1 + 8-byte connection id, aioquic's default + 2-byte packet number, a
-  STREAM frame header of 8 bytes, a 16-byte AEAD tag, UDP 8 + IPv4 20: 63 bytes around
-  the frame); each packet from the hub that elicits an ack (two pongs and one ack per
-  minute) costs one ACK-only packet back (aioquic acks after 1 ms, so nothing coalesces
-  on an idle link: 64 bytes with the ACK frame). The same figure for WebSocket over TLS
-  over TCP is reported for reference.
+- **Idle uplink** is an *estimate*, until the agent is wired and the lead measures it on
+  real sockets: an hour of branch core's real ``Session`` pair (client and server, default
+  ``SessionConfig``: ping after 20 s), the real forwarder and the hub's store, on a
+  simulated link (25 ms one way; every timer fires 0-2 ms late, as an event loop does).
+  Bytes are what the client session writes, plus a per-packet model: each write is one
+  QUIC 1-RTT packet (short header: 1 + 8-byte connection id, aioquic's default + 2-byte
+  packet number, an 8-byte STREAM frame header, a 16-byte AEAD tag, UDP 8 + IPv4 20: 63
+  bytes around the frames), and each packet from the hub costs one ACK-only packet back
+  (aioquic acks after 1 ms, so on an idle link nothing coalesces: 64 bytes). The same
+  figure for WebSocket over TLS over TCP is reported for reference.
 - **Scrape**: 10,000 nodes each ingest one typical batch (five pods each in the pod
   index); the time is ``EdgeMetricsExposition.render()``, the first scrape after every
   node got a new batch (nothing cached: the worst case). The same store scraped through
@@ -70,7 +68,7 @@ QUIC_DATA_OVERHEAD = 1 + 8 + 2 + 8 + 16 + 8 + 20
 """Bytes around a frame in a QUIC 1-RTT packet over UDP/IPv4 (see the module docstring)."""
 QUIC_ACK_PACKET = 1 + 8 + 2 + 9 + 16 + 8 + 20
 """Bytes of an ACK-only QUIC packet over UDP/IPv4."""
-TCP_TLS_WS_OVERHEAD = 5 + 1 + 16 + 2 + 4 + 20 + 32 + 20
+TCP_TLS_WS_OVERHEAD = 5 + 1 + 16 + 2 + 4 + 32 + 20
 """TLS 1.3 record (5 header + 1 type + 16 tag), masked client WebSocket header (2 + 4),
 TCP with timestamps (32), IPv4 (20)."""
 TCP_ACK_PACKET = 32 + 20
