@@ -282,7 +282,9 @@ def _hub_rows(store: EdgeMetricsStore, unresolved: int) -> list[tuple[Family, li
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
 
 
 def _number(value: float) -> str:
@@ -291,14 +293,14 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def _render_rows(name: str, rows: list[Row]) -> bytes:
+def _render_rows(name: str, rows: list[Row], memo: dict[tuple, str]) -> bytes:
     lines = []
     for labels, value in rows:
-        if labels:
-            text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-            lines.append(f"{name}{{{text}}} {_number(value)}\n")
-        else:
-            lines.append(f"{name} {_number(value)}\n")
+        text = memo.get(labels)
+        if text is None:
+            inner = ",".join([f'{k}="{_escape(v)}"' for k, v in labels])
+            text = memo[labels] = f"{{{inner}}}" if inner else ""
+        lines.append(f"{name}{text} {_number(value)}\n")
     return "".join(lines).encode()
 
 
@@ -311,7 +313,10 @@ _HEADERS = [_header(f) for f in FAMILIES]
 
 
 def _render_node(rows: list[list[Row]]) -> list[bytes]:
-    return [_render_rows(FAMILIES[i].sample_name, r) if r else b"" for i, r in enumerate(rows)]
+    memo: dict[tuple, str] = {}  # a node's label sets repeat across families
+    return [
+        _render_rows(FAMILIES[i].sample_name, r, memo) if r else b"" for i, r in enumerate(rows)
+    ]
 
 
 def _prom_node(rows: list[list[Row]]) -> list[list[PromSample]]:
@@ -386,7 +391,7 @@ class EdgeMetricsExposition:
             out.extend(node[index] for node in chunks)
         for family, rows in _hub_rows(self._store, self.unresolved):
             out.append(_header(family))
-            out.append(_render_rows(family.sample_name, rows))
+            out.append(_render_rows(family.sample_name, rows, {}))
         return b"".join(out)
 
 
