@@ -494,7 +494,7 @@ class Registry:
         name = meta.get("name") or ""
         self._check_namespace(rtype, namespace, name, create=True)
         if meta.get("resourceVersion"):
-            raise errors.internal_error(
+            raise errors.storage_refused(
                 "resourceVersion should not be set on objects to be created"
             )
         if rtype.custom:

@@ -69,7 +69,9 @@ async def test_node_unschedulable_field_selector(kube: Kube) -> None:
 
 
 async def test_lease_create_renew_and_conflict(kube: Kube) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    # MicroTime needs its 6 fractional digits: a datetime with microsecond 0 would be
+    # sent without them (isoformat) and refused.
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=123456)
     body = client.V1Lease(
         metadata=client.V1ObjectMeta(name="edge-1"),
         spec=client.V1LeaseSpec(
@@ -93,6 +95,38 @@ async def test_lease_create_renew_and_conflict(kube: Kube) -> None:
     with pytest.raises(ApiException) as err:
         await kube.coordination.create_namespaced_lease(kube.ns, bad)
     assert err.value.status == 422
+
+
+async def test_times_are_parsed_and_stored_in_utc(kube: Kube) -> None:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{kube.ns}/leases"
+    body = {
+        "metadata": {"name": "t"},
+        "spec": {"renewTime": "2026-01-02T03:04:05.123456+01:00", "holderIdentity": "h"},
+    }
+    status, made, _ = await kube.raw("POST", path, body)
+    assert status == 201, made
+    assert made["spec"]["renewTime"] == "2026-01-02T02:04:05.123456Z"
+    for bad in (
+        "2026-01-02T03:04:05Z",
+        "2026-01-02T03:04:05.1234567Z",
+        "2026-01-02 03:04:05.123456Z",
+    ):
+        body = {"metadata": {"name": "bad"}, "spec": {"renewTime": bad}}
+        status, answer, _ = await kube.raw("POST", path, body)
+        assert status == 400, bad
+        assert answer["reason"] == "BadRequest"
+    event = {
+        "metadata": {"name": "ev"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": kube.ns},
+        "firstTimestamp": "2026-01-02T03:04:05.5+01:00",
+    }
+    status, made, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/events", event)
+    assert status == 201, made
+    assert made["firstTimestamp"] == "2026-01-02T02:04:05Z"
+    event["metadata"]["name"] = "ev2"
+    event["firstTimestamp"] = "yesterday"
+    status, _, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/events", event)
+    assert status == 400
 
 
 async def test_field_validation_strict_refuses_unknown_fields(kube: Kube) -> None:
