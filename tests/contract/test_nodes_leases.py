@@ -144,3 +144,19 @@ async def test_field_validation_strict_refuses_unknown_fields(kube: Kube) -> Non
     status, made, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/configmaps", body)
     assert status == 201
     assert "dta" not in made
+
+
+async def test_new_node_is_tainted_not_ready_and_allocatable_defaults(kube: Kube) -> None:
+    name = kube.unique("fresh")
+    made = await kube.core.create_node(
+        client.V1Node(
+            metadata=client.V1ObjectMeta(name=name),
+            status=client.V1NodeStatus(capacity={"cpu": "2", "pods": "10"}),
+        )
+    )
+    kube.cluster_scoped(lambda: kube.core.delete_node(name))
+    # TaintNodesByCondition admission: not-ready until the node lifecycle says otherwise.
+    assert [(t.key, t.effect) for t in made.spec.taints] == [
+        ("node.kubernetes.io/not-ready", "NoSchedule")
+    ]
+    assert made.status.allocatable == {"cpu": "2", "pods": "10"}
