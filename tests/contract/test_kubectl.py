@@ -27,6 +27,26 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
 
 
+def _kubectls() -> dict[str, str]:
+    """The kubectl binaries to test with: the one on PATH (/usr/bin/kubectl, 1.32
+    here) and Debian's kubernetes-client 1.20.2 that tests/k8s unpacks beside the
+    reference kube-apiserver, when present and different."""
+    found: dict[str, str] = {}
+    if KUBECTL:
+        found["kubectl"] = KUBECTL
+    try:
+        from tests.k8s.kube_apiserver import kubectl_path
+    except ImportError:  # pragma: no cover - only when tests/k8s is absent
+        return found
+    debian = kubectl_path()
+    if debian is not None and KUBECTL and debian.resolve() != pathlib.Path(KUBECTL).resolve():
+        found["kubectl-1.20"] = str(debian)
+    return found
+
+
+KUBECTLS = _kubectls()
+
+
 def _find_manifests() -> pathlib.Path | None:
     for parent in (ROOT, *ROOT.parents):
         candidate = parent / "shared" / "data" / "manifests"
@@ -121,15 +141,15 @@ UNSERVED = [f for f in _files() if f not in BROKEN and _unserved_docs(f)]
 
 
 class Kubectl:
-    def __init__(self, kube: Kube, cache: pathlib.Path) -> None:
+    def __init__(self, kube: Kube, binary: str, cache: pathlib.Path) -> None:
         self.kube = kube
+        self.binary = binary
         self.env = {**os.environ, "KUBECONFIG": str(kube.cluster.kubeconfig)}
         self.cache = cache
 
     async def __call__(self, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
-        assert KUBECTL is not None
         proc = await asyncio.create_subprocess_exec(
-            KUBECTL,
+            self.binary,
             f"--cache-dir={self.cache}",
             *args,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
@@ -141,9 +161,12 @@ class Kubectl:
         return proc.returncode or 0, out.decode()
 
 
-@pytest.fixture
-def kubectl(kube: Kube, tmp_path: pathlib.Path) -> Kubectl:
-    return Kubectl(kube, tmp_path / "kubectl-cache")
+@pytest.fixture(params=sorted(KUBECTLS))
+def kubectl(request: pytest.FixtureRequest, kube: Kube, tmp_path: pathlib.Path) -> Kubectl:
+    """kubectl against the test's backend; each available kubectl release in turn."""
+    if request.param != "kubectl" and kube.cluster.name != "embedded":
+        pytest.skip(f"{request.param} is checked against the embedded server only")
+    return Kubectl(kube, KUBECTLS[request.param], tmp_path / "kubectl-cache")
 
 
 def variant(kube: Kube, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
