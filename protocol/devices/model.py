@@ -330,6 +330,18 @@ def _check_header(
     return obj, namespace, name, uid, generation
 
 
+def _duplicate(c: _Checker, raw: Any, path: str, seen: set[str]) -> bool:
+    """Record a list entry's name; report and return True if an earlier entry had it."""
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return False
+    if name in seen:
+        c.add(_join(path, "name"), f"duplicate property name {name!r}")
+        return True
+    seen.add(name)
+    return False
+
+
 def _parse_type(c: _Checker, raw: Any, path: str) -> PropertyType | None:
     if raw is None:
         c.add(path, "required")
@@ -442,14 +454,11 @@ def parse_device_model(obj: Any) -> DeviceModel:
     seen: set[str] = set()
     for i, raw in enumerate(c.items(spec.get("properties"), "spec.properties", required=True)):
         path = f"spec.properties[{i}]"
+        if _duplicate(c, raw, path, seen):
+            continue
         prop = _parse_model_property(c, raw, path)
-        if prop is None:
-            continue
-        if prop.name in seen:
-            c.add(_join(path, "name"), f"duplicate property name {prop.name!r}")
-            continue
-        seen.add(prop.name)
-        props.append(prop)
+        if prop is not None:
+            props.append(prop)
     if c.problems:
         raise InvalidDocument(c.problems, kind="DeviceModel", name=_qualified(namespace, name))
     return DeviceModel(
@@ -541,8 +550,10 @@ def parse_device(obj: Any) -> Device:
         raise InvalidDocument(c.problems, kind="Device", name=_name_of(obj))
     doc, namespace, name, uid, generation = header
     spec = c.mapping(doc.get("spec"), "spec", required=True) or {}
-    ref = c.mapping(spec.get("deviceModelRef"), "spec.deviceModelRef", required=True) or {}
-    model_name = c.string(ref, "name", "spec.deviceModelRef", required=True) if ref else ""
+    ref = c.mapping(spec.get("deviceModelRef"), "spec.deviceModelRef", required=True)
+    model_name = (
+        c.string(ref, "name", "spec.deviceModelRef", required=True) if ref is not None else ""
+    )
     node_name = c.string(spec, "nodeName", "spec")
     if node_name and (len(node_name) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(node_name)):
         c.add("spec.nodeName", f"{node_name!r} is not a valid node name")
@@ -553,14 +564,11 @@ def parse_device(obj: Any) -> Device:
     seen: set[str] = set()
     for i, raw in enumerate(c.items(spec.get("properties"), "spec.properties")):
         path = f"spec.properties[{i}]"
+        if _duplicate(c, raw, path, seen):
+            continue
         prop = _parse_device_property(c, raw, path)
-        if prop is None:
-            continue
-        if prop.name in seen:
-            c.add(_join(path, "name"), f"duplicate property name {prop.name!r}")
-            continue
-        seen.add(prop.name)
-        props.append(prop)
+        if prop is not None:
+            props.append(prop)
     methods: list[DeviceMethod] = []
     for i, raw in enumerate(c.items(spec.get("methods"), "spec.methods")):
         method = _parse_method(c, raw, f"spec.methods[{i}]")
