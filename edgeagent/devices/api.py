@@ -192,7 +192,7 @@ class DeviceAPIServer:
                 try:
                     request = await self._read_request(conn, reader)
                 except _HTTPError as exc:
-                    if conn.our_state is h11.SEND_RESPONSE:
+                    if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                         await _respond(conn, writer, exc.status, exc.body(), close=True)
                     break
                 if request is None:
