@@ -31,8 +31,8 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
@@ -51,6 +51,7 @@ from protocol.devices import Device, InvalidValue, ReportedValue, to_json
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 64 * 1024
+T = TypeVar("T")
 _MAX_HEADER_BYTES = 16 * 1024
 
 
@@ -165,10 +166,11 @@ class DeviceAPIServer:
         self._remove_listener()
         for server in self._servers:
             server.close()
-        tasks = list(self._connections)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        tasks = set(self._connections)
+        while tasks:
+            for task in tasks:
+                task.cancel()  # again if one was lost in asyncio.wait_for (gh-86296)
+            _, tasks = await asyncio.wait(tasks, timeout=1.0)
         for server in self._servers:
             await server.wait_closed()
         if self._servers:
@@ -228,8 +230,8 @@ class DeviceAPIServer:
                 raise _HTTPError(400, "BadRequest", f"malformed HTTP: {exc}") from exc
             if event is h11.NEED_DATA:
                 try:
-                    data = await asyncio.wait_for(
-                        reader.read(_READ_CHUNK), self._settings.idle_timeout_seconds
+                    data = await _within(
+                        self._settings.idle_timeout_seconds, reader.read(_READ_CHUNK)
                     )
                 except asyncio.TimeoutError:
                     return None
@@ -297,7 +299,7 @@ class DeviceAPIServer:
                 break
             future = self._waiters.add(key)
             try:
-                await asyncio.wait_for(future, remaining)
+                await _within(remaining, future)
             except asyncio.TimeoutError:
                 pass
             finally:
@@ -362,6 +364,18 @@ class DeviceAPIServer:
 
 
 # -- helpers ----------------------------------------------------------------------------
+
+
+async def _within(seconds: float, awaitable: Awaitable[T]) -> T:
+    """Await with a deadline (``asyncio.TimeoutError``), cancellation-safe on 3.11+.
+
+    ``asyncio.wait_for`` before 3.12 can swallow a cancellation racing with completion
+    (CPython gh-86296); ``asyncio.timeout`` does not.
+    """
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
 
 
 async def _respond(

@@ -14,7 +14,13 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
-from edgeagent.mappers.sdk import APIUnavailable, DeviceAPIError, DeviceClient, DeviceInfo
+from edgeagent.mappers.sdk import (
+    APIUnavailable,
+    DeviceAPIError,
+    DeviceClient,
+    DeviceInfo,
+    within,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +70,7 @@ async def serve_devices(
                         )
                         running[uid] = (info, task)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), resync_interval)
+                await within(resync_interval, stop.wait())
     finally:
         for _, task in running.values():
             await _stop(task)
@@ -84,9 +90,14 @@ def _name(device: DeviceInfo) -> tuple[str, str]:
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    """Cancel ``task`` and wait until it is done, without swallowing our own cancellation.
+
+    Cancels again while it runs on: a handler may have lost one cancellation inside
+    ``asyncio.wait_for`` (CPython gh-86296, before 3.12).
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
 
 
 def run_main(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:

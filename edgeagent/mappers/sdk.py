@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import h11
 
 _READ_CHUNK = 64 * 1024
+T = TypeVar("T")
 
 
 class MapperError(Exception):
@@ -260,9 +261,7 @@ class DeviceClient:
         self, method: str, target: str, payload: Any = None, *, extra_time: float = 0.0
     ) -> Any:
         try:
-            return await asyncio.wait_for(
-                self._exchange(method, target, payload), self._timeout + extra_time
-            )
+            return await within(self._timeout + extra_time, self._exchange(method, target, payload))
         except asyncio.TimeoutError as exc:
             raise APIUnavailable(f"{method} {target}: no answer in time") from exc
         except (OSError, h11.ProtocolError) as exc:
@@ -318,6 +317,19 @@ class DeviceClient:
                 err.get("property"),
             )
         return decoded
+
+
+async def within(seconds: float, awaitable: Awaitable[T]) -> T:
+    """Await with a deadline; raises ``asyncio.TimeoutError``.
+
+    Uses ``asyncio.timeout`` where it exists (3.11+): ``asyncio.wait_for`` before 3.12 can
+    swallow a cancellation that races with the inner task finishing (CPython gh-86296),
+    which would leave a cancelled mapper task running.
+    """
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
 
 
 def _path(namespace: str, name: str, *rest: str) -> str:
