@@ -295,7 +295,11 @@ def _describe(value: Any) -> str:
 def _check_header(
     c: _Checker, obj: Any, kind: str
 ) -> tuple[Mapping[str, Any], str, str, str, int] | None:
-    """Check apiVersion, kind and metadata; return (doc, namespace, name, uid, generation)."""
+    """Check apiVersion, kind and metadata.
+
+    Returns (doc, namespace, name, uid, generation), or None when the rest of the document
+    cannot be read usefully (not a mapping, or a v1alpha2 document).
+    """
     if not isinstance(obj, Mapping):
         c.add("", f"a {kind} document must be a mapping, got {_describe(obj)}")
         return None
