@@ -31,8 +31,8 @@ from cloudhub.placement.plan import (
     Condition,
     GroupStatus,
     NodeExplanation,
-    Plan,
     PlacementStatus,
+    Plan,
     PodCreate,
     PodDelete,
 )

@@ -103,6 +103,7 @@ _NEW_EFFECTS = frozenset({TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE})
 _KEEP_EFFECTS = frozenset({TaintEffect.NO_EXECUTE})
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generated names
 _SUFFIX_SPACE = len(_SUFFIX_ALPHABET) ** 5
+_PAIRS = [a + b for b in _SUFFIX_ALPHABET for a in _SUFFIX_ALPHABET]
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +224,42 @@ class _Pod:
         self.group = ""
         self.priority = 0
 
+    @classmethod
+    def planned(
+        cls,
+        namespace: str,
+        name: str,
+        node: str,
+        p: Placement,
+        group: str,
+        tmpl: GroupTemplate,
+        now: float,
+    ) -> _Pod:
+        """A pod this planner decided to create (assumed until observed)."""
+        pod = cls.__new__(cls)
+        pod.namespace = namespace
+        pod.name = name
+        pod.uid = ""
+        pod.node = node
+        pod.owner = p.key
+        pod.owner_uid = p.uid
+        pod.ours = True
+        pod.group = group
+        pod.hash = tmpl.hash
+        pod.ready = False
+        pod.phase = "Pending"
+        pod.finished = False
+        pod.terminating = False
+        pod.assumed = True
+        pod.charged = False
+        pod.deleting = False
+        pod.deleting_at = 0.0
+        pod.evict_first = False
+        pod.created = now
+        pod.req = tmpl.shape.requests
+        pod.priority = p.spec.priority
+        return pod
+
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
@@ -284,7 +321,7 @@ class _State:
         self.p = placement
         self.pods: dict[tuple[str, str], _Pod] = {}
         self.groups: dict[str, _Group] = {}
-        self.sel: set[str] = set()
+        self.sel: frozenset[str] | set[str] = frozenset()
         self.rebuild = True
         self.targets_stale = True
         self.rebalance = False
@@ -325,6 +362,9 @@ class Planner:
         self._serial: dict[PlacementKey, int] = {}
         self._shapes: dict[tuple[str, str], Resources] = {}
         self._orphans: set[tuple[str, str]] = set()
+        self._taint_verdicts: dict[tuple, Any] = {}
+        self._partitions: dict[tuple[str, int], tuple[frozenset[str], dict]] = {}
+        self._group_cache: dict[tuple, tuple[set[str], set[str], tuple[str, ...]]] = {}
         self._lowest_priority = 0
         self._now = 0.0
 
@@ -653,6 +693,8 @@ class Planner:
         if old == new:
             return
         self._sel_cache.clear()
+        self._partitions.clear()
+        self._group_cache.clear()
         for key, value in old.items():
             if new.get(key) != value:
                 values = self._index.get(key, {})
@@ -668,6 +710,8 @@ class Planner:
 
     def _structure_changed(self, name: str) -> None:
         """A node appeared, vanished, or changed labels/taints."""
+        self._group_cache.clear()
+        self._partitions.clear()
         self._node_changes += 1
         if self._rebuild_all:
             return
@@ -894,11 +938,11 @@ class Planner:
         self._sel_cache[requirements] = out
         return out
 
-    def _eligible(self, state: _State) -> set[str]:
+    def _eligible(self, state: _State) -> frozenset[str] | set[str]:
         spec = state.p.spec
         shape = state.p.group_template("").shape
         reqs = spec.node_selector.requirements() + LabelSelector(shape.node_selector).requirements()
-        sel = set(self._select(reqs))
+        sel: frozenset[str] | set[str] = self._select(reqs)
         if shape.affinity is not None:
             allowed: set[str] = set()
             for term in shape.affinity:
@@ -945,18 +989,13 @@ class Planner:
         groups: dict[str, _Group] = {}
         if spec.groups is not None:
             by = spec.groups.by_label
-            index = self._index.get(by, {})
+            partition = self._partition(sel, by)
             if spec.groups.members is not None:
-                values = [m.value for m in spec.groups.members]
+                values = [m.value for m in spec.groups.members if m.value in partition]
             else:
-                values = [v for v, names in index.items() if names and not names.isdisjoint(sel)]
+                values = list(partition)
             for value in values:
-                members = index.get(value)
-                if not members:
-                    continue
-                group_nodes = members & sel if len(members) <= len(sel) else sel & members
-                if group_nodes:
-                    groups[value] = self._make_group(state, value, group_nodes, (by, value))
+                groups[value] = self._make_group(state, value, partition[value], (by, value))
         elif sel:
             groups[""] = self._make_group(state, "", sel, None)
         for pod in state.pods.values():
@@ -978,37 +1017,83 @@ class Planner:
         state.rebuild = False
         state.targets_stale = True
 
+    def _partition(self, sel: frozenset[str] | set[str], by: str) -> dict[str, frozenset[str]]:
+        """Split eligible nodes by the value of label ``by`` (cached per selector result)."""
+        cache_key = (by, id(sel))
+        cached = self._partitions.get(cache_key)
+        if cached is not None and cached[0] is sel:
+            return cached[1]
+        index = self._index.get(by, {})
+        whole_fleet = len(sel) == len(self._all)
+        out: dict[str, frozenset[str]] = {}
+        if whole_fleet or len(sel) * 4 >= len(self._key_nodes.get(by, ())):
+            for value, members in index.items():
+                nodes = members if whole_fleet else members & sel
+                if nodes:
+                    out[value] = frozenset(nodes)
+        else:
+            buckets: dict[str, set[str]] = {}
+            for name in sel:
+                value = self._nodes[name].labels.get(by)
+                if value is not None:
+                    buckets.setdefault(value, set()).add(name)
+            out = {v: frozenset(n) for v, n in buckets.items()}
+        if isinstance(sel, frozenset):
+            self._partitions[cache_key] = (sel, out)
+        return out
+
     def _make_group(
         self, state: _State, value: str, nodes: set[str], index_key: tuple[str, str] | None
     ) -> _Group:
         tmpl = state.p.group_template(value)
         group = _Group(value, tmpl)
+        tolerations = tmpl.shape.tolerations
+        whole = index_key is not None and len(nodes) == len(self._index[index_key[0]][index_key[1]])
+        cache_key = (index_key, tolerations) if whole else None
+        if cache_key is not None:
+            cached = self._group_cache.get(cache_key)
+            if cached is not None:
+                group.new, group.keep, group.cands = cached
+                return group
         new = keep = nodes
         tainted = nodes & self._tainted if self._tainted else ()
         if tainted:
-            tolerations = tmpl.shape.tolerations
-            bad_new = {
-                n
-                for n in tainted
-                if tolerates_all(tolerations, self._nodes[n].taints, _NEW_EFFECTS)
-            }
-            bad_keep = {
-                n
-                for n in bad_new
-                if tolerates_all(tolerations, self._nodes[n].taints, _KEEP_EFFECTS)
-            }
-            new = nodes - bad_new
-            keep = nodes - bad_keep
+            bad_new = set()
+            bad_keep = set()
+            for name in tainted:
+                verdict = self._taint_verdict(tolerations, self._nodes[name].taints)
+                if verdict:
+                    bad_new.add(name)
+                    if verdict == 2:
+                        bad_keep.add(name)
+            new = nodes - bad_new if bad_new else nodes
+            keep = nodes - bad_keep if bad_keep else nodes
         group.new, group.keep = new, keep
-        if index_key is not None and len(new) == len(self._index[index_key[0]][index_key[1]]):
-            cached = self._sorted.get(index_key)
-            if cached is None:
-                cached = tuple(sorted(new))
-                self._sorted[index_key] = cached
-            group.cands = cached
+        if new is nodes and whole:
+            cands = self._sorted.get(index_key)
+            if cands is None:
+                cands = tuple(sorted(new))
+                self._sorted[index_key] = cands
         else:
-            group.cands = sorted(new)
+            cands = tuple(sorted(new))
+        group.cands = cands
+        if cache_key is not None:
+            self._group_cache[cache_key] = (new, keep, cands)
         return group
+
+    def _taint_verdict(self, tolerations: tuple, taints: tuple) -> int:
+        """0: tolerated; 1: repels new pods (NoSchedule); 2: also evicts (NoExecute)."""
+        key = (tolerations, taints)
+        verdict = self._taint_verdicts.get(key)
+        if verdict is None:
+            if tolerates_all(tolerations, taints, _KEEP_EFFECTS) is not None:
+                verdict = 2
+            elif tolerates_all(tolerations, taints, _NEW_EFFECTS) is not None:
+                verdict = 1
+            else:
+                verdict = 0
+            self._taint_verdicts[key] = verdict
+        return verdict
 
     # --- evaluation ----------------------------------------------------------------
 
@@ -1352,34 +1437,34 @@ class Planner:
 
     def _create(self, state: _State, group: _Group, node_name: str, plan: Plan) -> _Pod:
         p = state.p
-        pod = _Pod()
-        pod.namespace = p.namespace
-        pod.name = self._pod_name(p)
-        pod.uid = ""
-        pod.node = node_name
-        pod.owner = p.key
-        pod.owner_uid = p.uid
-        pod.ours = True
-        pod.group = group.value
-        pod.hash = group.tmpl.hash
-        pod.ready = False
-        pod.phase = "Pending"
-        pod.finished = False
-        pod.terminating = False
-        pod.assumed = True
-        pod.created = self._now
-        pod.req = group.tmpl.shape.requests
-        pod.priority = p.spec.priority
-        key = pod.key
+        tmpl = group.tmpl
+        pod = _Pod.planned(
+            p.namespace, self._pod_name(p), node_name, p, group.value, tmpl, self._now
+        )
+        key = (pod.namespace, pod.name)
         self._pods[key] = pod
-        self._by_node.setdefault(node_name, set()).add(key)
-        self._by_owner_uid.setdefault(p.uid, set()).add(key)
-        self._nodes[node_name].pods.add(key)
+        by_node = self._by_node.get(node_name)
+        if by_node is None:
+            by_node = self._by_node[node_name] = set()
+        by_node.add(key)
+        by_owner = self._by_owner_uid.get(p.uid)
+        if by_owner is None:
+            by_owner = self._by_owner_uid[p.uid] = set()
+        by_owner.add(key)
+        node = self._nodes[node_name]
+        node.pods.add(key)
         state.pods[key] = pod
         group.pods[key] = pod
         group.created_now.append(pod)
-        self._charge(pod)
-        plan.creates.append(PodCreate(p, group.value, node_name, pod.name, group.tmpl))
+        req = pod.req
+        node.ucpu += req.cpu
+        node.umem += req.memory
+        node.upods += 1
+        for res, units in req.extended:
+            node.uext[res] = node.uext.get(res, 0) + units
+        node.prio[pod.priority] += 1
+        pod.charged = True
+        plan.creates.append(PodCreate(p, group.value, node_name, pod.name, tmpl))
         return pod
 
     def _pod_name(self, p: Placement) -> str:
@@ -1387,15 +1472,14 @@ class Planner:
         serial = self._serial.get(p.key)
         if serial is None:
             serial = int.from_bytes(p.uid.encode()[-4:] or b"\0", "big")
+        pods = self._pods
+        namespace = p.namespace
         while True:
             serial += 1
-            scrambled = (serial * 7_368_787) % _SUFFIX_SPACE
-            chars = []
-            for _ in range(5):
-                scrambled, digit = divmod(scrambled, len(_SUFFIX_ALPHABET))
-                chars.append(_SUFFIX_ALPHABET[digit])
-            name = f"{prefix}-{''.join(chars)}"
-            if (p.namespace, name) not in self._pods:
+            s = (serial * 7_368_787) % _SUFFIX_SPACE
+            suffix = _PAIRS[s % 729] + _PAIRS[(s // 729) % 729] + _SUFFIX_ALPHABET[s // 531441]
+            name = f"{prefix}-{suffix}"
+            if (namespace, name) not in pods:
                 self._serial[p.key] = serial
                 return name
 
@@ -1461,7 +1545,7 @@ class Planner:
                 ),
             )
             for pod in victims[:surplus]:
-                if pod.assumed and pod in group.created_now:
+                if pod.assumed and pod.created == self._now:
                     break
                 if self._ready(pod) and ready - 1 < target:
                     break
@@ -1519,7 +1603,9 @@ class Planner:
                 if node.fits(req) or (
                     self._can_preempt(state) and self._preempt(state, group, 1, plan, name)
                 ):
-                    if not any(p.node == name for p in group.created_now):
+                    if group.created_now and group.created_now[-1].node == name:
+                        pass  # preemption already placed it
+                    else:
                         self._create(state, group, name, plan)
                 else:
                     short.append(name)
