@@ -71,23 +71,29 @@ def _template(rng: random.Random, gpu: bool = False, arch: str | None = None) ->
     if gpu:
         requests["nvidia.com/gpu"] = "1"
     spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": "registry.local/app:1",
-                        "resources": {"requests": requests}}]
+        "containers": [
+            {"name": "app", "image": "registry.local/app:1", "resources": {"requests": requests}}
+        ]
     }
     if arch:
         spec["nodeSelector"] = {"kubernetes.io/arch": arch}
     return {"metadata": {"labels": {"app": "bench"}}, "spec": spec}
 
 
-def _placements(rng: random.Random, sites: int, nodes_per_site: int, count: int,
-                total: int) -> list[dict[str, Any]]:
+def _placements(
+    rng: random.Random, sites: int, nodes_per_site: int, count: int, total: int
+) -> list[dict[str, Any]]:
     regions = max(1, sites // 10)
     specs: list[dict[str, Any]] = []
     per_node = max(1, count // 100)
     for r in range(per_node):
-        specs.append({"mode": "PerNode",
-                      "nodeSelector": {"matchLabels": {"region": f"r{r % regions:02d}"}},
-                      "template": _template(rng)})
+        specs.append(
+            {
+                "mode": "PerNode",
+                "nodeSelector": {"matchLabels": {"region": f"r{r % regions:02d}"}},
+                "template": _template(rng),
+            }
+        )
     fleet_wide = count * 9 // 100
     regional = count * 60 // 100
     local = count - per_node - fleet_wide - regional
@@ -100,43 +106,67 @@ def _placements(rng: random.Random, sites: int, nodes_per_site: int, count: int,
     counts[-1] += budget - sum(counts)
     k = 0
     for _ in range(fleet_wide):
-        specs.append({"replicas": counts[k], "groups": {"byLabel": "site"},
-                      "template": _template(rng)})
+        specs.append(
+            {"replicas": counts[k], "groups": {"byLabel": "site"}, "template": _template(rng)}
+        )
         k += 1
     for i in range(regional):
         region = f"r{i % regions:02d}"
         groups: dict[str, Any] = {"byLabel": "site"}
         if i % 5 == 1:
             first = (i % regions) * 10
-            groups = {"byLabel": "site", "spread": "Weighted", "members": [
-                {"value": f"s{first + j:03d}", "weight": 1 + j % 3} for j in range(min(10, sites))
-            ]}
+            groups = {
+                "byLabel": "site",
+                "spread": "Weighted",
+                "members": [
+                    {"value": f"s{first + j:03d}", "weight": 1 + j % 3}
+                    for j in range(min(10, sites))
+                ],
+            }
         elif i % 5 == 2:
             groups["maxSkew"] = 2
         gpu = i % 20 == 3
-        specs.append({"replicas": min(counts[k], 90) if gpu else counts[k],
-                      "nodeSelector": {"matchLabels": {"region": region, **(
-                          {"gpu": "true"} if gpu else {})}},
-                      "groups": groups, "template": _template(rng, gpu=gpu)})
+        specs.append(
+            {
+                "replicas": min(counts[k], 90) if gpu else counts[k],
+                "nodeSelector": {
+                    "matchLabels": {"region": region, **({"gpu": "true"} if gpu else {})}
+                },
+                "groups": groups,
+                "template": _template(rng, gpu=gpu),
+            }
+        )
         if gpu:
             counts[k + 1] += counts[k] - min(counts[k], 90)
         k += 1
     for i in range(local):
-        specs.append({"replicas": counts[k],
-                      "nodeSelector": {"matchLabels": {"site": f"s{i % sites:03d}"}},
-                      "template": _template(rng, arch="arm64" if i % 3 == 0 else None)})
+        specs.append(
+            {
+                "replicas": counts[k],
+                "nodeSelector": {"matchLabels": {"site": f"s{i % sites:03d}"}},
+                "template": _template(rng, arch="arm64" if i % 3 == 0 else None),
+            }
+        )
         k += 1
     out = []
     for i, spec in enumerate(specs):
         spec["priority"] = rng.randrange(4)
-        out.append({
-            "apiVersion": "apps.edgefleet.io/v1alpha1", "kind": "EdgePlacement",
-            "metadata": {"name": f"p{i:04d}", "namespace": "bench", "uid": f"uid-{i}",
-                         "generation": 1,
-                         "creationTimestamp": time.strftime(
-                             "%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 - 86400 + i))},
-            "spec": spec,
-        })
+        out.append(
+            {
+                "apiVersion": "apps.edgefleet.io/v1alpha1",
+                "kind": "EdgePlacement",
+                "metadata": {
+                    "name": f"p{i:04d}",
+                    "namespace": "bench",
+                    "uid": f"uid-{i}",
+                    "generation": 1,
+                    "creationTimestamp": time.strftime(
+                        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 - 86400 + i)
+                    ),
+                },
+                "spec": spec,
+            }
+        )
     return out
 
 
@@ -194,9 +224,19 @@ def run(quick: bool) -> dict:
             "statuses_changed_on_notice": len(notice.statuses),
         },
         "goals": [
-            {"id": "placement.full_s", "value": round(full_s, 3), "target": 2.0, "unit": "s",
-             "op": "<="},
-            {"id": "placement.react_100_offline_ms", "value": round(react_ms, 2),
-             "target": 100.0, "unit": "ms", "op": "<="},
+            {
+                "id": "placement.full_s",
+                "value": round(full_s, 3),
+                "target": 2.0,
+                "unit": "s",
+                "op": "<=",
+            },
+            {
+                "id": "placement.react_100_offline_ms",
+                "value": round(react_ms, 2),
+                "target": 100.0,
+                "unit": "ms",
+                "op": "<=",
+            },
         ],
     }

@@ -82,8 +82,14 @@ _uids = itertools.count(1)
 
 
 def placement_obj(
-    name: str, spec: dict[str, Any], *, created: float = T0, namespace: str = "default",
-    generation: int = 1, uid: str | None = None, annotations: dict[str, str] | None = None,
+    name: str,
+    spec: dict[str, Any],
+    *,
+    created: float = T0,
+    namespace: str = "default",
+    generation: int = 1,
+    uid: str | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apps.edgefleet.io/v1alpha1",
@@ -190,16 +196,20 @@ class Fleet:
         raise AssertionError("placement did not converge")
 
     def pods_of(self, placement: str) -> list[dict[str, Any]]:
-        return sorted(
-            (p for p in self.pods.values() if p["metadata"]["labels"].get(LABEL_PLACEMENT) == placement),
-            key=lambda p: p["metadata"]["name"],
-        )
+        mine = [
+            p
+            for p in self.pods.values()
+            if p["metadata"]["labels"].get(LABEL_PLACEMENT) == placement
+        ]
+        return sorted(mine, key=lambda p: p["metadata"]["name"])
 
     def per_node(self, placement: str) -> Counter[str]:
         return Counter(p["spec"]["nodeName"] for p in self.pods_of(placement))
 
     def per_group(self, placement: str) -> Counter[str]:
-        return Counter(p["metadata"]["labels"].get(LABEL_GROUP, "") for p in self.pods_of(placement))
+        pods = self.pods_of(placement)
+        return Counter(p["metadata"]["labels"].get(LABEL_GROUP, "") for p in pods)
 
     def hashes(self, placement: str) -> Counter[str]:
-        return Counter(p["metadata"]["labels"][LABEL_TEMPLATE_HASH] for p in self.pods_of(placement))
+        pods = self.pods_of(placement)
+        return Counter(p["metadata"]["labels"][LABEL_TEMPLATE_HASH] for p in pods)
