@@ -1500,6 +1500,7 @@ class Planner:
         pod.deleting_at = self._now
         if pod.charged:
             self._discharge(pod)
+            self._capacity_freed(pod.node)
         plan.deletes.append(PodDelete(pod.namespace, pod.name, pod.uid, pod.node, reason))
 
     def _delete_phase(self, state: _State, group: _Group, plan: Plan) -> None:
@@ -1558,8 +1559,9 @@ class Planner:
                 remaining.remove(pod)
                 ready -= self._ready(pod)
                 counts[pod.node] -= 1
-        for pod in remaining:
-            if pod.evict_first and pod.node in group.keep:
+        if len(remaining) <= allowed:
+            # No surplus left: a returned pod that is still here has rejoined.
+            for pod in remaining:
                 pod.evict_first = False
         for pod in soft:
             if not self._ready(pod) or ready >= target:
