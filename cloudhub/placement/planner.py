@@ -1524,8 +1524,6 @@ class Planner:
             for pod in old:
                 if budget <= 0:
                     break
-                if self._nodes[pod.node].offline_since is not None:
-                    continue
                 self._delete(pod, "rolling update to the current template", plan)
                 remaining.remove(pod)
                 ready -= self._ready(pod)
@@ -1588,53 +1586,57 @@ class Planner:
             by_node.setdefault(pod.node, []).append(pod)
         desired = len(group.cands)
         unavailable_budget, surge_budget = state.p.spec.update_strategy.budgets(desired)
+        # Only nodes that run a pod can be made unavailable by the update: a node
+        # with no room for the pod does not hold the rollout up (DaemonSets do).
         unavailable_budget -= sum(
             1
-            for name in group.cands
-            if self._nodes[name].offline_since is None
-            and not any(self._ready(p) for p in by_node.get(name, ()))
+            for name, pods in by_node.items()
+            if self._nodes[name].offline_since is None and not any(self._ready(p) for p in pods)
         )
         surge_budget -= sum(1 for pods in by_node.values() if len(pods) > 1)
         short: list[str] = []
         for name in group.cands:
             pods = by_node.get(name, [])
             node = self._nodes[name]
-            fresh = [p for p in pods if p.hash == current]
-            stale = [p for p in pods if p.hash != current]
             if not pods:
                 if node.fits(req) or (
                     self._can_preempt(state) and self._preempt(state, group, 1, plan, name)
                 ):
-                    if group.created_now and group.created_now[-1].node == name:
-                        pass  # preemption already placed it
-                    else:
+                    if not (group.created_now and group.created_now[-1].node == name):
                         self._create(state, group, name, plan)
                 else:
                     short.append(name)
                 continue
-            if len(fresh) > 1:
-                fresh.sort(key=lambda p: (not self._ready(p), p.created, p.name))
-                for extra in fresh[1:]:
-                    self._delete(extra, "duplicate replica on the node", plan)
-            if not stale:
-                continue
+            # Best first: Ready, then the newest template generation, then the oldest pod.
+            fresh = sorted(
+                (p for p in pods if p.hash == current),
+                key=lambda p: (not self._ready(p), p.created, p.name),
+            )
+            stale = sorted(
+                (p for p in pods if p.hash != current),
+                key=lambda p: (not self._ready(p), -p.created, p.name),
+            )
+            for extra in fresh[1:]:
+                self._delete(extra, "duplicate replica on the node", plan)
             if fresh:
-                if self._ready(fresh[0]) or node.offline_since is not None:
+                if stale and (self._ready(fresh[0]) or node.offline_since is not None):
                     for pod in stale:
                         self._delete(pod, "rolling update to the current template", plan)
                 continue
+            for extra in stale[1:]:
+                self._delete(extra, "duplicate replica on the node", plan)
+            if len(stale) > 1:
+                surge_budget += 1
             if node.offline_since is not None:
                 # Nothing runs there that anyone can reach: replace it now; the
                 # node gets the new pod when it reconnects.
-                for pod in stale:
-                    self._delete(pod, "rolling update to the current template", plan)
+                self._delete(stale[0], "rolling update to the current template", plan)
                 self._create(state, group, name, plan)
             elif surge_budget > 0 and node.fits(req):
                 self._create(state, group, name, plan)
                 surge_budget -= 1
             elif unavailable_budget > 0:
-                for pod in stale:
-                    self._delete(pod, "rolling update to the current template", plan)
+                self._delete(stale[0], "rolling update to the current template", plan)
                 if node.fits(req):
                     self._create(state, group, name, plan)
                 unavailable_budget -= 1

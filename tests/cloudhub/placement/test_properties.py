@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cloudhub.placement import LABEL_PLACEMENT
@@ -69,6 +69,19 @@ event_st = st.one_of(
     st.tuples(st.just("leave"), st.integers(0, 30)),
     st.tuples(st.just("relabel"), st.integers(0, 30), st.sampled_from(SITES)),
 )
+
+
+_N = {"site": "a", "tier": "edge", "cpu": "500m", "taint": None, "cordon": False}
+_P = {
+    "mode": "Replicas",
+    "replicas": 0,
+    "grouped": False,
+    "skew": None,
+    "tier": None,
+    "tolerate": False,
+    "priority": 0,
+    "cpu": "100m",
+}
 
 
 def _spec(p: dict[str, Any], version: int = 1) -> dict[str, Any]:
@@ -135,6 +148,20 @@ def _check_step(fleet: Fleet, plan: Any, facts: dict[str, Any]) -> None:
     nodes=st.lists(node_st, min_size=1, max_size=12),
     placements=st.lists(placement_st, min_size=1, max_size=5),
     events=st.lists(event_st, max_size=12),
+)
+# Found by this test: a PerNode update held up by a node with no room for the pod,
+# leaving two stale pods on one node.
+@example(
+    nodes=[_N] * 4,
+    placements=[_P, dict(_P, replicas=2, cpu="400m"), dict(_P, mode="PerNode", cpu="250m")],
+    events=[("update", 2), ("offline", 0), ("offline", 0), ("update", 2)],
+)
+# Found by this test: an outdated pod on a disconnected node kept after its
+# replacement was Ready.
+@example(
+    nodes=[_N] * 4,
+    placements=[_P, dict(_P, replicas=1), _P],
+    events=[("offline", 0), ("update", 1)],
 )
 def test_invariants_hold_through_random_events(nodes, placements, events) -> None:
     fleet = Fleet()
