@@ -89,11 +89,12 @@ from cloudhub.placement.selectors import (
     LabelSelector,
     Operator,
     Requirement,
+    Taint,
     TaintEffect,
     tolerates_all,
 )
 
-__all__ = ["MANAGED_KINDS", "Planner", "PlannerSettings", "compute_plan"]
+__all__ = ["MANAGED_KINDS", "NodeView", "Planner", "PlannerSettings", "compute_plan"]
 
 MANAGED_KINDS = frozenset({KIND, "Deployment", "DaemonSet"})
 """Owner kinds whose pods, when labelled by placement, placement garbage-collects."""
@@ -104,6 +105,25 @@ _KEEP_EFFECTS = frozenset({TaintEffect.NO_EXECUTE})
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generated names
 _SUFFIX_SPACE = len(_SUFFIX_ALPHABET) ** 5
 _PAIRS = [a + b for b in _SUFFIX_ALPHABET for a in _SUFFIX_ALPHABET]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node as the planner sees it: labels, taints, connectivity, free capacity.
+
+    Attributes:
+        free: allocatable minus the requests of the pods bound to it
+            (millicores, bytes, units).
+        free_pods: how many more pods it takes.
+    """
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    offline_since: float | None
+    free: Resources
+    free_pods: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -670,6 +690,39 @@ class Planner:
             ),
             key=lambda d: d["name"],
         )
+
+    def node_views(self) -> list[NodeView]:
+        """Every node as planner sees it, sorted by name (for explain)."""
+        out = []
+        for name in sorted(self._nodes):
+            node = self._nodes[name]
+            out.append(
+                NodeView(
+                    name=name,
+                    labels=dict(node.labels),
+                    taints=node.taints,
+                    unschedulable=node.unschedulable,
+                    offline_since=node.offline_since,
+                    free=Resources(
+                        node.cpu - node.ucpu,
+                        node.mem - node.umem,
+                        tuple(sorted((k, v - node.uext.get(k, 0)) for k, v in node.ext.items())),
+                    ),
+                    free_pods=node.npods - node.upods,
+                )
+            )
+        return out
+
+    def group_views(self, key: PlacementKey) -> dict[str, tuple[int, str]]:
+        """``{group: (desired replicas, why short or "")}`` of a placement (for explain)."""
+        state = self._states.get(key)
+        if state is None:
+            return {}
+        return {
+            value: (group.stats[0], group.reason)
+            for value, group in state.groups.items()
+            if value != _NO_GROUP
+        }
 
     def node_usage(self, name: str) -> dict[str, int] | None:
         """Used and allocatable capacity of a node (for explain and tests)."""
