@@ -1,0 +1,254 @@
+"""The control loops a cluster runs that the API alone does not: here, the ones
+whose absence would leave objects stuck or dangling on one machine.
+
+- **Namespace lifecycle** (kube-controller-manager's namespace controller):
+  a deleted namespace is ``Terminating`` until its content is deleted, then its
+  ``kubernetes`` finalizer is removed and it disappears.
+- **CRD cleanup** (apiextensions-apiserver's finalizer controller): a deleted
+  CRD keeps the ``customresourcecleanup.apiextensions.k8s.io`` finalizer until
+  every custom resource of it is deleted; then it is removed and not served.
+- **Garbage collection** (kube-controller-manager's garbage collector): an
+  object whose owners (``ownerReferences``) are all gone is deleted; a reference
+  to a deleted owner is dropped when other owners remain; the ``orphan`` and
+  ``foregroundDeletion`` finalizers are honoured.
+
+They react to committed changes (``Store.on_commit``) and run in one task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from cloudhub.standalone.errors import StandaloneError, StatusError
+from cloudhub.standalone.registry import (
+    CRD_FINALIZER,
+    CRD_KEY,
+    NAMESPACE_FINALIZER,
+    NAMESPACES,
+    DeleteOptions,
+    Registry,
+)
+from cloudhub.standalone.store import DELETED, Change
+
+__all__ = ["Controllers"]
+
+log = logging.getLogger(__name__)
+
+
+class Controllers:
+    """Namespace lifecycle, CRD cleanup and garbage collection for one registry."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._owners: dict[str, int] = {}
+
+    async def start(self) -> None:
+        """Index owner references and start the loop (it first catches up on
+        whatever was terminating when the server stopped)."""
+        store = self.registry.store
+        for key in store.resources():
+            for _, _, entry in store.items(key):
+                for uid in entry.owners:
+                    self._owners[uid] = self._owners.get(uid, 0) + 1
+        store.on_commit.append(self._on_commit)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name="apiserver-controllers"
+        )
+        self._wake.set()
+
+    async def close(self) -> None:
+        store = self.registry.store
+        with contextlib.suppress(ValueError):
+            store.on_commit.remove(self._on_commit)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def _on_commit(self, changes: list[Change]) -> None:
+        kick = False
+        owners = self._owners
+        for change in changes:
+            if change.prev is not None:
+                for uid in change.prev.owners:
+                    left = owners.get(uid, 0) - 1
+                    if left > 0:
+                        owners[uid] = left
+                    else:
+                        owners.pop(uid, None)
+            if change.type != DELETED:
+                for uid in change.entry.owners:
+                    owners[uid] = owners.get(uid, 0) + 1
+            if change.type == DELETED:
+                if (
+                    change.entry.uid in owners
+                    or change.namespace in self.registry.terminating_namespaces
+                ):
+                    kick = True
+            elif (
+                change.resource in (NAMESPACES, CRD_KEY)
+                or b'"deletionTimestamp"' in change.entry.data
+            ):
+                kick = True
+        if kick:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._namespaces()
+                await self._crds()
+                await self._garbage()
+            except asyncio.CancelledError:
+                raise
+            except StandaloneError as exc:
+                log.warning("embedded controllers: %s; retrying in 1 s", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    # -- namespaces ----------------------------------------------------------------
+
+    async def _namespaces(self) -> None:
+        registry = self.registry
+        store = registry.store
+        ns_type = registry.lookup("", "v1", "namespaces")
+        assert ns_type is not None
+        for namespace in sorted(registry.terminating_namespaces):
+            remaining = 0
+            for key in store.resources():
+                rtype = registry.type_for_key(key)
+                if rtype is None or not rtype.namespaced:
+                    continue
+                for _, name, entry in store.items(key, namespace):
+                    remaining += 1
+                    if b'"deletionTimestamp"' in entry.data:
+                        continue
+                    with contextlib.suppress(StatusError):
+                        await registry.delete(rtype, namespace, name, DeleteOptions())
+            if remaining:
+                continue
+            entry = store.get(NAMESPACES, "", namespace)
+            if entry is None:
+                registry.terminating_namespaces.discard(namespace)
+                continue
+            obj = json.loads(entry.data)
+            finalizers = [
+                f
+                for f in (obj.get("spec") or {}).get("finalizers") or []
+                if f != NAMESPACE_FINALIZER
+            ]
+            if finalizers == (obj.get("spec") or {}).get("finalizers"):
+                continue
+            obj.setdefault("spec", {})["finalizers"] = finalizers
+            with contextlib.suppress(StatusError):
+                await registry.update(ns_type, "", namespace, obj, subresource="finalize")
+
+    # -- CRDs ------------------------------------------------------------------------
+
+    async def _crds(self) -> None:
+        registry = self.registry
+        store = registry.store
+        crd_type = registry.type_for_key(CRD_KEY)
+        assert crd_type is not None
+        for _, name, entry in store.items(CRD_KEY):
+            crd = json.loads(entry.data)
+            meta = crd["metadata"]
+            if not meta.get("deletionTimestamp") or CRD_FINALIZER not in (
+                meta.get("finalizers") or []
+            ):
+                continue
+            spec = crd.get("spec") or {}
+            key = f"{spec.get('group')}/{(spec.get('names') or {}).get('plural')}"
+            rtype = registry.type_for_key(key)
+            if rtype is not None:
+                for ns, obj_name, obj_entry in store.items(key):
+                    if b'"deletionTimestamp"' in obj_entry.data:
+                        continue
+                    with contextlib.suppress(StatusError):
+                        await registry.delete(rtype, ns, obj_name, DeleteOptions())
+            if store.count(key):
+                continue
+            meta["finalizers"] = [f for f in meta["finalizers"] if f != CRD_FINALIZER]
+            with contextlib.suppress(StatusError):
+                await registry.update(crd_type, "", name, crd)
+
+    # -- garbage collection --------------------------------------------------------------
+
+    async def _garbage(self) -> None:
+        registry = self.registry
+        store = registry.store
+        if not self._owners and not self._finalizing():
+            return
+        alive = {entry.uid for key in store.resources() for _, _, entry in store.items(key)}
+        dying: dict[str, str] = {}  # uid -> "orphan" | "foregroundDeletion"
+        for key in store.resources():
+            for _, _, entry in store.items(key):
+                if b'"deletionTimestamp"' not in entry.data:
+                    continue
+                if b'"orphan"' in entry.data or b'"foregroundDeletion"' in entry.data:
+                    fins = json.loads(entry.data)["metadata"].get("finalizers") or []
+                    if "orphan" in fins:
+                        dying[entry.uid] = "orphan"
+                    elif "foregroundDeletion" in fins:
+                        dying[entry.uid] = "foregroundDeletion"
+        waiting: set[str] = set()
+        for key in list(store.resources()):
+            rtype = registry.type_for_key(key)
+            if rtype is None:
+                continue
+            for ns, name, entry in store.items(key):
+                if not entry.owners:
+                    continue
+                dead = [u for u in entry.owners if u not in alive]
+                orphaned = [u for u in entry.owners if dying.get(u) == "orphan"]
+                foreground = [u for u in entry.owners if dying.get(u) == "foregroundDeletion"]
+                if foreground:
+                    waiting.update(foreground)
+                drop = set(dead) | set(orphaned)
+                if not drop and not foreground:
+                    continue
+                live = [u for u in entry.owners if u not in drop]
+                if not live or (foreground and set(live) <= set(foreground)) and not orphaned:
+                    if b'"deletionTimestamp"' not in entry.data:
+                        with contextlib.suppress(StatusError):
+                            await registry.delete(rtype, ns, name, DeleteOptions())
+                    continue
+                obj = json.loads(entry.data)
+                refs = obj["metadata"].get("ownerReferences") or []
+                obj["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") not in drop]
+                if not obj["metadata"]["ownerReferences"]:
+                    del obj["metadata"]["ownerReferences"]
+                with contextlib.suppress(StatusError):
+                    await registry.update(rtype, ns, name, obj)
+        for uid, finalizer in dying.items():
+            if finalizer == "foregroundDeletion" and uid in waiting:
+                continue
+            await self._drop_finalizer(uid, finalizer)
+
+    def _finalizing(self) -> bool:
+        return False
+
+    async def _drop_finalizer(self, uid: str, finalizer: str) -> None:
+        registry = self.registry
+        store = registry.store
+        for key in store.resources():
+            rtype = registry.type_for_key(key)
+            if rtype is None:
+                continue
+            for ns, name, entry in store.items(key):
+                if entry.uid != uid:
+                    continue
+                obj: dict[str, Any] = json.loads(entry.data)
+                meta = obj["metadata"]
+                meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != finalizer]
+                with contextlib.suppress(StatusError):
+                    await registry.update(rtype, ns, name, obj)
+                return
