@@ -60,6 +60,8 @@ class PodDelete:
             the pod was only planned and never observed).
         node: the node it is bound to.
         reason: why, in words (``"surplus after node edge-3 came back"``).
+        force: delete at once (grace period 0): no kubelet will confirm it
+            (its node no longer exists).
     """
 
     namespace: str
@@ -67,6 +69,7 @@ class PodDelete:
     uid: str
     node: str
     reason: str
+    force: bool = False
 
 
 @dataclass(frozen=True, slots=True)

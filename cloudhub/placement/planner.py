@@ -1536,7 +1536,7 @@ class Planner:
                 self._serial[p.key] = serial
                 return name
 
-    def _delete(self, pod: _Pod, reason: str, plan: Plan) -> None:
+    def _delete(self, pod: _Pod, reason: str, plan: Plan, force: bool = False) -> None:
         if pod.deleting and not (self._now - pod.deleting_at > self.settings.redelete_after_s):
             return
         if pod.assumed and pod.created == self._now:
@@ -1554,7 +1554,8 @@ class Planner:
         if pod.charged:
             self._discharge(pod)
             self._capacity_freed(pod.node)
-        plan.deletes.append(PodDelete(pod.namespace, pod.name, pod.uid, pod.node, reason))
+        force = force or pod.node not in self._nodes
+        plan.deletes.append(PodDelete(pod.namespace, pod.name, pod.uid, pod.node, reason, force))
 
     def _delete_phase(self, state: _State, group: _Group, plan: Plan) -> None:
         if group.cls is None:
