@@ -410,3 +410,8 @@ def test_crd_and_model_reject_the_same_bad_fields(spec: dict) -> None:
         jsonschema.validate(obj, _schema())
     with pytest.raises(InvalidSpec):
         parse_placement(obj)
+
+
+def test_packaged_crd_is_the_deployed_one() -> None:
+    packaged = ROOT / "cloudhub" / "placement" / "crd.yaml"
+    assert packaged.read_bytes() == CRD.read_bytes()
