@@ -55,6 +55,7 @@ Rules (each has a test in ``tests/cloudhub/placement``):
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections import Counter
@@ -297,10 +298,13 @@ class _Group:
         "cls",
         "created_now",
         "dirty",
+        "dirty_nodes",
         "keep",
         "new",
         "pods",
         "reason",
+        "rolling",
+        "short_nodes",
         "stats",
         "target",
         "tmpl",
@@ -317,6 +321,9 @@ class _Group:
         self.target = 0
         self.cap: int | None = None
         self.dirty = True
+        self.dirty_nodes: set[str] | None = None
+        self.rolling = True
+        self.short_nodes: set[str] = set()
         self.reason = ""
         self.stats = (0, 0, 0, 0)
         self.cls: tuple | None = None
@@ -326,21 +333,37 @@ class _Group:
 class _State:
     __slots__ = (
         "conds",
+        "dirty",
         "groups",
+        "gstat",
+        "gtuple",
+        "order",
         "p",
         "pods",
         "rebalance",
         "rebuild",
         "sel",
+        "short",
+        "stale_stats",
         "status",
         "targets_stale",
+        "totals",
         "unassigned",
+        "unavailable",
     )
 
     def __init__(self, placement: Placement) -> None:
         self.p = placement
         self.pods: dict[tuple[str, str], _Pod] = {}
         self.groups: dict[str, _Group] = {}
+        self.dirty: set[str] = set()
+        self.stale_stats: set[str] = set()
+        self.gstat: dict[str, GroupStatus] = {}
+        self.gtuple: tuple[GroupStatus, ...] | None = None
+        self.totals = [0, 0, 0, 0]
+        self.unavailable: set[str] = set()
+        self.short: set[str] = set()
+        self.order: list[str] = []
         self.sel: frozenset[str] | set[str] = frozenset()
         self.rebuild = True
         self.targets_stale = True
@@ -620,6 +643,19 @@ class Planner:
         Returns:
             The plan; its creates and deletes are already assumed done.
         """
+        # A fleet-wide plan allocates hundreds of thousands of small acyclic
+        # objects; the cyclic collector would rescan the whole fleet many times
+        # over (40% of a 100,000-replica plan). Reference counting frees them;
+        # the collector is paused for this synchronous call and restored after.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._plan(now)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _plan(self, now: float) -> Plan:
         self._now = now
         plan = Plan()
         if self._rebuild_all:
@@ -636,7 +672,7 @@ class Planner:
                 for pod_key in self._nodes[node].pods if node in self._nodes else ():
                     pod = self._pods[pod_key]
                     if pod.owner == key and pod.group in state.groups:
-                        state.groups[pod.group].dirty = True
+                        self._mark(state, state.groups[pod.group], pod.node)
         for key in list(self._orphans):
             pod = self._pods.get(key)
             if pod is None or pod.owner is not None or not pod.ours:
@@ -790,9 +826,18 @@ class Planner:
         owners: set[PlacementKey] = set()
         for key in node.pods:
             pod = self._pods[key]
-            if pod.owner is not None:
+            if pod.owner is None:
+                continue
+            owners.add(pod.owner)
+            state = self._states.get(pod.owner)
+            group = state.groups.get(pod.group) if state is not None else None
+            if offline_since is not None and group is not None and not group.rolling:
+                # Going offline changes no decision before the tolerance expires
+                # (a deadline is armed below), only readiness: refresh the status.
+                state.stale_stats.add(pod.group)
+                self._dirty.add(pod.owner)
+            else:
                 self._touch(pod)
-                owners.add(pod.owner)
         if offline_since is not None:
             for owner in owners:
                 state = self._states[owner]
@@ -815,7 +860,7 @@ class Planner:
             group = state.groups.get(value)
             if group is not None:
                 group.cap = None
-                group.dirty = True
+                self._mark(state, group, name)
                 state.targets_stale = True
                 self._dirty.add(key)
 
@@ -949,8 +994,20 @@ class Planner:
         if group is None:
             state.rebuild = True
         else:
-            group.dirty = True
+            self._mark(state, group, pod.node)
         self._dirty.add(pod.owner)
+
+    @staticmethod
+    def _mark(state: _State, group: _Group, node: str | None = None) -> None:
+        """Mark a group for reconciliation (only ``node`` in it, when given and possible)."""
+        if not group.dirty:
+            group.dirty = True
+            group.dirty_nodes = set() if node is not None else None
+        elif node is None:
+            group.dirty_nodes = None
+        if node is not None and group.dirty_nodes is not None:
+            group.dirty_nodes.add(node)
+        state.dirty.add(group.value)
 
     # --- eligibility ---------------------------------------------------------------
 
@@ -1067,6 +1124,13 @@ class Planner:
                 group.cap = old.cap
                 group.stats = old.stats
         state.groups = groups
+        state.dirty = set(groups)
+        state.gstat = {}
+        state.gtuple = None
+        state.totals = [0, 0, 0, 0]
+        state.unavailable = set()
+        state.short = {v for v, g in groups.items() if g.cap is not None}
+        state.order = sorted(v for v in groups if v != _NO_GROUP)
         state.rebuild = False
         state.targets_stale = True
 
@@ -1154,40 +1218,75 @@ class Planner:
         if state.rebuild:
             self._rebuild(state)
         if state.p.spec.mode is Mode.PER_NODE:
-            for group in list(state.groups.values()):
-                if group.dirty:
+            processed = set(state.dirty)
+            for value in sorted(processed):
+                group = state.groups.get(value)
+                if group is not None:
                     self._reconcile_per_node(state, group, plan)
         else:
-            self._evaluate_replicas(state, plan)
-        for group in state.groups.values():
+            processed = self._evaluate_replicas(state, plan)
+        processed |= state.dirty
+        for value in state.stale_stats - processed:
+            group = state.groups.get(value)
+            if group is not None:
+                self._refresh_stats(state, group)
+                processed.add(value)
+        state.stale_stats = set()
+        for value in processed:
+            group = state.groups.get(value)
+            if group is None:
+                continue
             group.dirty = False
+            group.dirty_nodes = None
             group.cls = None
             group.created_now = []
+            if group.cap is not None or group.reason:
+                state.short.add(value)
+            else:
+                state.short.discard(value)
+        state.dirty = set()
         state.rebalance = False
-        short = state.unassigned > 0 or any(
-            g.cap is not None or g.reason for g in state.groups.values()
-        )
-        if short:
+        if state.unassigned > 0 or state.short:
             self._wanting.add(state.p.key)
         else:
             self._wanting.discard(state.p.key)
-        self._update_status(state, plan)
+        self._update_status(state, plan, processed)
 
-    def _evaluate_replicas(self, state: _State, plan: Plan) -> None:
+    def _refresh_stats(self, state: _State, group: _Group) -> None:
+        """Recount a group's replicas without reconciling it."""
+        live = self._classify(state, group)[0]
+        current = group.tmpl.hash
+        if state.p.spec.mode is Mode.PER_NODE:
+            group.stats = (
+                len(group.cands),
+                len({p.node for p in live}),
+                len({p.node for p in live if self._ready(p)}),
+                len({p.node for p in live if p.hash == current}),
+            )
+        else:
+            group.stats = (
+                group.target,
+                len(live),
+                sum(1 for p in live if self._ready(p)),
+                sum(1 for p in live if p.hash == current),
+            )
+
+    def _evaluate_replicas(self, state: _State, plan: Plan) -> set[str]:
         if state.rebalance:
             for group in state.groups.values():
                 group.cap = None
-                group.dirty = True
+                self._mark(state, group)
             state.targets_stale = True
         if state.targets_stale:
             self._compute_targets(state)
         touched: dict[str, _Group] = {}
         for _ in range(len(state.groups) + 1):
+            batch = sorted(v for v in state.dirty if v in state.groups and state.groups[v].dirty)
+            if not batch:
+                break
             capped = False
-            for value in sorted(state.groups):
+            for value in batch:
                 group = state.groups[value]
-                if not group.dirty:
-                    continue
                 group.dirty = False
                 touched[value] = group
                 if self._create_phase(state, group, plan):
@@ -1197,6 +1296,7 @@ class Planner:
             self._compute_targets(state)
         for value in sorted(touched):
             self._delete_phase(state, touched[value], plan)
+        return set(touched)
 
     def _compute_targets(self, state: _State) -> None:
         spec = state.p.spec
@@ -1241,7 +1341,7 @@ class Planner:
             target = targets.get(value, 0)
             if group.target != target:
                 group.target = target
-                group.dirty = True
+                self._mark(state, group)
         state.unassigned = unassigned
         state.targets_stale = False
 
@@ -1266,7 +1366,7 @@ class Planner:
                 out[value] = limit
         return out, clipped
 
-    def _classify(self, state: _State, group: _Group) -> tuple:
+    def _classify(self, state: _State, group: _Group, pods: Iterable[_Pod] | None = None) -> tuple:
         now = self._now
         tolerance = state.p.spec.offline_toleration_seconds
         per_node = state.p.spec.mode is Mode.PER_NODE
@@ -1275,7 +1375,7 @@ class Planner:
         soft: list[_Pod] = []
         hard: list[tuple[_Pod, str]] = []
         redo: list[_Pod] = []
-        for pod in group.pods.values():
+        for pod in group.pods.values() if pods is None else pods:
             if pod.terminating:
                 continue
             if pod.deleting:
@@ -1618,6 +1718,7 @@ class Planner:
         for pod in soft:
             if not self._ready(pod) or ready >= target:
                 self._delete(pod, f"node {pod.node} no longer matches the placement", plan)
+        group.rolling = any(p.hash != current for p in remaining)
         group.stats = (
             target,
             len(remaining),
@@ -1626,20 +1727,39 @@ class Planner:
         )
 
     def _reconcile_per_node(self, state: _State, group: _Group, plan: Plan) -> None:
-        live, _lost, soft, hard, redo = self._classify(state, group)
+        """One pod per eligible node. Only the nodes that changed are looked at,
+        unless an update is rolling or the group was rebuilt."""
+        current = group.tmpl.hash
+        names: Iterable[str] = group.cands
+        pods: list[_Pod] | None = None
+        full = group.dirty_nodes is None or group.rolling
+        if not full:
+            key, value = state.p.key, group.value
+            dirty = group.dirty_nodes or set()
+            names = sorted(n for n in dirty if n in group.new)
+            pods = [
+                pod
+                for n in dirty
+                for k in self._by_node.get(n, ())
+                if (pod := self._pods[k]).owner == key and pod.group == value
+            ]
+            if any(p.hash != current and not p.deleting for p in pods):
+                names, pods, full = group.cands, None, True
+        live, _lost, soft, hard, redo = self._classify(state, group, pods)
         for pod in redo:
             self._delete(pod, "the earlier delete was not observed", plan)
         for pod, reason in hard:
             self._delete(pod, reason, plan)
         for pod in soft:
             self._delete(pod, f"node {pod.node} no longer matches the placement", plan)
-        current = group.tmpl.hash
         req = group.tmpl.shape.requests
         by_node: dict[str, list[_Pod]] = {}
         for pod in live:
             by_node.setdefault(pod.node, []).append(pod)
         desired = len(group.cands)
         unavailable_budget, surge_budget = state.p.spec.update_strategy.budgets(desired)
+        if full:
+            group.rolling = any(p.hash != current for p in live)
         # Only nodes that run a pod can be made unavailable by the update: a node
         # with no room for the pod does not hold the rollout up (DaemonSets do).
         unavailable_budget -= sum(
@@ -1649,7 +1769,7 @@ class Planner:
         )
         surge_budget -= sum(1 for pods in by_node.values() if len(pods) > 1)
         short: list[str] = []
-        for name in group.cands:
+        for name in names:
             pods = by_node.get(name, [])
             node = self._nodes[name]
             if not pods:
@@ -1694,13 +1814,20 @@ class Planner:
                 if node.fits(req):
                     self._create(state, group, name, plan)
                 unavailable_budget -= 1
+        if full:
+            group.short_nodes = set(short)
+        else:
+            group.short_nodes.difference_update(names)
+            group.short_nodes.update(short)
+        group.short_nodes &= group.new
+        lacking = group.short_nodes
         group.reason = (
-            f"{len(short)} node(s) without room: "
-            + ", ".join(sorted({self._nodes[n].shortage(req) or "full" for n in short}))
-            if short
+            f"{len(lacking)} node(s) without room: "
+            + ", ".join(sorted({self._nodes[n].shortage(req) or "full" for n in lacking}))
+            if lacking
             else ""
         )
-        if not short:
+        if not lacking:
             group.cap = None
         alive = [p for p in group.pods.values() if p.counts and p.node in group.keep]
         group.stats = (
@@ -1712,23 +1839,40 @@ class Planner:
 
     # --- status --------------------------------------------------------------------
 
-    def _update_status(self, state: _State, plan: Plan) -> None:
+    def _update_status(self, state: _State, plan: Plan, processed: set[str]) -> None:
         spec = state.p.spec
-        groups = []
-        for value in sorted(state.groups):
+        totals = state.totals
+        changed = state.gtuple is None
+        for value in processed:
             if value == _NO_GROUP:
                 continue
-            desired, placed, ready, updated = state.groups[value].stats
-            if desired or placed:
-                groups.append(GroupStatus(value, desired, placed, ready, updated))
-        desired = sum(g.desired for g in groups) + state.unassigned
-        placed = sum(g.placed for g in groups)
-        ready = sum(g.ready for g in groups)
-        updated = sum(g.updated for g in groups)
+            group = state.groups.get(value)
+            stats = group.stats if group is not None else (0, 0, 0, 0)
+            old = state.gstat.get(value)
+            new = GroupStatus(value, *stats) if stats[0] or stats[1] else None
+            if old == new:
+                continue
+            changed = True
+            if old is not None:
+                for i, n in enumerate(_stats_of(old)):
+                    totals[i] -= n
+                del state.gstat[value]
+            state.unavailable.discard(value)
+            if new is not None:
+                for i, n in enumerate(stats):
+                    totals[i] += n
+                state.gstat[value] = new
+                if new.ready < new.desired - spec.update_strategy.budgets(new.desired)[0]:
+                    state.unavailable.add(value)
+        if changed:
+            state.gtuple = tuple(state.gstat[v] for v in state.order if v in state.gstat)
+        groups = state.gtuple or ()
+        desired = totals[0] + state.unassigned
+        placed, ready, updated = totals[1], totals[2], totals[3]
         reasons = [
-            f"group {g.value}: {g.reason}" if g.value else g.reason
-            for g in state.groups.values()
-            if g.reason and g.value != _NO_GROUP
+            f"group {v}: {state.groups[v].reason}" if v else state.groups[v].reason
+            for v in state.short
+            if v in state.groups and state.groups[v].reason and v != _NO_GROUP
         ]
         if placed >= desired and not state.unassigned:
             placed_cond = ("True", "AllPlaced", f"{placed} of {desired} replicas placed")
@@ -1748,9 +1892,7 @@ class Planner:
                 reason = "InsufficientCapacity"
             detail = "; ".join(sorted(reasons)) or "no eligible node"
             placed_cond = ("False", reason, f"{missing} of {desired} replicas not placed: {detail}")
-        available = all(
-            g.ready >= g.desired - spec.update_strategy.budgets(g.desired)[0] for g in groups
-        )
+        available = not state.unavailable
         avail_cond = (
             ("True", "MinimumReplicasAvailable", f"{ready} of {desired} replicas ready")
             if available
@@ -1781,12 +1923,16 @@ class Planner:
             placed=placed,
             ready=ready,
             updated=updated,
-            groups=tuple(groups),
+            groups=groups,
             conditions=tuple(conditions),
         )
         if status != state.status:
             state.status = status
             plan.statuses[state.p.key] = status
+
+
+def _stats_of(status: GroupStatus) -> tuple[int, int, int, int]:
+    return (status.desired, status.placed, status.ready, status.updated)
 
 
 def _fits(

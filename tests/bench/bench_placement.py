@@ -19,8 +19,13 @@ Measured (computation only: no API, pods are not rendered to JSON):
 - ``placement.full_s``: feed the 10,000 nodes and 1,000 placements to a new
   Planner (Node and EdgePlacement JSON parsed) and compute the first plan.
 - ``placement.react_100_offline_ms``: 100 random nodes go offline; the time to
-  record that and compute the plan once their tolerance has expired (the
-  failover of their replicas to other nodes of the same site).
+  record that, plan at once (status only: within the tolerance nothing moves)
+  and plan again once their tolerance has expired (the failover of their
+  replicas to other nodes of the same site). Median of 5 rounds, each with
+  100 nodes not picked before (they come back between rounds).
+
+``full_s`` is the median of 3 runs. The machine these run on is shared, so
+wall-clock figures are noisy; the reaction's CPU time is reported too.
 
 Also reported: the plan alone, the plan when the nodes have just gone offline
 (status only), how long rendering every created pod to JSON takes (what the
@@ -30,7 +35,9 @@ controller pays while writing, rate-limited), and the sizes.
 from __future__ import annotations
 
 import random
+import statistics
 import time
+from collections import Counter
 from typing import Any
 
 from cloudhub.placement import Planner, parse_placement
@@ -111,7 +118,8 @@ def _placements(
         )
         k += 1
     for i in range(regional):
-        region = f"r{i % regions:02d}"
+        gpu = i % 20 == 3
+        region = f"r{(i // 20 if gpu else i) % regions:02d}"
         groups: dict[str, Any] = {"byLabel": "site"}
         if i % 5 == 1:
             first = (i % regions) * 10
@@ -125,10 +133,9 @@ def _placements(
             }
         elif i % 5 == 2:
             groups["maxSkew"] = 2
-        gpu = i % 20 == 3
         specs.append(
             {
-                "replicas": min(counts[k], 90) if gpu else counts[k],
+                "replicas": min(counts[k], 30) if gpu else counts[k],
                 "nodeSelector": {
                     "matchLabels": {"region": region, **({"gpu": "true"} if gpu else {})}
                 },
@@ -137,7 +144,7 @@ def _placements(
             }
         )
         if gpu:
-            counts[k + 1] += counts[k] - min(counts[k], 90)
+            counts[k + 1] += counts[k] - min(counts[k], 30)
         k += 1
     for i in range(local):
         specs.append(
@@ -170,12 +177,7 @@ def _placements(
     return out
 
 
-def run(quick: bool) -> dict:
-    sites, per_site, count, total = (10, 100, 100, 10_000) if quick else (100, 100, 1000, 100_000)
-    rng = random.Random(7)
-    nodes = _fleet(sites, per_site)
-    placements = _placements(rng, sites, per_site, count, total)
-
+def _build(nodes: list[dict], placements: list[dict]) -> tuple[Planner, Any, float, float]:
     t0 = time.perf_counter()
     planner = Planner()
     for node in nodes:
@@ -184,44 +186,75 @@ def run(quick: bool) -> dict:
         planner.upsert_placement(parse_placement(obj))
     t1 = time.perf_counter()
     plan = planner.plan(T0)
-    t2 = time.perf_counter()
-    full_s = t2 - t0
+    return planner, plan, t1 - t0, time.perf_counter() - t1
+
+
+def run(quick: bool) -> dict:
+    sites, per_site, count, total = (10, 100, 100, 10_000) if quick else (100, 100, 1000, 100_000)
+    repeats, rounds = (1, 3) if quick else (3, 5)
+    rng = random.Random(7)
+    nodes = _fleet(sites, per_site)
+    placements = _placements(rng, sites, per_site, count, total)
+
+    # From scratch, median of `repeats` runs (the machine is shared: noisy).
+    builds = []
+    for _ in range(repeats):
+        planner, plan, ingest_s, plan_s = _build(nodes, placements)
+        builds.append((ingest_s + plan_s, ingest_s, plan_s))
+    full_s, ingest_s, plan_s = statistics.median_low(builds)
 
     t3 = time.perf_counter()
     for create in plan.creates:
         create.render()
     render_s = time.perf_counter() - t3
 
-    victims = rng.sample([n["metadata"]["name"] for n in nodes], 100)
-    on_victims = sum(1 for c in plan.creates if c.node in set(victims))
+    # Reaction: `rounds` times, 100 nodes never picked before go offline; time the
+    # notice (status only) and the failover once their tolerance expired; then
+    # they come back (not timed).
+    names = [n["metadata"]["name"] for n in nodes]
+    rng.shuffle(names)
+    on_node = Counter(c.node for c in plan.creates)
+    wall, cpu, notices, failovers, moved, lost = [], [], [], [], [], []
     now = T0 + 60
-    r0 = time.perf_counter()
-    for name in victims:
-        planner.set_connectivity(name, now)
-    notice = planner.plan(now)
-    r1 = time.perf_counter()
-    failover = planner.plan(now + 301)
-    r2 = time.perf_counter()
-    react_ms = ((r1 - r0) + (r2 - r1)) * 1000
+    for r in range(rounds):
+        victims = names[r * 100 : (r + 1) * 100]
+        lost.append(sum(on_node[v] for v in victims))
+        w0, c0 = time.perf_counter(), time.process_time()
+        for name in victims:
+            planner.set_connectivity(name, now)
+        planner.plan(now)
+        w1 = time.perf_counter()
+        failover = planner.plan(now + 301)
+        w2, c2 = time.perf_counter(), time.process_time()
+        wall.append((w2 - w0) * 1000)
+        cpu.append((c2 - c0) * 1000)
+        notices.append((w1 - w0) * 1000)
+        failovers.append((w2 - w1) * 1000)
+        moved.append(len(failover.creates))
+        for name in victims:
+            planner.set_connectivity(name, None)
+        planner.plan(now + 302)
+        now += 1000
+    react_ms = statistics.median(wall)
 
-    placed = len(plan.creates)
     return {
         "results": {
             "nodes": len(nodes),
             "placements": len(placements),
             "replicas_requested": total,
-            "replicas_placed": placed,
-            "ingest_s": round(t1 - t0, 3),
-            "plan_s": round(t2 - t1, 3),
+            "replicas_placed": len(plan.creates),
+            "ingest_s": round(ingest_s, 3),
+            "plan_s": round(plan_s, 3),
             "full_s": round(full_s, 3),
+            "full_s_runs": [round(b[0], 3) for b in builds],
             "render_all_pods_s": round(render_s, 3),
-            "offline_nodes": len(victims),
-            "replicas_on_offline_nodes": on_victims,
-            "offline_notice_ms": round((r1 - r0) * 1000, 2),
-            "failover_plan_ms": round((r2 - r1) * 1000, 2),
-            "failover_creates": len(failover.creates),
-            "failover_deletes": len(failover.deletes),
-            "statuses_changed_on_notice": len(notice.statuses),
+            "offline_nodes_per_round": 100,
+            "replicas_on_offline_nodes": lost,
+            "failover_creates": moved,
+            "react_ms_runs": [round(x, 1) for x in wall],
+            "react_cpu_ms_runs": [round(x, 1) for x in cpu],
+            "offline_notice_ms_runs": [round(x, 1) for x in notices],
+            "failover_plan_ms_runs": [round(x, 1) for x in failovers],
         },
         "goals": [
             {
