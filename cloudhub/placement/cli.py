@@ -8,6 +8,7 @@ The lead mounts :data:`placement` on the ``cloudhub`` command group::
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from typing import Any
@@ -15,6 +16,15 @@ from typing import Any
 import click
 import yaml
 
+from cloudhub.kube import (
+    DAEMONSETS,
+    DEPLOYMENTS,
+    EDGEPLACEMENTS,
+    NODES,
+    PODS,
+    KubeClient,
+    KubeError,
+)
 from cloudhub.placement.errors import InvalidObject, InvalidSpec, TranslationError
 from cloudhub.placement.explain import explain, format_explanations
 from cloudhub.placement.importers import GROUP_LABEL, import_files, load_documents
@@ -98,40 +108,37 @@ def import_command(
     "--fleet",
     "fleet_files",
     multiple=True,
-    required=True,
     type=click.Path(dir_okay=False),
     help="YAML/JSON files of Nodes, Pods and placements (e.g. kubectl get -o yaml).",
 )
-def explain_command(name: str, namespace: str, kind: str, fleet_files: tuple[str, ...]) -> None:
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    help="Read Nodes, Pods and placements from this cluster instead.",
+)
+def explain_command(
+    name: str, namespace: str, kind: str, fleet_files: tuple[str, ...], kubeconfig: str | None
+) -> None:
     """For each node, why it was chosen or rejected for placement NAME."""
-    planner = Planner()
+    if bool(fleet_files) == bool(kubeconfig):
+        raise click.UsageError("give either --fleet files or --kubeconfig")
     now = time.time()
     try:
-        docs = []
-        for path in fleet_files:
-            with open(path) as f:
-                docs.extend(doc for _, doc in load_documents(f.read(), path))
-        items = []
-        for doc in docs:
-            items.extend(doc.get("items") or [] if doc.get("kind", "").endswith("List") else [doc])
-        for obj in items:
-            if obj.get("kind") == "Node":
-                planner.upsert_node(obj, offline_since=offline_since(obj, now))
-        for obj in items:
-            if obj.get("kind") == KIND:
-                planner.upsert_placement(parse_placement(obj))
-            elif obj.get("kind") in ("Deployment", "DaemonSet") and targets_edge(
-                (obj.get("spec") or {}).get("template") or {}
-            ):
-                planner.upsert_placement(placement_from_workload(obj))
-        for obj in items:
-            if obj.get("kind") == "Pod":
-                planner.upsert_pod(obj)
-    except (OSError, TranslationError, InvalidSpec, InvalidObject) as exc:
+        if kubeconfig:
+            items = asyncio.run(_from_api(kubeconfig, kind))
+        else:
+            items = []
+            for path in fleet_files:
+                with open(path) as f:
+                    for _, doc in load_documents(f.read(), path):
+                        is_list = str(doc.get("kind", "")).endswith("List")
+                        items.extend(doc.get("items") or [] if is_list else [doc])
+        planner = _planner(items, now)
+    except (OSError, TranslationError, InvalidSpec, InvalidObject, KubeError) as exc:
         raise click.ClickException(str(exc)) from exc
     key = PlacementKey(kind, namespace, name)
     if planner.placement(key) is None:
-        raise click.ClickException(f"no {kind} {namespace}/{name} in the given files")
+        raise click.ClickException(f"no {kind} {namespace}/{name} found")
     planner.plan(now)
     click.echo(format_explanations(explain(planner, key, now)))
     status = planner.status(key)
@@ -140,6 +147,40 @@ def explain_command(name: str, namespace: str, kind: str, fleet_files: tuple[str
             click.echo(
                 f"{condition.type}={condition.status} ({condition.reason}): {condition.message}"
             )
+
+
+async def _from_api(kubeconfig: str, kind: str) -> list[dict[str, Any]]:
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        items: list[dict[str, Any]] = []
+        resources = [NODES, EDGEPLACEMENTS, PODS]
+        if kind != KIND:
+            resources.append(DEPLOYMENTS if kind == "Deployment" else DAEMONSETS)
+        for resource in resources:
+            found, _ = await client.list(resource)
+            items.extend(found)
+        return items
+    finally:
+        await client.close()
+
+
+def _planner(items: list[dict[str, Any]], now: float) -> Planner:
+    """A planner holding the given objects, fed in the controller's order."""
+    planner = Planner()
+    for obj in items:
+        if obj.get("kind") == "Node":
+            planner.upsert_node(obj, offline_since=offline_since(obj, now))
+    for obj in items:
+        if obj.get("kind") == KIND:
+            planner.upsert_placement(parse_placement(obj))
+        elif obj.get("kind") in ("Deployment", "DaemonSet") and targets_edge(
+            (obj.get("spec") or {}).get("template") or {}
+        ):
+            planner.upsert_placement(placement_from_workload(obj))
+    for obj in items:
+        if obj.get("kind") == "Pod":
+            planner.upsert_pod(obj)
+    return planner
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -142,6 +142,7 @@ class PlacementController:
         self._invalid: dict[PlacementKey, str] = {}
         self._status_pending: set[PlacementKey] = set()
         self._nodes: dict[str, Mapping[str, Any]] = {}
+        self._reported: dict[str, float | None] = {}
         self._bucket = _TokenBucket(self.settings.writes_per_second, self.settings.write_burst)
         self._delays = backoff_delays()
         self._retry_at = 0.0
@@ -224,10 +225,26 @@ class PlacementController:
             self._wake.clear()
             await asyncio.sleep(max(self.settings.settle_s, self._retry_at - time.monotonic()))
 
+    def report_connectivity(self, node: str, offline_since_s: float | None) -> None:
+        """The hub's word on a node's connection, which wins over the Node's heartbeat.
+
+        Args:
+            node: the node name.
+            offline_since_s: when its session ended (epoch seconds), or None
+                while it is connected.
+        """
+        self._reported[node] = offline_since_s
+        self.planner.set_connectivity(node, offline_since_s)
+        self._wake.set()
+
+    def _offline_since(self, name: str, node: Mapping[str, Any], now: float) -> float | None:
+        if name in self._reported:
+            return self._reported[name]
+        return offline_since(node, now, self.settings.heartbeat_grace_s)
+
     def _refresh_connectivity(self, now: float) -> None:
-        grace = self.settings.heartbeat_grace_s
         for name, node in self._nodes.items():
-            self.planner.set_connectivity(name, offline_since(node, now, grace))
+            self.planner.set_connectivity(name, self._offline_since(name, node, now))
 
     # --- inputs ----------------------------------------------------------------------
 
@@ -235,10 +252,11 @@ class PlacementController:
         name = (obj.get("metadata") or {}).get("name")
         if kind == "DELETED":
             self._nodes.pop(name, None)
+            self._reported.pop(name, None)
             self.planner.remove_node(name)
         else:
             self._nodes[name] = obj
-            since = offline_since(obj, time.time(), self.settings.heartbeat_grace_s)
+            since = self._offline_since(name, obj, time.time())
             try:
                 self.planner.upsert_node(obj, offline_since=since)
             except InvalidObject as exc:

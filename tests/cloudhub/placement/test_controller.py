@@ -40,9 +40,13 @@ async def eventually(check: Callable[[], Awaitable[Any]], what: str) -> Any:
         delay = min(delay * 2, 0.3)
 
 
+KUBECONFIG: list[str] = []
+
+
 @pytest.fixture
 async def kube() -> AsyncIterator[KubeClient]:
     async with EmbeddedAPIServer(APIServerSettings(data_dir=None, port=0)) as server:
+        KUBECONFIG[:] = [str(server.kubeconfig_path)]
         client = await KubeClient.from_kubeconfig(str(server.kubeconfig_path))
         try:
             yield client
@@ -303,3 +307,31 @@ async def test_deployments_and_daemonsets_targeting_edge_nodes(kube: KubeClient)
         assert "e3" in {p["spec"]["nodeName"] for p in agents}
     finally:
         await stop(task)
+
+
+async def test_explain_reads_the_cluster(kube: KubeClient) -> None:
+    from click.testing import CliRunner
+
+    from cloudhub.placement.cli import placement
+
+    await add_node(kube, "n0", {"site": "a"})
+    await add_node(kube, "n1", {"zone": "x"})
+    _, task = await start(kube)
+    try:
+        await kube.create(
+            EDGEPLACEMENTS,
+            edge_placement(
+                "web", {"template": template(), "replicas": 1, "groups": {"byLabel": "site"}}
+            ),
+            NS,
+        )
+        await eventually(lambda: _count(kube, "web", 1), "1 pod of web")
+    finally:
+        await stop(task)
+    result = await asyncio.to_thread(
+        CliRunner().invoke, placement, ["explain", "web", "--kubeconfig", KUBECONFIG[0]]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("n0: chosen (1 replica)")
+    assert lines[1] == "n1: rejected: no label site: in no group"

@@ -136,4 +136,4 @@ def test_cli_explain_from_files(tmp_path: pathlib.Path) -> None:
     assert lines[1] == "n2: rejected: taint x:NoExecute not tolerated"
     assert any(line.startswith("Placed=True") for line in lines)
     missing = CliRunner().invoke(placement, ["explain", "other", "--fleet", str(fleet_file)])
-    assert missing.exit_code == 1 and "no EdgePlacement default/other" in missing.stderr
+    assert missing.exit_code == 1 and "no EdgePlacement default/other found" in missing.stderr
