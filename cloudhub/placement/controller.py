@@ -58,7 +58,7 @@ from cloudhub.placement.plan import PlacementStatus, Plan, PodCreate, PodDelete
 from cloudhub.placement.planner import Planner
 from cloudhub.placement.workloads import placement_from_workload, targets_edge
 
-__all__ = ["CRD_PATH", "ControllerSettings", "PlacementController"]
+__all__ = ["CRD_PATH", "ControllerSettings", "PlacementController", "TokenBucket"]
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class ControllerSettings:
     heartbeat_grace_s: float = 40.0
 
 
-class _TokenBucket:
+class TokenBucket:
     """Rate limiter: ``rate`` tokens per second, at most ``burst`` saved up."""
 
     def __init__(self, rate: float, burst: int) -> None:
@@ -143,7 +143,7 @@ class PlacementController:
         self._status_pending: set[PlacementKey] = set()
         self._nodes: dict[str, Mapping[str, Any]] = {}
         self._reported: dict[str, float | None] = {}
-        self._bucket = _TokenBucket(self.settings.writes_per_second, self.settings.write_burst)
+        self._bucket = TokenBucket(self.settings.writes_per_second, self.settings.write_burst)
         self._delays = backoff_delays()
         self._retry_at = 0.0
         self._informers: list[Informer] = []

@@ -18,7 +18,7 @@ import pytest
 
 from cloudhub.kube import CRDS, DAEMONSETS, DEPLOYMENTS, EDGEPLACEMENTS, NODES, PODS, KubeClient
 from cloudhub.placement import LABEL_GROUP, LABEL_PLACEMENT
-from cloudhub.placement.controller import ControllerSettings, PlacementController
+from cloudhub.placement.controller import ControllerSettings, PlacementController, TokenBucket
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from tests.cloudhub.placement.fleet import stamp, template
 
@@ -335,3 +335,12 @@ async def test_explain_reads_the_cluster(kube: KubeClient) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("n0: chosen (1 replica)")
     assert lines[1] == "n1: rejected: no label site: in no group"
+
+
+async def test_token_bucket_limits_the_write_rate() -> None:
+    bucket = TokenBucket(rate=50.0, burst=5)
+    start = time.monotonic()
+    for _ in range(15):
+        await bucket.take()
+    elapsed = time.monotonic() - start
+    assert elapsed >= (15 - 5) / 50.0 * 0.9  # the burst, then 50 per second

@@ -415,3 +415,54 @@ def test_crd_and_model_reject_the_same_bad_fields(spec: dict) -> None:
 def test_packaged_crd_is_the_deployed_one() -> None:
     packaged = ROOT / "cloudhub" / "placement" / "crd.yaml"
     assert packaged.read_bytes() == CRD.read_bytes()
+
+
+def test_offline_since_reads_the_ready_condition_and_heartbeat() -> None:
+    from cloudhub.placement.nodes import offline_since
+    from tests.cloudhub.placement.fleet import node, stamp
+
+    now = 1_700_000_000.0
+
+    def with_ready(status: str | None, heartbeat: float | None) -> dict:
+        obj = node("n")
+        obj["metadata"]["creationTimestamp"] = stamp(now - 1000)
+        if status is not None:
+            cond = {"type": "Ready", "status": status, "lastTransitionTime": stamp(now - 500)}
+            if heartbeat is not None:
+                cond["lastHeartbeatTime"] = stamp(heartbeat)
+            obj["status"]["conditions"] = [cond]
+        return obj
+
+    assert offline_since(with_ready("True", now - 10), now) is None
+    assert offline_since(with_ready("True", now - 100), now) == now - 100  # stale heartbeat
+    assert offline_since(with_ready("True", now - 100), now, heartbeat_grace_s=200) is None
+    assert offline_since(with_ready("Unknown", now - 60), now) == now - 60
+    assert offline_since(with_ready("False", None), now) == now - 500  # the transition
+    assert offline_since(with_ready(None, None), now) == now - 1000  # never reported
+
+
+def test_malformed_nodes_and_pods_are_rejected_with_their_name() -> None:
+    from cloudhub.placement import InvalidObject, Planner
+
+    planner = Planner()
+    with pytest.raises(InvalidObject, match="Node <unnamed>"):
+        planner.upsert_node({"metadata": {}}, offline_since=None)
+    with pytest.raises(InvalidObject, match=r"Node n1: status\.allocatable\.cpu"):
+        planner.upsert_node(
+            {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "lots"}}},
+            offline_since=None,
+        )
+    with pytest.raises(InvalidObject, match="Pod p1"):
+        planner.upsert_pod(
+            {
+                "metadata": {"name": "p1"},
+                "spec": {
+                    "nodeName": "n",
+                    "containers": [
+                        {"name": "c", "image": "i", "resources": {"requests": {"memory": "xx"}}}
+                    ],
+                },
+            }
+        )
+    # Nothing was half-recorded: the planner still plans an empty fleet.
+    assert planner.plan(0).empty

@@ -612,3 +612,36 @@ def test_foreign_pods_use_capacity() -> None:
     fleet.planner.remove_pod("kube-system", "other")
     fleet.converge()
     assert len(fleet.pods_of("web")) == 1
+
+
+def test_capacity_returning_to_a_group_restores_the_even_spread() -> None:
+    fleet = Fleet()
+    sites(fleet, {"a": 2, "b": 2}, cpu="1")
+    fleet.apply(
+        "hog",
+        {
+            "template": template(cpu="900m"),
+            "replicas": 2,
+            "priority": 5,
+            "nodeSelector": {"matchLabels": {"site": "b"}},
+        },
+    )
+    fleet.converge()
+    fleet.apply(
+        "web", {"template": template(cpu="400m"), "replicas": 4, "groups": {"byLabel": "site"}}
+    )
+    fleet.converge()
+    assert fleet.per_group("web") == {"a": 4}  # b is full: a takes b's share
+    assert fleet.planner.status(KEY).condition("Placed").status == "True"
+    fleet.apply(
+        "hog",
+        {
+            "template": template(cpu="900m"),
+            "replicas": 0,
+            "priority": 5,
+            "nodeSelector": {"matchLabels": {"site": "b"}},
+        },
+    )
+    fleet.converge()
+    assert fleet.per_group("web") == {"a": 2, "b": 2}  # capacity changed: back to even
+    assert ready_count(fleet) == 4
