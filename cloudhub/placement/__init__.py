@@ -7,9 +7,14 @@
   SuperEdge documents translated into EdgePlacements.
 - :mod:`~cloudhub.placement.workloads`: Deployments and DaemonSets placed on
   the embedded API (no kube-scheduler there).
+- :mod:`~cloudhub.placement.controller`: the controller (imported on its own:
+  it pulls in the Kubernetes client through ``cloudhub.kube``).
+- :mod:`~cloudhub.placement.cli`: the ``placement`` click command group.
 """
 
 from cloudhub.placement.errors import InvalidObject, InvalidSpec, PlacementError, TranslationError
+from cloudhub.placement.explain import explain, format_explanations
+from cloudhub.placement.importers import ImportResult, import_documents, import_files
 from cloudhub.placement.model import (
     API_GROUP,
     API_VERSION,
@@ -36,7 +41,8 @@ from cloudhub.placement.plan import (
     PodCreate,
     PodDelete,
 )
-from cloudhub.placement.planner import Planner, PlannerSettings, compute_plan
+from cloudhub.placement.planner import NodeView, Planner, PlannerSettings, compute_plan
+from cloudhub.placement.workloads import placement_from_workload, targets_edge
 
 __all__ = [
     "API_GROUP",
@@ -48,10 +54,12 @@ __all__ = [
     "PLURAL",
     "Condition",
     "GroupStatus",
+    "ImportResult",
     "InvalidObject",
     "InvalidSpec",
     "Mode",
     "NodeExplanation",
+    "NodeView",
     "Placement",
     "PlacementError",
     "PlacementKey",
@@ -65,8 +73,14 @@ __all__ = [
     "Spread",
     "TranslationError",
     "compute_plan",
+    "explain",
+    "format_explanations",
+    "import_documents",
+    "import_files",
     "offline_since",
     "parse_node",
     "parse_placement",
     "parse_spec",
+    "placement_from_workload",
+    "targets_edge",
 ]
