@@ -1,45 +1,42 @@
-"""The only code that imports the Kubernetes client (kubernetes_asyncio).
+"""The hub's only door to the Kubernetes API (kubernetes_asyncio is imported nowhere else)."""
 
-Objects travel as raw JSON dicts (no generated models: deserialising a
-fleet's pods into models costs far more than the API takes to send them).
-
-- :class:`KubeClient`: list, watch, create, delete, patch status, over a
-  kubernetes_asyncio ``ApiClient`` with ``_preload_content=False``.
-- :class:`Informer`: list, then watch from the list's resourceVersion with
-  bookmarks; relist on 410 Gone; reconnect with backoff (full jitter).
-- :class:`Resource` and the well-known resources.
-
-Minimal for now (placement's needs); the lead reconciles it with the hub's.
-"""
-
-from cloudhub.kube.backoff import backoff_delays
-from cloudhub.kube.client import KubeClient
-from cloudhub.kube.errors import AlreadyExists, Conflict, Gone, KubeError, NotFound
-from cloudhub.kube.informer import Informer
+from cloudhub.kube.client import KubeClient, RequestObserver
+from cloudhub.kube.informer import EventHandler, Indexer, Informer, object_key
+from cloudhub.kube.ratelimit import TokenBucket
 from cloudhub.kube.resources import (
+    CONFIGMAPS,
     CRDS,
     DAEMONSETS,
     DEPLOYMENTS,
-    EDGEPLACEMENTS,
+    EVENTS,
+    LEASES,
+    NAMESPACES,
     NODES,
     PODS,
-    Resource,
+    SECRETS,
+    ResourceType,
 )
+from cloudhub.kube.retry import retrying, update_with_retry
 
 __all__ = [
+    "CONFIGMAPS",
     "CRDS",
     "DAEMONSETS",
     "DEPLOYMENTS",
-    "EDGEPLACEMENTS",
+    "EVENTS",
+    "LEASES",
+    "NAMESPACES",
     "NODES",
     "PODS",
-    "AlreadyExists",
-    "Conflict",
-    "Gone",
+    "SECRETS",
+    "EventHandler",
+    "Indexer",
     "Informer",
     "KubeClient",
-    "KubeError",
-    "NotFound",
-    "Resource",
-    "backoff_delays",
+    "RequestObserver",
+    "ResourceType",
+    "TokenBucket",
+    "object_key",
+    "retrying",
+    "update_with_retry",
 ]

@@ -16,15 +16,8 @@ from typing import Any
 import click
 import yaml
 
-from cloudhub.kube import (
-    DAEMONSETS,
-    DEPLOYMENTS,
-    EDGEPLACEMENTS,
-    NODES,
-    PODS,
-    KubeClient,
-    KubeError,
-)
+from cloudhub.errors import ConfigError, KubeAPIError
+from cloudhub.kube import DAEMONSETS, DEPLOYMENTS, NODES, PODS, KubeClient
 from cloudhub.placement.errors import InvalidObject, InvalidSpec, TranslationError
 from cloudhub.placement.explain import explain, format_explanations
 from cloudhub.placement.importers import GROUP_LABEL, import_files, load_documents
@@ -134,7 +127,14 @@ def explain_command(
                         is_list = str(doc.get("kind", "")).endswith("List")
                         items.extend(doc.get("items") or [] if is_list else [doc])
         planner = _planner(items, now)
-    except (OSError, TranslationError, InvalidSpec, InvalidObject, KubeError) as exc:
+    except (
+        OSError,
+        TranslationError,
+        InvalidSpec,
+        InvalidObject,
+        KubeAPIError,
+        ConfigError,
+    ) as exc:
         raise click.ClickException(str(exc)) from exc
     key = PlacementKey(kind, namespace, name)
     if planner.placement(key) is None:
@@ -150,6 +150,8 @@ def explain_command(
 
 
 async def _from_api(kubeconfig: str, kind: str) -> list[dict[str, Any]]:
+    from cloudhub.placement.controller import EDGEPLACEMENTS
+
     client = await KubeClient.from_kubeconfig(kubeconfig)
     try:
         items: list[dict[str, Any]] = []

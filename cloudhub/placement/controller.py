@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import pathlib
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,34 +37,35 @@ from typing import Any
 
 import yaml
 
+from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.kube import (
     CRDS,
     DAEMONSETS,
     DEPLOYMENTS,
-    EDGEPLACEMENTS,
     NODES,
     PODS,
-    AlreadyExists,
-    Conflict,
     Informer,
     KubeClient,
-    KubeError,
-    NotFound,
-    backoff_delays,
+    ResourceType,
+    TokenBucket,
 )
 from cloudhub.placement.errors import InvalidObject, InvalidSpec
-from cloudhub.placement.model import KIND, PlacementKey, parse_placement
+from cloudhub.placement.model import API_GROUP, KIND, PLURAL, PlacementKey, parse_placement
 from cloudhub.placement.nodes import offline_since
 from cloudhub.placement.plan import PlacementStatus, Plan, PodCreate, PodDelete
 from cloudhub.placement.planner import Planner
 from cloudhub.placement.workloads import placement_from_workload, targets_edge
+from protocol.backoff import backoff
 
-__all__ = ["CRD_PATH", "ControllerSettings", "PlacementController", "TokenBucket"]
+__all__ = ["CRD_PATH", "EDGEPLACEMENTS", "ControllerSettings", "PlacementController"]
 
 log = logging.getLogger(__name__)
 
 CRD_PATH = pathlib.Path(__file__).with_name("crd.yaml")
 """The EdgePlacement CRD (the same file as ``deploy/crds/``)."""
+
+EDGEPLACEMENTS = ResourceType(API_GROUP, "v1alpha1", PLURAL, KIND, True)
+"""The EdgePlacement resource type."""
 
 _RESOURCES = {KIND: EDGEPLACEMENTS, "Deployment": DEPLOYMENTS, "DaemonSet": DAEMONSETS}
 
@@ -101,26 +103,6 @@ class ControllerSettings:
     heartbeat_grace_s: float = 40.0
 
 
-class TokenBucket:
-    """Rate limiter: ``rate`` tokens per second, at most ``burst`` saved up."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = float(burst)
-        self.tokens = float(burst)
-        self.stamp = time.monotonic()
-
-    async def take(self) -> None:
-        while True:
-            now = time.monotonic()
-            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-            self.stamp = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) / self.rate)
-
-
 class PlacementController:
     """Runs placement against a Kubernetes API (see the module docstring).
 
@@ -144,7 +126,7 @@ class PlacementController:
         self._nodes: dict[str, Mapping[str, Any]] = {}
         self._reported: dict[str, float | None] = {}
         self._bucket = TokenBucket(self.settings.writes_per_second, self.settings.write_burst)
-        self._delays = backoff_delays()
+        self._delays = _delays()
         self._retry_at = 0.0
         self._informers: list[Informer] = []
         self.plans = 0
@@ -155,23 +137,25 @@ class PlacementController:
         """Watch, plan and write until cancelled.
 
         Raises:
-            KubeError: the CRD cannot be installed (other API errors are retried).
+            KubeAPIError: the CRD cannot be installed (other API errors are retried).
         """
         if self.settings.install_crd:
             await self._install_crd()
         ns = self.settings.namespace
-        self._informers = [
-            Informer(self.client, NODES, self._on_node),
-            Informer(self.client, EDGEPLACEMENTS, self._on_placement, namespace=ns),
-            Informer(self.client, PODS, self._on_pod),
+        watched = [
+            (NODES, None, self._on_node),
+            (EDGEPLACEMENTS, ns, self._on_placement),
+            (PODS, None, self._on_pod),
         ]
         if self.settings.place_workloads:
-            self._informers += [
-                Informer(self.client, DEPLOYMENTS, self._on_workload, namespace=ns),
-                Informer(self.client, DAEMONSETS, self._on_workload, namespace=ns),
-            ]
+            watched += [(DEPLOYMENTS, ns, self._on_workload), (DAEMONSETS, ns, self._on_workload)]
+        self._informers = []
+        for rt, namespace, handler in watched:
+            informer = Informer(self.client, rt, namespace=namespace)
+            informer.add_handler(handler)
+            self._informers.append(informer)
         tasks = [
-            asyncio.create_task(i.run(), name=f"placement-informer-{i.resource.plural}")
+            asyncio.create_task(i.run(), name=f"placement-informer-{i.rt.plural}")
             for i in self._informers
         ]
         tasks += [
@@ -191,14 +175,14 @@ class PlacementController:
         try:
             await self.client.create(CRDS, crd)
             log.info("installed CRD %s", crd["metadata"]["name"])
-        except AlreadyExists:
-            pass
+        except KubeConflict:
+            pass  # AlreadyExists
         deadline = time.monotonic() + 30
         while True:  # wait until the new type is served
             try:
-                await self.client.list(EDGEPLACEMENTS, page_size=1)
+                await self.client.list(EDGEPLACEMENTS, limit=1)
                 return
-            except NotFound:
+            except KubeNotFound:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.1)
@@ -248,7 +232,7 @@ class PlacementController:
 
     # --- inputs ----------------------------------------------------------------------
 
-    def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
+    def _on_node(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
         name = (obj.get("metadata") or {}).get("name")
         if kind == "DELETED":
             self._nodes.pop(name, None)
@@ -263,7 +247,7 @@ class PlacementController:
                 log.warning("ignoring node: %s", exc)
         self._wake.set()
 
-    def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
+    def _on_pod(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
         meta = obj.get("metadata") or {}
         if kind == "DELETED":
             self.planner.remove_pod(meta.get("namespace") or "default", meta.get("name"))
@@ -274,7 +258,9 @@ class PlacementController:
                 log.warning("ignoring pod: %s", exc)
         self._wake.set()
 
-    def _on_placement(self, kind: str, obj: dict[str, Any]) -> None:
+    def _on_placement(
+        self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
         meta = obj.get("metadata") or {}
         key = PlacementKey(KIND, meta.get("namespace") or "default", meta.get("name") or "")
         if kind == "DELETED":
@@ -292,7 +278,9 @@ class PlacementController:
                 self._queue_status(key)
         self._wake.set()
 
-    def _on_workload(self, kind: str, obj: dict[str, Any]) -> None:
+    def _on_workload(
+        self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
         meta = obj.get("metadata") or {}
         key = PlacementKey(
             str(obj.get("kind")), meta.get("namespace") or "default", meta.get("name") or ""
@@ -327,7 +315,7 @@ class PlacementController:
         while True:
             item = await self._queue.get()
             try:
-                await self._bucket.take()
+                await self._bucket.acquire()
                 if isinstance(item, PodCreate):
                     await self._create(item)
                 elif isinstance(item, PodDelete):
@@ -337,7 +325,7 @@ class PlacementController:
             finally:
                 self._queue.task_done()
 
-    def _failed(self, what: str, exc: KubeError) -> None:
+    def _failed(self, what: str, exc: KubeAPIError) -> None:
         delay = next(self._delays)
         self._retry_at = time.monotonic() + delay
         log.warning("%s failed (%s); next plan in %.1f s", what, exc, delay)
@@ -346,11 +334,13 @@ class PlacementController:
     async def _create(self, create: PodCreate) -> None:
         try:
             await self.client.create(PODS, create.render(), create.namespace)
-            self._delays = backoff_delays()
-        except AlreadyExists:
+            self._delays = _delays()
+        except KubeConflict as exc:  # AlreadyExists: the informer reports it
             self.planner.pod_create_failed(create.namespace, create.name)
+            if exc.reason != "AlreadyExists":
+                self._failed(f"creating pod {create.namespace}/{create.name}", exc)
             self._wake.set()
-        except KubeError as exc:
+        except KubeAPIError as exc:
             self.planner.pod_create_failed(create.namespace, create.name)
             self._failed(f"creating pod {create.namespace}/{create.name}", exc)
 
@@ -361,15 +351,15 @@ class PlacementController:
                 delete.name,
                 delete.namespace,
                 uid=delete.uid or None,
-                grace_period_s=0 if delete.force else None,
+                grace_period_seconds=0 if delete.force else None,
             )
             log.info("deleted pod %s/%s: %s", delete.namespace, delete.name, delete.reason)
-        except NotFound:
+        except KubeNotFound:
             self.planner.remove_pod(delete.namespace, delete.name)
             self._wake.set()
-        except Conflict:
+        except KubeConflict:
             pass  # another pod of that name now: the informer reports it
-        except KubeError as exc:
+        except KubeAPIError as exc:
             self.planner.pod_delete_failed(delete.namespace, delete.name)
             self._failed(f"deleting pod {delete.namespace}/{delete.name}", exc)
 
@@ -415,12 +405,19 @@ class PlacementController:
                 "numberUnavailable": max(status.desired - status.ready, 0),
             }
         try:
-            await self.client.patch_status(resource, key.name, key.namespace, body)
-        except NotFound:
+            await self.client.patch(
+                resource, key.name, {"status": body}, key.namespace, subresource="status"
+            )
+        except KubeNotFound:
             pass
-        except KubeError as exc:
+        except KubeAPIError as exc:
             self._failed(f"writing the status of {key}", exc)
 
     async def drained(self) -> None:
         """Wait until every queued write has been attempted."""
         await self._queue.join()
+
+
+def _delays():
+    """Delays before the next plan after failed writes (full jitter, 0.2 s to 30 s)."""
+    return backoff(uniform=random.uniform, base=0.2, cap=30.0)

@@ -5,14 +5,15 @@ mistake (a bad EdgePlacement, a bad quantity); ``InvalidObject`` is a peer's
 (a Node or Pod from the API that does not have the shape Kubernetes gives it);
 ``TranslationError`` is a foreign document that cannot be read at all.
 
-The lead may re-parent :class:`PlacementError` under ``cloudhub.errors`` once
-that module exists; nothing here depends on where the root sits.
+The root sits under the hub's :class:`cloudhub.errors.HubError`.
 """
 
 from __future__ import annotations
 
+from cloudhub.errors import HubError
 
-class PlacementError(Exception):
+
+class PlacementError(HubError):
     """Root of every error raised by ``cloudhub.placement``."""
 
 
