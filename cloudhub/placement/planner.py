@@ -824,6 +824,7 @@ class Planner:
             return
         node.offline_since = offline_since
         owners: set[PlacementKey] = set()
+        unready: dict[tuple[PlacementKey, str], int] = {}
         for key in node.pods:
             pod = self._pods[key]
             if pod.owner is None:
@@ -833,11 +834,23 @@ class Planner:
             group = state.groups.get(pod.group) if state is not None else None
             if offline_since is not None and group is not None and not group.rolling:
                 # Going offline changes no decision before the tolerance expires
-                # (a deadline is armed below), only readiness: refresh the status.
-                state.stale_stats.add(pod.group)
-                self._dirty.add(pod.owner)
+                # (a deadline is armed below), only readiness: the group's Ready
+                # count drops by the pods that were Ready here.
+                slot = (pod.owner, pod.group)
+                counted = pod.ready and pod.counts and pod.node in group.keep
+                unready[slot] = unready.get(slot, 0) + (1 if counted else 0)
             else:
                 self._touch(pod)
+        for (owner, value), count in unready.items():
+            state = self._states[owner]
+            group = state.groups[value]
+            if count and not group.dirty:
+                if state.p.spec.mode is Mode.PER_NODE:
+                    count = 1  # PerNode counts nodes with a Ready pod
+                desired, placed, ready, updated = group.stats
+                group.stats = (desired, placed, max(ready - count, 0), updated)
+                state.stale_stats.add(value)
+                self._dirty.add(owner)
         if offline_since is not None:
             for owner in owners:
                 state = self._states[owner]
@@ -1226,11 +1239,7 @@ class Planner:
         else:
             processed = self._evaluate_replicas(state, plan)
         processed |= state.dirty
-        for value in state.stale_stats - processed:
-            group = state.groups.get(value)
-            if group is not None:
-                self._refresh_stats(state, group)
-                processed.add(value)
+        processed |= state.stale_stats  # stats already adjusted: only the status to redo
         state.stale_stats = set()
         for value in processed:
             group = state.groups.get(value)
@@ -1251,25 +1260,6 @@ class Planner:
         else:
             self._wanting.discard(state.p.key)
         self._update_status(state, plan, processed)
-
-    def _refresh_stats(self, state: _State, group: _Group) -> None:
-        """Recount a group's replicas without reconciling it."""
-        live = self._classify(state, group)[0]
-        current = group.tmpl.hash
-        if state.p.spec.mode is Mode.PER_NODE:
-            group.stats = (
-                len(group.cands),
-                len({p.node for p in live}),
-                len({p.node for p in live if self._ready(p)}),
-                len({p.node for p in live if p.hash == current}),
-            )
-        else:
-            group.stats = (
-                group.target,
-                len(live),
-                sum(1 for p in live if self._ready(p)),
-                sum(1 for p in live if p.hash == current),
-            )
 
     def _evaluate_replicas(self, state: _State, plan: Plan) -> set[str]:
         if state.rebalance:
@@ -1367,47 +1357,64 @@ class Planner:
         return out, clipped
 
     def _classify(self, state: _State, group: _Group, pods: Iterable[_Pod] | None = None) -> tuple:
+        """Sort a group's pods: ``(live, lost, soft, hard, redo)``.
+
+        live: counting replicas; lost: on a node offline past the tolerance;
+        soft: on a node that no longer matches (deleted once replaced); hard:
+        to delete now, with the reason; redo: deletes to issue again.
+        """
         now = self._now
-        tolerance = state.p.spec.offline_toleration_seconds
-        per_node = state.p.spec.mode is Mode.PER_NODE
+        deadline = None
+        if state.p.spec.mode is not Mode.PER_NODE:
+            deadline = now - state.p.spec.offline_toleration_seconds
+        nodes = self._nodes
+        keep = group.keep
+        no_group = group.value == _NO_GROUP
         live: list[_Pod] = []
         lost: list[_Pod] = []
         soft: list[_Pod] = []
         hard: list[tuple[_Pod, str]] = []
         redo: list[_Pod] = []
+        append = live.append
         for pod in group.pods.values() if pods is None else pods:
-            if pod.terminating:
-                continue
-            if pod.deleting:
-                if not pod.assumed and now - pod.deleting_at > self.settings.redelete_after_s:
-                    redo.append(pod)
-                continue
-            if pod.finished:
+            if pod.terminating or pod.deleting or pod.finished:
+                if pod.terminating:
+                    continue
+                if pod.deleting:
+                    if not pod.assumed and now - pod.deleting_at > self.settings.redelete_after_s:
+                        redo.append(pod)
+                    continue
                 hard.append((pod, f"pod {pod.phase}"))
                 continue
-            node = self._nodes.get(pod.node)
+            name = pod.node
+            node = nodes.get(name)
             if node is None:
-                hard.append((pod, f"node {pod.node} no longer exists"))
-                continue
-            if group.value == _NO_GROUP:
+                hard.append((pod, f"node {name} no longer exists"))
+            elif no_group:
                 soft.append(pod)
-                continue
-            if pod.node not in group.keep:
-                if pod.node in state.sel:
-                    hard.append((pod, f"node {pod.node} has a NoExecute taint not tolerated"))
+            elif name not in keep:
+                if name in state.sel:
+                    hard.append((pod, f"node {name} has a NoExecute taint not tolerated"))
                 else:
                     soft.append(pod)
-                continue
-            if (
-                not per_node
+            elif (
+                deadline is not None
                 and node.offline_since is not None
-                and now >= node.offline_since + tolerance
+                and node.offline_since <= deadline
             ):
                 pod.evict_first = True
                 lost.append(pod)
-                continue
-            live.append(pod)
+            else:
+                append(pod)
         return live, lost, soft, hard, redo
+
+    def _count_ready(self, pods: Iterable[_Pod]) -> int:
+        nodes = self._nodes
+        return sum(
+            1
+            for p in pods
+            if p.ready and (node := nodes.get(p.node)) is not None and node.offline_since is None
+        )
 
     def _ready(self, pod: _Pod) -> bool:
         if not pod.ready:
@@ -1668,7 +1675,7 @@ class Planner:
         target = group.target
         current = group.tmpl.hash
         remaining = list(live) + list(group.created_now)
-        ready = sum(1 for p in remaining if self._ready(p))
+        ready = self._count_ready(remaining)
         unavailable, surge = state.p.spec.update_strategy.budgets(target)
         old = [p for p in live if p.hash != current]
         if old:

@@ -36,6 +36,7 @@ takes (what the controller pays while writing, rate-limited), and the sizes.
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import time
@@ -250,6 +251,7 @@ def run(quick: bool) -> dict:
 
     return {
         "results": {
+            "load_average_1min": round(os.getloadavg()[0], 2),
             "nodes": len(nodes),
             "placements": len(placements),
             "replicas_requested": total,
