@@ -21,6 +21,14 @@ __all__ = ["DEFAULT_MAX_PODS", "NodeFacts", "offline_since", "parse_node"]
 DEFAULT_MAX_PODS = 110
 """Pods a node takes when its allocatable does not say (kubelet's default --max-pods)."""
 
+CONDITION_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+"""Taints the node lifecycle controller (or ``TaintNodesByCondition`` admission) derives
+from the Ready condition. Placement does not read them: connectivity is its own input
+(:func:`offline_since`, or the hub's word), and the offline policy — not a taint — decides
+when replicas fail over. Honouring ``not-ready:NoSchedule`` would also keep a brand-new
+edge node empty until some controller removed the taint, which nothing does on the
+embedded API."""
+
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
@@ -83,7 +91,9 @@ def parse_node(obj: Mapping[str, Any]) -> NodeFacts:
         memory=units.pop(MEMORY, 0),
         pods=pods,
         extended=units,
-        taints=parse_taints(spec.get("taints")),
+        taints=tuple(
+            t for t in parse_taints(spec.get("taints")) if t.key not in CONDITION_TAINTS
+        ),
         unschedulable=bool(spec.get("unschedulable")),
     )
 

@@ -466,3 +466,23 @@ def test_malformed_nodes_and_pods_are_rejected_with_their_name() -> None:
         )
     # Nothing was half-recorded: the planner still plans an empty fleet.
     assert planner.plan(0).empty
+
+
+def test_condition_taints_are_left_to_the_offline_policy() -> None:
+    """A Node carrying the not-ready/unreachable condition taints keeps its other taints,
+    but placement does not read those two: connectivity decides, not the taint."""
+    from cloudhub.placement.nodes import parse_node
+
+    node = {
+        "metadata": {"name": "n1", "labels": {}},
+        "spec": {
+            "taints": [
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            ]
+        },
+        "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "10"}},
+    }
+    facts = parse_node(node)
+    assert [t.key for t in facts.taints] == ["dedicated"]
