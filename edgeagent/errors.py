@@ -31,6 +31,7 @@ __all__ = [
     "StoreLockedError",
     "UnsupportedFieldsError",
     "UsageError",
+    "VolumeError",
 ]
 
 
@@ -164,3 +165,10 @@ class PodConfigError(PodSpecError):
     ``CreateContainerConfigError``); the pod waits and is retried when objects arrive."""
 
     reason = "CreateContainerConfigError"
+
+
+class VolumeError(PodConfigError):
+    """A volume cannot be set up (hostPath type check, unwritable directory); the pod
+    stays ``ContainerCreating`` with a ``FailedMount`` Event, as with kubelet."""
+
+    reason = "FailedMount"

@@ -77,17 +77,12 @@ class Mount:
     Attributes:
         source: absolute host path (a file or directory).
         target: absolute path inside the container.
-        read_only: mount read-only.
-        memory: the source is a memory-backed scratch directory (``emptyDir.medium:
-            Memory``): the Docker runtime mounts a tmpfs at ``target`` instead.
-        size_bytes: tmpfs size limit for ``memory`` mounts; ``None``: engine default.
+        read_only: mount read-only (the process runtime cannot enforce it).
     """
 
     source: str
     target: str
     read_only: bool = False
-    memory: bool = False
-    size_bytes: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -226,6 +221,9 @@ class ContainerRuntime(abc.ABC):
 
     kind: str = ""
     """``"docker"`` or ``"process"``."""
+
+    has_images: bool = True
+    """Whether containers come from images (pull policies apply)."""
 
     supports_sandbox: bool = False
     """Whether pods get a network sandbox (and their own IP). Without one, every pod

@@ -251,19 +251,11 @@ class DockerRuntime(ContainerRuntime):
             host["NetworkMode"] = self._settings.network
             if config.hostname:
                 body["Hostname"] = config.hostname[:63]
-        mounts = []
-        for m in config.mounts:
-            if m.memory:
-                tmpfs: dict[str, Any] = {"Type": "tmpfs", "Target": m.target}
-                if m.size_bytes:
-                    tmpfs["TmpfsOptions"] = {"SizeBytes": m.size_bytes}
-                mounts.append(tmpfs)
-            else:
-                mounts.append(
-                    {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
-                )
-        if mounts:
-            host["Mounts"] = mounts
+        if config.mounts:
+            host["Mounts"] = [
+                {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
+                for m in config.mounts
+            ]
         if config.cpu_millicores:
             host["NanoCpus"] = config.cpu_millicores * 1_000_000
         if config.memory_bytes:

@@ -168,6 +168,7 @@ class ProcessRuntime(ContainerRuntime):
     """
 
     kind = "process"
+    has_images = False
     supports_sandbox = False
 
     def __init__(self, root: pathlib.Path, settings: ProcessSettings, host_ip: str = "") -> None:
