@@ -66,6 +66,7 @@ class PodReconciler:
         self._workers: dict[str, PodWorker] = {}
         self._tasks = TaskSet("pods")
         self._store_error_logged_at = 0.0
+        self._closing = False
         self.started_at: dict[tuple[str, str], float] = {}
         """(pod uid, container name) → wall time its latest attempt was started."""
 
@@ -81,6 +82,7 @@ class PodReconciler:
             self._tasks.spawn(self._collect_orphans(), "orphans")
             await self._watch_runtime()
         finally:
+            self._closing = True
             remove_listener()
             await self._tasks.close()
             self._workers.clear()
@@ -149,13 +151,13 @@ class PodReconciler:
         worker = PodWorker(self, uid)
         self._workers[uid] = worker
         task = self._tasks.spawn(worker.run(), uid[:8])
-        task.add_done_callback(lambda _t, uid=uid, w=worker: self._worker_done(uid, w))
+        task.add_done_callback(lambda t, uid=uid, w=worker: self._worker_done(uid, w, t))
 
-    def _worker_done(self, uid: str, worker: PodWorker) -> None:
+    def _worker_done(self, uid: str, worker: PodWorker, task: asyncio.Task[Any]) -> None:
         if self._workers.get(uid) is worker:
             del self._workers[uid]
-            # Re-added while tearing down (same uid upserted again)?
-            if self.store.get_object(uid) is not None:
+            # Re-added while it was tearing down (the same uid upserted again)?
+            if not self._closing and not task.cancelled() and self.store.get_object(uid):
                 self._ensure_worker(uid)
 
     def _lost_writes(self) -> None:

@@ -113,7 +113,6 @@ class DockerRuntime(ContainerRuntime):
         self._events_live = False
         self._first_sandbox = asyncio.Lock()
         self._network_ready = False
-        self._version = ""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -123,6 +122,7 @@ class DockerRuntime(ContainerRuntime):
                 self._docker = aiodocker.Docker(
                     url=self._settings.url,
                     timeout=aiohttp.ClientTimeout(total=self._settings.api_timeout),
+                    api_version=self._settings.api_version,
                 )
             except (ValueError, OSError, aiodocker.DockerError) as exc:
                 raise RuntimeUnavailableError(
@@ -130,16 +130,14 @@ class DockerRuntime(ContainerRuntime):
                     operation="connect",
                 ) from exc
         try:
-            version = await self._docker.version()
+            # A cheap call proves the engine answers (``/version`` is slow on podman).
+            await self._docker.containers.list(limit=1)
         except (aiodocker.DockerError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise RuntimeUnavailableError(
                 f"container engine at {self._settings.url} is unreachable: {exc}",
                 operation="connect",
             ) from exc
-        components = version.get("Components") or [{}]
-        engine = components[0].get("Name") or "Docker Engine"
-        self._version = f"{engine} {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})"
-        return self._version
+        return f"Docker Engine API {self._settings.api_version} at {self._settings.url}"
 
     async def close(self) -> None:
         if self._docker is not None:
@@ -458,7 +456,8 @@ class DockerRuntime(ContainerRuntime):
 
     def _error(self, exc: BaseException, operation: str) -> ContainerRuntimeError:
         if isinstance(exc, aiodocker.DockerError):
-            if exc.status == 404 and operation not in ("create", "pull"):
+            missing = exc.status == 404 or "no such container" in str(exc.message).lower()
+            if missing and operation not in ("create", "pull"):
                 return ContainerNotFoundError(exc.message, operation=operation)
             return ContainerRuntimeError(f"{operation}: {exc.message}", operation=operation)
         if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
