@@ -105,8 +105,15 @@ class PodWorker:
         self._volumes: dict[str, PreparedVolume] | None = None
         self._volumes_stale = True
         self._checked: tuple[str, list[str]] | None = None
-        self._stored = reconciler.store.pod_status(uid)
-        self._last_status: dict[str, Any] | None = self._stored
+        # The status reported before this agent started (restart counts, what ran before a
+        # reboot); never overwritten, unlike _last_status.
+        self._history = reconciler.store.pod_status(uid)
+        self._last_status: dict[str, Any] | None = self._history
+        self._next_floor: dict[str, int] = {}
+        for group in ("containerStatuses", "initContainerStatuses"):
+            for st in (self._history or {}).get(group) or []:
+                ran = 1 if st.get("containerID") else 0
+                self._next_floor[st.get("name", "")] = int(st.get("restartCount", 0)) + ran
         self._last_pod: dict[str, Any] | None = None
         self._pod_ip = ""
         self._events_sent: set[tuple[str, str]] = set()
@@ -339,15 +346,9 @@ class PodWorker:
 
     def _carry_attempts(self, removed: list[ContainerInfo]) -> None:
         """Remember restart counts of containers about to be removed (sandbox restart)."""
-        stored = self._stored or {"containerStatuses": [], "initContainerStatuses": []}
         for info in removed:
             name = info.labels.get(Labels.CONTAINER_NAME, "")
-            for group in ("containerStatuses", "initContainerStatuses"):
-                for st in stored.get(group) or []:
-                    if st.get("name") == name:
-                        st["restartCount"] = max(st.get("restartCount", 0), _attempt(info))
-                        st["containerID"] = st.get("containerID") or f"gone://{info.id}"
-        self._stored = stored
+            self._next_floor[name] = max(self._next_floor.get(name, 0), _attempt(info) + 1)
 
     # --- containers ---------------------------------------------------------------------
 
@@ -369,19 +370,17 @@ class PodWorker:
 
     def _stored_container(self, name: str) -> dict[str, Any] | None:
         for group in ("containerStatuses", "initContainerStatuses"):
-            for st in (self._stored or {}).get(group) or []:
+            for st in (self._history or {}).get(group) or []:
                 if st.get("name") == name:
                     return st
         return None
 
     def _next_attempt(self, containers: list[ContainerInfo], name: str) -> int:
+        """The restart count of the next run: one more than the latest container, and
+        never below what ran before its record went (reboot, sandbox restart)."""
         latest = self._latest(containers, name)
-        if latest is not None:
-            return _attempt(latest) + 1
-        stored = self._stored_container(name)
-        if stored and stored.get("containerID"):
-            return int(stored.get("restartCount", 0)) + 1  # it ran before its record went
-        return 0
+        floor = self._next_floor.get(name, 0)
+        return max(_attempt(latest) + 1, floor) if latest is not None else floor
 
     async def _sync_app(
         self,
@@ -523,6 +522,7 @@ class PodWorker:
             self._waiting[name] = ("CreateContainerError", str(exc))
             self._event("Warning", "Failed", f"Error: {exc}")
             return self._crash.step(name, now)
+        self._next_floor[name] = attempt + 1
         self._event("Normal", "Created", f"Created container {name}")
         try:
             await self.r.runtime.start(cid)
@@ -761,7 +761,6 @@ class PodWorker:
             self.r.store_failed(exc)
             return
         self._last_status = status
-        self._stored = status
 
     def _event(self, etype: str, reason: str, message: str, *, once: bool = False) -> None:
         if self.ref is None:

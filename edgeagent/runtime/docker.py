@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,8 @@ __all__ = ["DockerRuntime"]
 log = logging.getLogger(__name__)
 
 EXEC_OUTPUT_LIMIT = 10 * 1024
+IMAGE_PRESENT_TTL = 60.0
+"""Seconds an image seen present is not inspected again before a container start."""
 _STATES = {
     "created": ContainerState.CREATED,
     "configured": ContainerState.CREATED,  # podman
@@ -113,6 +116,7 @@ class DockerRuntime(ContainerRuntime):
         self._events_live = False
         self._first_sandbox = asyncio.Lock()
         self._network_ready = False
+        self._present: dict[str, float] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -165,8 +169,15 @@ class DockerRuntime(ContainerRuntime):
 
     async def ensure_image(self, image: str, policy: PullPolicy) -> None:
         policy = PullPolicy(policy)
-        if policy is not PullPolicy.ALWAYS and await self._image_present(image):
-            return
+        if policy is not PullPolicy.ALWAYS:
+            # Seen present recently: skip the engine round trip (start-up with many pods).
+            # An image removed meanwhile makes create fail, and the next start checks again.
+            seen = self._present.get(image)
+            if seen is not None and time.monotonic() - seen < IMAGE_PRESENT_TTL:
+                return
+            if await self._image_present(image):
+                self._present[image] = time.monotonic()
+                return
         if policy is PullPolicy.NEVER:
             raise ImagePullError(
                 f'Container image "{image}" is not present with pull policy of Never',
@@ -265,6 +276,7 @@ class DockerRuntime(ContainerRuntime):
         try:
             container = await self._api.containers.create(config=body, name=name)
         except (aiodocker.DockerError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            self._present.pop(body.get("Image", ""), None)
             raise self._error(exc, "create") from exc
         return container.id
 
