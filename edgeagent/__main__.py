@@ -45,12 +45,26 @@ def _load(
 
 
 _common = [
-    click.option("--config", "-c", type=click.Path(dir_okay=False), default=None,
-                 help="Config file (default /etc/edgeagent/config.yaml)."),
-    click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-                 help="State directory (default /var/lib/edgeagent)."),
-    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                 help="Override any setting, e.g. --set pods.backoff_initial=5."),
+    click.option(
+        "--config",
+        "-c",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Config file (default /etc/edgeagent/config.yaml).",
+    ),
+    click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="State directory (default /var/lib/edgeagent).",
+    ),
+    click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override any setting, e.g. --set pods.backoff_initial=5.",
+    ),
 ]
 
 
@@ -87,8 +101,11 @@ def run(
             state_dir,
             sets,
             node_name=node_name,
-            **{"runtime.kind": runtime_kind, "runtime.docker.url": docker_url,
-               "log_level": log_level},
+            **{
+                "runtime.kind": runtime_kind,
+                "runtime.docker.url": docker_url,
+                "log_level": log_level,
+            },
         )
     except ConfigError as exc:
         click.echo(f"edgeagent: {exc}", err=True)

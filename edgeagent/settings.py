@@ -347,7 +347,9 @@ def _validate(s: AgentSettings) -> None:
             key="runtime.kind",
         )
     if s.store.synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
-        raise ConfigError("store.synchronous must be NORMAL, FULL or EXTRA", key="store.synchronous")
+        raise ConfigError(
+            "store.synchronous must be NORMAL, FULL or EXTRA", key="store.synchronous"
+        )
     for key, value in (
         ("store.commit_delay", s.store.commit_delay),
         ("pods.backoff_initial", s.pods.backoff_initial),
@@ -357,6 +359,8 @@ def _validate(s: AgentSettings) -> None:
         if value < 0 or (key != "store.commit_delay" and value == 0):
             raise ConfigError(f"{key} must be positive, not {value}", key=key)
     if s.pods.backoff_max < s.pods.backoff_initial:
-        raise ConfigError("pods.backoff_max must be >= pods.backoff_initial", key="pods.backoff_max")
+        raise ConfigError(
+            "pods.backoff_max must be >= pods.backoff_initial", key="pods.backoff_max"
+        )
     if not os.path.isabs(str(s.state_dir)):
         raise ConfigError(f"state_dir must be absolute, not {s.state_dir}", key="state_dir")

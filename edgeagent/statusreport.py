@@ -98,6 +98,7 @@ def render(report: dict[str, Any]) -> str:
             rows.append((p["namespace"], p["name"], p["ready"], shown, str(p["restarts"])))
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         for r in rows:
-            lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+            lines.append(
+                "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+            )
     return "\n".join(lines)
-

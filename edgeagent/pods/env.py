@@ -86,9 +86,7 @@ def resolve_env(
             if "configMapRef" in src
             else ("Secret", src["secretRef"])
         )
-        data = config_data(
-            lookup, kind, namespace, ref["name"], optional=bool(ref.get("optional"))
-        )
+        data = config_data(lookup, kind, namespace, ref["name"], optional=bool(ref.get("optional")))
         for key, value in (data or {}).items():
             name = prefix + key
             if _ENV_NAME.match(name):

@@ -23,7 +23,7 @@ from typing import Any
 from edgeagent.errors import ContainerRuntimeError
 from edgeagent.runtime.base import ContainerRuntime
 
-__all__ = ["ProbeResult", "Prober", "ProbeSpec", "http_probe", "tcp_probe"]
+__all__ = ["ProbeResult", "ProbeSpec", "Prober", "http_probe", "tcp_probe"]
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import re
 from typing import Any
 
 __all__ = [
-    "container_hash",
     "check_pod",
+    "container_hash",
     "parse_cpu_millicores",
     "parse_memory_bytes",
     "qos_class",
@@ -217,7 +217,9 @@ def _check_volumes(volumes: Any, problems: list[str]) -> set[str]:
                 problems.append(f"{path}.configMap.name: not a valid object name")
             _check_items(src, f"{path}.configMap", problems)
         elif kind == "secret":
-            _only(src, {"secretName", "items", "defaultMode", "optional"}, f"{path}.secret", problems)
+            _only(
+                src, {"secretName", "items", "defaultMode", "optional"}, f"{path}.secret", problems
+            )
             if not _valid_ref_name(src.get("secretName")):
                 problems.append(f"{path}.secret.secretName: not a valid object name")
             _check_items(src, f"{path}.secret", problems)
@@ -286,11 +288,7 @@ def _check_container(
         if port.get("protocol", "TCP") not in ("TCP", "UDP", "SCTP"):
             problems.append(f"{ppath}.protocol: must be TCP, UDP or SCTP")
         host_port = port.get("hostPort")
-        if (
-            runtime_kind == "process"
-            and host_port
-            and host_port != port.get("containerPort")
-        ):
+        if runtime_kind == "process" and host_port and host_port != port.get("containerPort"):
             problems.append(
                 f"{ppath}.hostPort: the process runtime cannot map a host port to another port"
             )

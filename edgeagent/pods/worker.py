@@ -456,7 +456,9 @@ class PodWorker:
                 f"pod={meta['name']}_{meta['namespace']}({self.uid})"
             )
             if self._waiting.get(c["name"], ("",))[0] != "CrashLoopBackOff":
-                self._event("Warning", "BackOff", f"Back-off restarting failed container {c['name']}")
+                self._event(
+                    "Warning", "BackOff", f"Back-off restarting failed container {c['name']}"
+                )
             self._waiting[c["name"]] = ("CrashLoopBackOff", message)
             return remaining
         self._crash.step(key, finished)
@@ -681,7 +683,9 @@ class PodWorker:
 
     # --- status -------------------------------------------------------------------------
 
-    async def _report(self, pod: dict[str, Any], containers: list[ContainerInfo], now: float) -> None:
+    async def _report(
+        self, pod: dict[str, Any], containers: list[ContainerInfo], now: float
+    ) -> None:
         spec = pod.get("spec") or {}
         kind = self.r.runtime.kind
 
@@ -695,8 +699,10 @@ class PodWorker:
                 if latest is not None and latest.state is ContainerState.RUNNING:
                     waiting = None
                 stored = self._stored_container(c["name"])
-                restarts = _attempt(latest) if latest is not None else int(
-                    (stored or {}).get("restartCount", 0)
+                restarts = (
+                    _attempt(latest)
+                    if latest is not None
+                    else int((stored or {}).get("restartCount", 0))
                 )
                 out.append(
                     container_status(
@@ -819,4 +825,3 @@ def _stored_exit(stored: dict[str, Any] | None) -> int | None:
     if term is None:
         return None
     return term.get("exitCode")
-

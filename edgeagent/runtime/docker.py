@@ -223,9 +223,10 @@ class DockerRuntime(ContainerRuntime):
         # took 2.2 s). So the first one goes alone.
         if not self._network_ready:
             async with self._first_sandbox:
-                cid = await self._create_and_start(config.name, body)
-                self._network_ready = True
-                return cid
+                if not self._network_ready:
+                    cid = await self._create_and_start(config.name, body)
+                    self._network_ready = True
+                    return cid
         return await self._create_and_start(config.name, body)
 
     async def _create_and_start(self, name: str, body: dict[str, Any]) -> str:
@@ -427,8 +428,10 @@ class DockerRuntime(ContainerRuntime):
             code = details.get("ExitCode")
         except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
             raise self._error(exc, "exec") from exc
-        return ExecResult(exit_code=int(code if code is not None else 126),
-                          output=b"".join(chunks)[:EXEC_OUTPUT_LIMIT])
+        return ExecResult(
+            exit_code=int(code if code is not None else 126),
+            output=b"".join(chunks)[:EXEC_OUTPUT_LIMIT],
+        )
 
     def log_path(self, info: ContainerInfo) -> str:
         return self._log_paths.get(info.id, "")

@@ -295,9 +295,14 @@ class ProcessRuntime(ContainerRuntime):
             pathlib.Path(log_path).parent.mkdir(parents=True, exist_ok=True)
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
         except OSError as exc:
-            raise ContainerRuntimeError(f"start {rec.name}: log file: {exc}", operation="start") from exc
+            raise ContainerRuntimeError(
+                f"start {rec.name}: log file: {exc}", operation="start"
+            ) from exc
         try:
-            popen = subprocess.Popen(
+            # A plain fork/exec, not asyncio's subprocess: that would give each container a
+            # child-watcher (a thread per child on Python < 3.12) and tie the shim to this
+            # event loop, while the shim must outlive the agent. Exits are watched by pidfd.
+            popen = subprocess.Popen(  # noqa: ASYNC220
                 [self._settings.shell, "-c", SHIM, "edgefleet-shim", str(rec.dir), exe, *argv[1:]],
                 cwd=cwd,
                 env=env,
@@ -521,8 +526,8 @@ async def _wait_pid(pid: int, start: int | None) -> None:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         fd = None
-    if fd is None:
-        while proc_start_time(pid) == start:
+    if fd is None:  # kernel before 5.3: no pidfd, poll once a second
+        while proc_start_time(pid) == start:  # noqa: ASYNC110
             await asyncio.sleep(1.0)
         return
     loop = asyncio.get_running_loop()
@@ -591,4 +596,3 @@ def _config_from_json(data: dict[str, Any]) -> ContainerConfig:
         memory_bytes=data.get("memory_bytes"),
         log_path=data.get("log_path", ""),
     )
-

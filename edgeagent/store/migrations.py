@@ -66,7 +66,6 @@ def m001_initial(db: Any) -> None:
     )
     # Latest-wins: at most one pending message per coalescing key.
     db.execute(
-        "CREATE UNIQUE INDEX outbox_coalesce ON outbox(coalesce_key) "
-        "WHERE coalesce_key IS NOT NULL"
+        "CREATE UNIQUE INDEX outbox_coalesce ON outbox(coalesce_key) WHERE coalesce_key IS NOT NULL"
     )
     db["state"].create({"key": str, "value": str}, pk="key", not_null={"value"})

@@ -513,9 +513,7 @@ class Store:
             StoreFullError: not stored (the hub will resend it after the next inventory).
         """
         body = _dumps(obj)
-        row = self._read(
-            "SELECT resource_version, body FROM objects WHERE uid = ?", (ref.uid,)
-        )
+        row = self._read("SELECT resource_version, body FROM objects WHERE uid = ?", (ref.uid,))
         if row and row[0][0] == resource_version and row[0][1] == body:
             return False
         with self._write() as conn:
@@ -558,8 +556,7 @@ class Store:
     def get_object(self, uid: str) -> StoredObject | None:
         """The object with that uid, or ``None``."""
         rows = self._read(
-            "SELECT uid, kind, namespace, name, resource_version, body FROM objects "
-            "WHERE uid = ?",
+            "SELECT uid, kind, namespace, name, resource_version, body FROM objects WHERE uid = ?",
             (uid,),
         )
         return _obj(rows[0]) if rows else None
@@ -677,8 +674,7 @@ class Store:
                 (count - limit,),
             )
             log.warning(
-                "outbox over %d uncoalesced messages while the hub is away: dropped the "
-                "%d oldest",
+                "outbox over %d uncoalesced messages while the hub is away: dropped the %d oldest",
                 limit,
                 count - limit,
             )

@@ -27,7 +27,6 @@ import uuid
 
 import pytest
 
-
 BUSYBOX_IMAGE = "localhost/busybox:latest"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -114,10 +113,7 @@ def podman_engine(tmp_path_factory: pytest.TempPathFactory):
         f'network_config_dir = "{netdir}"\n'
     )
     storage.write_text(
-        "[storage]\n"
-        'driver = "vfs"\n'
-        f'graphroot = "{root}/graph"\n'
-        f'runroot = "{root}/run"\n'
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n'
     )
     env = {
         **os.environ,
@@ -156,7 +152,7 @@ def podman_engine(tmp_path_factory: pytest.TempPathFactory):
     tar = root / "busybox.tar"
     _busybox_tar(tar)
     engine.podman("import", "--change", 'CMD ["/bin/sh"]', str(tar), BUSYBOX_IMAGE)
-    log = open(root / "service.log", "w")  # noqa: SIM115 - closed at teardown
+    log = open(root / "service.log", "w")
     service = subprocess.Popen(
         ["podman", "system", "service", "--time=0", f"unix://{sock}"],
         env=env,
@@ -168,7 +164,9 @@ def podman_engine(tmp_path_factory: pytest.TempPathFactory):
         deadline = time.monotonic() + 30
         while not sock.exists():
             if service.poll() is not None or time.monotonic() > deadline:
-                pytest.skip(f"podman system service did not start: {(root / 'service.log').read_text()}")
+                pytest.skip(
+                    f"podman system service did not start: {(root / 'service.log').read_text()}"
+                )
             time.sleep(0.05)
         yield engine
     finally:
@@ -224,11 +222,11 @@ async def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, w
         await asyncio.sleep(interval)
 
 
-
 # --- an in-process agent core: store + runtime + reconciler -----------------------------
 
-TEST_POD_SETTINGS = dict(backoff_initial=0.4, backoff_max=3.2, resync_period=2.0,
-                         default_grace_period=5.0)
+TEST_POD_SETTINGS = dict(
+    backoff_initial=0.4, backoff_max=3.2, resync_period=2.0, default_grace_period=5.0
+)
 
 
 @dataclasses.dataclass
@@ -299,16 +297,28 @@ class Harness:
         self.store.apply_upsert(ref, rv, obj)
         return obj
 
-    def apply_config(self, kind: str, name: str, data: dict, namespace: str = "default",
-                     uid: str | None = None) -> dict:
+    def apply_config(
+        self, kind: str, name: str, data: dict, namespace: str = "default", uid: str | None = None
+    ) -> dict:
         import base64
 
-        body = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()} \
-            if kind == "Secret" else dict(data)
-        return self.apply({"kind": kind, "apiVersion": "v1",
-                           "metadata": {"name": name, "namespace": namespace,
-                                        "uid": uid or f"{kind.lower()}-{name}-{namespace}"},
-                           "data": body})
+        body = (
+            {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+            if kind == "Secret"
+            else dict(data)
+        )
+        return self.apply(
+            {
+                "kind": kind,
+                "apiVersion": "v1",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": uid or f"{kind.lower()}-{name}-{namespace}",
+                },
+                "data": body,
+            }
+        )
 
     def status(self, pod: dict) -> dict:
         return self.store.pod_status(pod["metadata"]["uid"]) or {}
@@ -321,12 +331,18 @@ class Harness:
 
     def events(self, pod: dict) -> list[dict]:
         uid = pod["metadata"]["uid"]
-        return [e.body for e in self.store.outbox_pending()
-                if e.kind == "event" and e.body["ref"]["uid"] == uid]
+        return [
+            e.body
+            for e in self.store.outbox_pending()
+            if e.kind == "event" and e.body["ref"]["uid"] == uid
+        ]
 
     async def wait_phase(self, pod: dict, phase: str, timeout: float = 30.0) -> dict:
-        await wait_until(lambda: self.status(pod).get("phase") == phase, timeout=timeout,
-                         what=f"{pod['metadata']['name']} {phase} (now {self.status(pod)})")
+        await wait_until(
+            lambda: self.status(pod).get("phase") == phase,
+            timeout=timeout,
+            what=f"{pod['metadata']['name']} {phase} (now {self.status(pod)})",
+        )
         return self.status(pod)
 
     async def wait_ready(self, pod: dict, timeout: float = 30.0) -> dict:
@@ -340,15 +356,14 @@ class Harness:
     async def logs(self, pod: dict, name: str) -> str:
         from edgeagent.runtime import Labels
 
-        infos = await self.runtime.list({Labels.POD_UID: pod["metadata"]["uid"],
-                                         Labels.CONTAINER_NAME: name})
+        infos = await self.runtime.list(
+            {Labels.POD_UID: pod["metadata"]["uid"], Labels.CONTAINER_NAME: name}
+        )
         infos.sort(key=lambda i: int(i.labels[Labels.RESTART_COUNT]))
         if not infos:
             return ""
         path = self.runtime.log_path(infos[-1])
-        if not path or not os.path.exists(path):
-            return ""
-        text = pathlib.Path(path).read_text(errors="replace")
+        text = await asyncio.to_thread(_read_text, path)
         if self.kind == "docker":
             # podman's k8s-file format: "<time> <stream> <F|P> <text>" per line
             text = "".join(
@@ -364,8 +379,9 @@ class Harness:
     async def exec(self, pod: dict, name: str, script: str) -> str:
         from edgeagent.runtime import Labels
 
-        infos = await self.runtime.list({Labels.POD_UID: pod["metadata"]["uid"],
-                                         Labels.CONTAINER_NAME: name})
+        infos = await self.runtime.list(
+            {Labels.POD_UID: pod["metadata"]["uid"], Labels.CONTAINER_NAME: name}
+        )
         infos.sort(key=lambda i: int(i.labels[Labels.RESTART_COUNT]))
         result = await self.runtime.exec(infos[-1].id, ["/bin/sh", "-c", script], timeout=10)
         assert result.exit_code == 0, result
@@ -377,10 +393,18 @@ class Harness:
             from edgeagent.runtime import Labels
 
             infos = await self.runtime.list()
-            for info in sorted(infos, key=lambda i: i.labels.get(Labels.CONTAINER_TYPE) == "sandbox"):
+            for info in sorted(
+                infos, key=lambda i: i.labels.get(Labels.CONTAINER_TYPE) == "sandbox"
+            ):
                 await self.runtime.remove(info.id)
         await self.runtime.close()
         self.store.close()
+
+
+def _read_text(path: str) -> str:
+    if not path or not os.path.exists(path):
+        return ""
+    return pathlib.Path(path).read_text(errors="replace")
 
 
 def make_runtime_for(kind: str, state_dir: pathlib.Path, engine: PodmanEngine | None):
@@ -397,8 +421,11 @@ def make_runtime_for(kind: str, state_dir: pathlib.Path, engine: PodmanEngine | 
 def agent_settings(state_dir: pathlib.Path, kind: str, engine: PodmanEngine | None = None, **pods):
     from edgeagent.settings import AgentSettings, PodSettings, RuntimeSettings
 
-    runtime = RuntimeSettings(kind=kind, docker=docker_settings(engine)) if engine else \
-        RuntimeSettings(kind=kind)
+    runtime = (
+        RuntimeSettings(kind=kind, docker=docker_settings(engine))
+        if engine
+        else RuntimeSettings(kind=kind)
+    )
     return AgentSettings(
         node_name="edge-test",
         state_dir=state_dir,
@@ -418,8 +445,9 @@ def runtime_kind(request) -> str:
 async def harness(runtime_kind: str, tmp_path: pathlib.Path, request):
     engine = request.getfixturevalue("podman") if runtime_kind == "docker" else None
     settings = agent_settings(tmp_path / "state", runtime_kind, engine)
-    h = Harness(tmp_path / "state", make_runtime_for(runtime_kind, tmp_path / "state", engine),
-                settings)
+    h = Harness(
+        tmp_path / "state", make_runtime_for(runtime_kind, tmp_path / "state", engine), settings
+    )
     await h.start()
     try:
         yield h

@@ -43,8 +43,16 @@ def main() -> None:
         seq = store.outbox_append("event", {"n": n})
         if n % 7 == 0:
             obj = {"metadata": {"name": f"cm{n % 3}"}, "data": {"n": str(n)}}
-            ref = type("R", (), {"kind": "ConfigMap", "namespace": "default",
-                                 "name": f"cm{n % 3}", "uid": f"cm{n % 3}"})
+            ref = type(
+                "R",
+                (),
+                {
+                    "kind": "ConfigMap",
+                    "namespace": "default",
+                    "name": f"cm{n % 3}",
+                    "uid": f"cm{n % 3}",
+                },
+            )
             store.apply_upsert(ref, str(n), obj)
         if n % 3 == 0:
             store.flush()

@@ -101,7 +101,7 @@ async def test_run_inspect_exec_stop_remove(runtime: ContainerRuntime, tmp_path:
     assert info.finished_at and info.finished_at >= info.started_at
     log_path = runtime.log_path(info)
     if log_path:
-        text = pathlib.Path(log_path).read_text()
+        text = await asyncio.to_thread(pathlib.Path(log_path).read_text)
         assert "started hi" in text and "hello" in text
     await runtime.remove(cid)
     with pytest.raises(ContainerNotFoundError):
@@ -174,18 +174,32 @@ async def test_docker_sandbox_shares_network(podman):
     await rt.connect()
     try:
         labels = _labels(**{Labels.CONTAINER_TYPE: "sandbox"})
-        sandbox = await rt.create_sandbox(SandboxConfig(name=f"sb-{uuid.uuid4().hex[:8]}",
-                                                         hostname="mypod", labels=labels))
+        sandbox = await rt.create_sandbox(
+            SandboxConfig(name=f"sb-{uuid.uuid4().hex[:8]}", hostname="mypod", labels=labels)
+        )
         sb_info = await rt.inspect(sandbox)
         assert sb_info.state is ContainerState.RUNNING and sb_info.ip.startswith("10.")
-        server = await rt.create(ContainerConfig(
-            name=f"srv-{uuid.uuid4().hex[:8]}", image="localhost/busybox:latest",
-            command=("httpd", "-f", "-p", "8080", "-h", "/etc"), labels=labels,
-            sandbox_id=sandbox, cpu_millicores=200, memory_bytes=64 << 20))
+        server = await rt.create(
+            ContainerConfig(
+                name=f"srv-{uuid.uuid4().hex[:8]}",
+                image="localhost/busybox:latest",
+                command=("httpd", "-f", "-p", "8080", "-h", "/etc"),
+                labels=labels,
+                sandbox_id=sandbox,
+                cpu_millicores=200,
+                memory_bytes=64 << 20,
+            )
+        )
         await rt.start(server)
-        client = await rt.create(ContainerConfig(
-            name=f"cli-{uuid.uuid4().hex[:8]}", image="localhost/busybox:latest",
-            command=("sleep", "100"), labels=labels, sandbox_id=sandbox))
+        client = await rt.create(
+            ContainerConfig(
+                name=f"cli-{uuid.uuid4().hex[:8]}",
+                image="localhost/busybox:latest",
+                command=("sleep", "100"),
+                labels=labels,
+                sandbox_id=sandbox,
+            )
+        )
         await rt.start(client)
 
         async def served():

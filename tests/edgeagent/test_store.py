@@ -13,7 +13,7 @@ import pytest
 
 from edgeagent.errors import StoreClosedError, StoreFullError, StoreLockedError
 from edgeagent.settings import StoreSettings
-from edgeagent.store import SEQ_BLOCK, ObjectChange, Store
+from edgeagent.store import ObjectChange, Store
 from tests.edgeagent.conftest import Ref
 
 
@@ -43,7 +43,10 @@ def test_objects_inventory_and_listeners(store: Store):
     assert store.apply_delete("u1") is False
     assert store.get_object("u1") is None
     assert [(c.op, c.uid, c.resource_version) for c in changes] == [
-        ("upsert", "u1", "5"), ("upsert", "c1", "7"), ("delete", "u1", "5")]
+        ("upsert", "u1", "5"),
+        ("upsert", "c1", "7"),
+        ("delete", "u1", "5"),
+    ]
     remove()
     store.apply_upsert(ref, "6", body)
     assert len(changes) == 3
@@ -57,9 +60,11 @@ def test_outbox_latest_wins_and_cumulative_ack(store: Store):
     assert s1 < e1 < s2
     pending = store.outbox_pending()
     assert [(e.seq, e.kind) for e in pending] == [(e1, "event"), (s2, "pod_status")]
-    assert pending[1].body == {"ref": {"kind": "Pod", "namespace": "default", "name": "p",
-                                       "uid": "u1"},
-                               "status": {"phase": "Running"}, "observed_at": 2.0}
+    assert pending[1].body == {
+        "ref": {"kind": "Pod", "namespace": "default", "name": "p", "uid": "u1"},
+        "status": {"phase": "Running"},
+        "observed_at": 2.0,
+    }
     assert store.pod_status("u1") == {"phase": "Running"}
     assert [e.seq for e in store.outbox_pending(after_seq=e1)] == [s2]
     assert store.outbox_ack(e1) == 1
@@ -90,8 +95,7 @@ def test_fresh_store_starts_seq_from_the_clock(tmp_path: pathlib.Path):
 
 
 def test_writes_are_batched_until_flush(tmp_path: pathlib.Path):
-    s = Store.open(tmp_path / "store.db", StoreSettings(commit_delay=1.0),
-                   monotonic=lambda: 100.0)
+    s = Store.open(tmp_path / "store.db", StoreSettings(commit_delay=1.0), monotonic=lambda: 100.0)
     try:
         assert s.flush_due() is None
         ref, _ = _pod()
@@ -149,8 +153,10 @@ def test_store_from_a_newer_agent_is_moved_aside(tmp_path: pathlib.Path):
     path = tmp_path / "store.db"
     Store.open(path).close()
     conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
-                 "VALUES ('edgeagent', 'm999_future', 'x')")
+    conn.execute(
+        "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+        "VALUES ('edgeagent', 'm999_future', 'x')"
+    )
     conn.commit()
     conn.close()
     s = Store.open(path)
@@ -167,15 +173,21 @@ def test_numpy_is_kept_out_of_the_agent():
         "print('numpy' in sys.modules, 'pandas' in sys.modules); "
         "import importlib.util; print(importlib.util.find_spec('numpy') is not None)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[2])},
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[2])},
+        check=True,
+    ).stdout.split()
     assert out[:2] == ["False", "False"]
     # and the mask is lifted: numpy stays importable for anyone who wants it
     if out[2] == "True":
-        subprocess.run([sys.executable, "-c", "import edgeagent.store, numpy"], check=True,
-                       env={**os.environ,
-                            "PYTHONPATH": str(pathlib.Path(__file__).parents[2])})
+        subprocess.run(
+            [sys.executable, "-c", "import edgeagent.store, numpy"],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[2])},
+        )
 
 
 @pytest.fixture
@@ -183,8 +195,9 @@ def small_fs(tmp_path: pathlib.Path):
     """A 1 MiB tmpfs to fill up (root only)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs to fill: {proc.stderr.strip()}")
     yield mnt

@@ -17,8 +17,13 @@ WRITER = [sys.executable, "-m", "tests.edgeagent.store_writer"]
 
 
 def _spawn(db: pathlib.Path, env: dict, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([*WRITER, str(db), *extra], stdout=subprocess.PIPE, text=True,
-                            env=env, cwd=pathlib.Path(__file__).parents[2])
+    return subprocess.Popen(
+        [*WRITER, str(db), *extra],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=pathlib.Path(__file__).parents[2],
+    )
 
 
 def test_sigkill_during_writes_20_times(tmp_path: pathlib.Path, python_env: dict):
@@ -42,8 +47,10 @@ def test_sigkill_during_writes_20_times(tmp_path: pathlib.Path, python_env: dict
         os.kill(proc.pid, signal.SIGKILL)  # mid-write, at a random instant
         rest = proc.stdout.read()  # acks printed before the kill landed count too
         proc.wait()
-        acked += [(int(n), int(s)) for _, n, s in
-                  (line.split() for line in rest.splitlines() if line.startswith("acked"))]
+        acked += [
+            (int(n), int(s))
+            for _, n, s in (line.split() for line in rest.splitlines() if line.startswith("acked"))
+        ]
         last_n, last_seq = max(acked)
         store = Store.open(db)
         try:
@@ -61,8 +68,7 @@ def test_sigkill_during_writes_20_times(tmp_path: pathlib.Path, python_env: dict
             store.close()
 
 
-def test_seqs_handed_out_before_a_crash_are_never_reused(tmp_path: pathlib.Path,
-                                                         python_env: dict):
+def test_seqs_handed_out_before_a_crash_are_never_reused(tmp_path: pathlib.Path, python_env: dict):
     db = tmp_path / "store.db"
     proc = _spawn(db, python_env, "--crash-after-uncommitted")
     out, _ = proc.communicate(timeout=30)
