@@ -150,6 +150,10 @@ def check_pod(pod: dict[str, Any], runtime_kind: str) -> list[str]:
     for key in ("name", "namespace", "uid"):
         if not isinstance(meta.get(key), str) or not meta.get(key):
             problems.append(f"metadata.{key}: required")
+    for key in ("name", "namespace"):
+        value = meta.get(key)
+        if isinstance(value, str) and value and not _valid_ref_name(value):
+            problems.append(f"metadata.{key}: {value!r} is not a valid object name")
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return [*problems, "spec: required"]
