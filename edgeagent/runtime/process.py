@@ -117,6 +117,7 @@ class _Record:
     popen: subprocess.Popen | None = field(default=None, repr=False)
     exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     running: bool = False
+    known_exit: int | None = None
 
     def persist(self) -> None:
         """Write ``state.json`` atomically."""
@@ -133,7 +134,7 @@ class _Record:
         try:
             return int((self.dir / "exit").read_text().strip())
         except (OSError, ValueError):
-            return None
+            return self.known_exit
 
     def finished_at(self) -> float | None:
         try:
@@ -509,9 +510,14 @@ class ProcessRuntime(ContainerRuntime):
             for pid, start in ((rec.shim_pid, rec.shim_start), (rec.wpid, rec.wpid_start)):
                 if pid and self._alive(pid, start):
                     await _wait_pid(pid, start)
-            if rec.popen is not None:
-                rec.popen.poll()
-            if rec.exit_code() is None and not (rec.dir / "exit").exists():
+            if rec.popen is not None and rec.popen.poll() is not None and rec.exit_code() is None:
+                # The shim could not write the file (disk full?); as its parent we still
+                # know: it exits with the command's status.
+                code = rec.popen.returncode
+                rec.known_exit = code if code >= 0 else 128 - code
+                with contextlib.suppress(OSError):
+                    (rec.dir / "exit").write_text(f"{rec.known_exit}\n")
+            if rec.exit_code() is None:
                 log.warning("%s ended without recording an exit code", rec.name)
         finally:
             self._watchers.pop(rec.id, None)
