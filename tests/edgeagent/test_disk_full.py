@@ -50,6 +50,20 @@ def _phase(state: pathlib.Path, uid: str) -> str | None:
         store.close()
 
 
+async def _running(state: pathlib.Path, uid: str) -> bool:
+    from edgeagent.runtime import ContainerState, Labels
+    from edgeagent.runtime.process import ProcessRuntime
+    from edgeagent.settings import ProcessSettings
+
+    rt = ProcessRuntime(state / "runtime" / "process", ProcessSettings())
+    await rt.connect()
+    try:
+        infos = await rt.list({Labels.POD_UID: uid})
+        return any(i.state is ContainerState.RUNNING for i in infos)
+    finally:
+        await rt.close()
+
+
 async def test_full_disk_keeps_pods_running(small_state: pathlib.Path, caplog):
     settings = agent_settings(small_state, "process")
     steady = make_pod("steady", [container("c", "sleep 600", "process")])
@@ -82,10 +96,7 @@ async def test_full_disk_keeps_pods_running(small_state: pathlib.Path, caplog):
         assert "running pods are unaffected" in caplog.text
         assert not task.done(), "the agent keeps running"
         assert _phase(small_state, finisher["metadata"]["uid"]) == "Running"  # not saved
-        steady_pid_alive = (
-            subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode == 0
-        )
-        assert steady_pid_alive
+        assert await _running(small_state, steady["metadata"]["uid"])
         filler.unlink()
         await wait_until(
             lambda: _phase(small_state, finisher["metadata"]["uid"]) == "Succeeded",
