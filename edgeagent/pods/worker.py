@@ -502,12 +502,12 @@ class PodWorker:
             await self.r.runtime.ensure_image(image, policy)
             self._pulls.reset(pull_key)
         except ImagePullError as exc:
-            self._pulls.step(pull_key, now)
+            delay = self._pulls.step(pull_key, self.r.wall())  # from the failure, not the try
             self._waiting[name] = (exc.reason, str(exc))
             self._event("Warning", "Failed", f"Failed to pull image: {exc}")
             self._event("Warning", "Failed", f"Error: {exc.reason}")
-            # Look again shortly: the status then shows ImagePullBackOff until it expires.
-            return 1.0
+            # Look again before the back-off expires: the status then says ImagePullBackOff.
+            return min(1.0, delay / 2)
         try:
             env = resolve_env(c, pod, self.r.lookup, pod_ip=self._pod_ip, host_ip=self.r.host_ip)
             command, args = resolve_command(c, env)
