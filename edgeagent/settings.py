@@ -66,6 +66,9 @@ class StoreSettings:
     busy_timeout: float = 5.0
     """Seconds to wait for a lock held by another process (``edgeagent status``)."""
 
+    full_retry: float = 5.0
+    """Seconds between commit attempts while the disk is full."""
+
     outbox_max_events: int = 10_000
     """Most uncoalesced messages (events) kept while offline; the oldest are dropped beyond
     it. Status messages are coalesced per pod and never dropped."""

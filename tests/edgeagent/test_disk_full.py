@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import pathlib
@@ -66,9 +67,12 @@ async def _running(state: pathlib.Path, uid: str) -> bool:
 
 async def test_full_disk_keeps_pods_running(small_state: pathlib.Path, caplog):
     settings = agent_settings(small_state, "process")
+    settings = dataclasses.replace(
+        settings, store=dataclasses.replace(settings.store, commit_delay=0.1, full_retry=0.5)
+    )
     steady = make_pod("steady", [container("c", "sleep 600", "process")])
     finisher = make_pod(
-        "finisher", [container("c", "sleep 3; exit 0", "process")], restartPolicy="Never"
+        "finisher", [container("c", "sleep 1.5; exit 0", "process")], restartPolicy="Never"
     )
     store = Store.open(settings.store_path, settings.store)
     for pod in (steady, finisher):

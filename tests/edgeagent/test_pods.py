@@ -251,7 +251,7 @@ async def test_liveness_failure_restarts_and_readiness_flips(harness: Harness):
             [
                 container(
                     "c",
-                    "touch /tmp/ef-probe-$$ 2>/dev/null; sleep 600",
+                    "trap 'exit 0' TERM; sleep 600 & wait",
                     harness.kind,
                     livenessProbe={
                         "exec": {"command": ["/bin/sh", "-c", f"test ! -e {p('/scratch/dead')}"]},
