@@ -215,6 +215,8 @@ class Agent:
         next_watchdog = self._mono() if watchdog else float("inf")
         next_status = self._mono() + STATUS_REFRESH
         while True:
+            if store.damaged is not None:
+                raise store.damaged
             now = self._mono()
             due = store.flush_due()
             if due is not None and self._flush_error_at is not None:

@@ -204,6 +204,9 @@ class Store:
         self._commit_reservation = False
         self.recovered_from: pathlib.Path | None = None
         """Where a damaged database was moved at open, or ``None``."""
+        self.damaged: StoreCorruptError | None = None
+        """Set when SQLite reported the file damaged while running: the agent exits so
+        that the next start moves it aside (no crash loop: that start succeeds)."""
 
     # --- opening ------------------------------------------------------------------------
 
@@ -418,7 +421,7 @@ class Store:
             self._conn.commit()
         except sqlite3.Error as exc:
             self._rollback_after_failure()
-            raise _translate(exc, self.path) from exc
+            raise self._note(_translate(exc, self.path)) from exc
         self._dirty_since = None
 
     def _rollback_after_failure(self) -> None:
@@ -461,7 +464,7 @@ class Store:
         except sqlite3.Error as exc:
             if _errcode(exc) == _SQLITE_FULL or not self._conn.in_transaction:
                 self._rollback_after_failure()
-            raise _translate(exc, self.path) from exc
+            raise self._note(_translate(exc, self.path)) from exc
         self._touch()
 
     def _read(self, sql: str, params: tuple | list = ()) -> list[tuple]:
@@ -469,7 +472,13 @@ class Store:
         try:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise self._note(_translate(exc, self.path)) from exc
+
+    def _note(self, error: StoreError) -> StoreError:
+        if isinstance(error, StoreCorruptError) and self.damaged is None:
+            self.damaged = error
+            log.error("%s; the agent must restart (the file is moved aside at open)", error)
+        return error
 
     def _check_open(self) -> None:
         if self._closed:
