@@ -371,9 +371,7 @@ class ProcessRuntime(ContainerRuntime):
             # The shim dies with its process group and cannot record it: 128 + SIGKILL.
             with contextlib.suppress(OSError):
                 (rec.dir / "exit").write_text("137\n")
-        if rec.shim_pid and self._alive(rec.shim_pid, rec.shim_start):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(rec.shim_pid, signal.SIGKILL)
+        _kill_group(rec.shim_pid, rec.shim_start)
         if rec.wpid and self._alive(rec.wpid, rec.wpid_start):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rec.wpid, signal.SIGKILL)
@@ -519,11 +517,29 @@ class ProcessRuntime(ContainerRuntime):
                     (rec.dir / "exit").write_text(f"{rec.known_exit}\n")
             if rec.exit_code() is None:
                 log.warning("%s ended without recording an exit code", rec.name)
+            # As an engine does when a container's main process exits, end whatever it
+            # left behind (children of a shell script keep running otherwise).
+            _kill_group(rec.shim_pid, rec.shim_start)
         finally:
             self._watchers.pop(rec.id, None)
         rec.running = False
         rec.exited.set()
         self._emit(rec)
+
+
+def _kill_group(leader: int | None, start: int | None) -> None:
+    """SIGKILL the process group a shim led, if it is still ours.
+
+    A pid number stays reserved while any process of its group lives, so if something
+    else now has the leader's pid, our group is empty and the number was reused: leave it.
+    """
+    if not leader:
+        return
+    now = proc_start_time(leader)
+    if now is not None and now != start:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
 
 
 async def _wait_pid(pid: int, start: int | None) -> None:

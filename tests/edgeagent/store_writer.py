@@ -26,29 +26,36 @@ class ConfigRef:
 
 
 def write_forever(path: str, conn: Connection) -> None:
-    """Write statuses, events and objects as fast as possible; after each commit send
-    ``(n, seq)``: status ``n`` and every event up to ``seq`` are durable."""
+    """Write statuses, events and objects as fast as possible, "sending" every event (its
+    seq recorded as a session would give it); after each commit send ``(n, seq)``: status
+    ``n`` and every event up to seq ``seq`` are durable."""
     store = Store.open(pathlib.Path(path), StoreSettings(commit_delay=0.0))
     n = (store.pod_status(Ref.uid) or {}).get("n", 0) + 1
     conn.send(("opened", n))
+    seq = store.next_seq()
     while True:
         store.record_pod_status(Ref, {"phase": "Running", "n": n}, float(n))
-        seq = store.outbox_append("event", {"n": n})
+        store.outbox_mark_sent(store.outbox_append("event", {"n": n}), seq)
+        seq += 1
         if n % 7 == 0:
             store.apply_upsert(ConfigRef(n), str(n), {"data": {"n": str(n)}})
         if n % 3 == 0:
             store.flush()
-            conn.send(("acked", n, seq))
+            conn.send(("acked", n, seq - 1))
         n += 1
 
 
 def hand_out_uncommitted(path: str, conn: Connection) -> None:
-    """Commit one event, hand out five more seqs without committing them, report them
-    and wait to be killed."""
+    """Send and commit one event, send five more whose seqs are not committed, report
+    those seqs and wait to be killed."""
     store = Store.open(pathlib.Path(path), StoreSettings(commit_delay=0.0))
-    store.outbox_append("event", {"n": 0})
+    seq = store.next_seq()
+    store.outbox_mark_sent(store.outbox_append("event", {"n": 0}), seq)
     store.flush()
-    seqs = [store.outbox_append("event", {"n": i}) for i in range(1, 6)]
-    store.outbox_pending()  # (a new seq block is committed before seqs can leave)
+    seqs = []
+    for i in range(1, 6):
+        seq += 1
+        store.outbox_mark_sent(store.outbox_append("event", {"n": i}), seq)
+        seqs.append(seq)
     conn.send(seqs)
     conn.recv()  # killed while waiting

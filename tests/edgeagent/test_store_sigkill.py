@@ -56,8 +56,8 @@ def test_sigkill_during_writes_20_times(tmp_path: pathlib.Path, ctx):
             assert store.next_seq() > last_seq
             assert store.next_seq() > highest_seq_seen
             highest_seq_seen = max(highest_seq_seen, last_seq)
-            seqs = [e.seq for e in store.outbox_pending()]
-            assert seqs == sorted(set(seqs))
+            seqs = [e.seq for e in store.outbox_sent()]
+            assert seqs == sorted(set(seqs)) and max(seqs) >= last_seq
         finally:
             store.close()
 
@@ -72,7 +72,8 @@ def test_seqs_handed_out_before_a_crash_are_never_reused(tmp_path: pathlib.Path,
     proc.join()
     store = Store.open(db)
     try:
-        assert [e.body["n"] for e in store.outbox_pending()] == [0]  # only the committed one
+        assert [e.body["n"] for e in store.outbox_sent()] == [0]  # only the committed one
+        assert store.outbox_unsent() == []  # the rest was never committed
         assert store.next_seq() > max(handed_out)
     finally:
         store.close()
