@@ -1,0 +1,387 @@
+"""The uplink: which transport to dial, when to fall back, when to go back, how long to wait.
+
+This is the agent's policy (STYLE.md §2, §7); the transports in ``protocol.transport`` only
+connect. The loops, outer to inner:
+
+- **Outer** (:meth:`Uplink.run`): forever until :meth:`Uplink.close`: dial, serve the link,
+  wait a backoff delay (exponential with full jitter, base 1 s, cap 60 s,
+  ``protocol.backoff``), again. The backoff resets after a healthy session (one that stayed
+  open ``healthy_after`` seconds); a hub's ``retry_after`` is a floor under the delay; a
+  final refusal (``VERSION_MISMATCH``, ``UNAUTHORIZED``: ``protocol.backoff.is_retryable``)
+  is retried only at the cap, since only a change on one side can fix it.
+- **Dial**: QUIC first, with a short handshake timeout (3 s), because a network that drops
+  UDP shows up as silence, not as an error. If QUIC fails at the transport level, fall
+  back to WebSocket and remember it: later dials go straight to WebSocket until the QUIC
+  retry interval (10 min) has passed. A session-level refusal (version mismatch,
+  unauthorized) is not a transport failure and does not cause a fallback.
+- **Middle** (one link): the application's ``on_link`` coroutine uses the link until it
+  closes. While on WebSocket, every ``quic_retry_interval`` the uplink checks whether a
+  QUIC handshake now succeeds; if so it closes the WebSocket session and dials QUIC at
+  once (never two sessions at once, so sequence numbers and resends stay simple).
+
+The uplink knows nothing about the store: the hello, the unacknowledged messages to resend
+and the next sequence number come from callbacks, read at every dial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from protocol.backoff import backoff, is_retryable, retry_delay
+from protocol.errors import CloseCode
+from protocol.session import SessionConfig
+from protocol.transport import (
+    ConnectFailed,
+    Link,
+    SessionRejected,
+    TLSCredentials,
+    connect_quic,
+    connect_websocket,
+    quic_handshake_succeeds,
+)
+
+if TYPE_CHECKING:
+    from protocol.messages import Hello, Message
+
+__all__ = ["QUIC", "WEBSOCKET", "Uplink", "UplinkSettings"]
+
+logger = logging.getLogger(__name__)
+
+QUIC = "quic"
+WEBSOCKET = "websocket"
+
+
+@dataclass(frozen=True, slots=True)
+class UplinkSettings:
+    """How the agent reaches the hub (settings group ``transport``)."""
+
+    host: str
+    """Hub address or DNS name."""
+    quic_port: int = 7443
+    """Hub UDP port for QUIC."""
+    websocket_port: int = 7443
+    """Hub TCP port for WebSocket over TLS (the same number as QUIC by default: one Service
+    with a UDP and a TCP port)."""
+    server_name: str | None = None
+    """Name to verify the hub certificate against, if not ``host``."""
+    quic_handshake_timeout: float = 3.0
+    """Seconds to wait for QUIC (handshake and welcome) before falling back: UDP blocked by
+    a firewall looks like silence, so this bounds how long a fallback takes. 3 s covers
+    several round trips on a slow cellular link."""
+    websocket_timeout: float = 10.0
+    """Seconds for TCP, TLS, upgrade and welcome over WebSocket."""
+    quic_retry_interval: float = 600.0
+    """While on WebSocket, seconds between checks whether QUIC works again (10 min: rare
+    enough to cost nothing, often enough to leave a fallback within the hour)."""
+    backoff_base: float = 1.0
+    """Seconds: the first reconnect waits up to this long (full jitter)."""
+    backoff_cap: float = 60.0
+    """Seconds: no reconnect waits longer (a fleet rejoining after a hub outage spreads
+    over a minute instead of stampeding)."""
+    healthy_after: float = 10.0
+    """Seconds a session must stay open to count as healthy and reset the backoff; a hub
+    that accepts and drops at once keeps the agent backing off."""
+    session: SessionConfig = field(default_factory=SessionConfig)
+    """Session settings (ping interval, liveness, window, close timeout)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "quic_handshake_timeout",
+            "websocket_timeout",
+            "quic_retry_interval",
+            "backoff_base",
+            "backoff_cap",
+        ):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"transport.{name} must be > 0 seconds")
+        if self.healthy_after < 0:
+            raise ValueError("transport.healthy_after must be >= 0 seconds")
+
+
+class Uplink:
+    """Keeps one session with the hub open, over QUIC when it can, WebSocket otherwise.
+
+    Args:
+        settings: addresses, timeouts, backoff.
+        credentials: returns the current TLS credentials (read at every dial, so that a
+            renewed certificate is used for the next connection).
+        make_hello: returns the hello for the next session (inventory, node info).
+        pending: returns the unacknowledged ``(seq, message)`` pairs to resend.
+        next_seq: returns the next sequence number to assign.
+        on_link: coroutine that uses an established link until it closes (reads its
+            events, sends the outbox); the uplink closes the link when it returns.
+    """
+
+    def __init__(
+        self,
+        settings: UplinkSettings,
+        *,
+        credentials: Callable[[], TLSCredentials],
+        make_hello: Callable[[], Hello],
+        pending: Callable[[], Sequence[tuple[int, Message]]],
+        next_seq: Callable[[], int],
+        on_link: Callable[[Link], Awaitable[None]],
+    ) -> None:
+        self.settings = settings
+        self._credentials = credentials
+        self._make_hello = make_hello
+        self._pending = pending
+        self._next_seq = next_seq
+        self._on_link = on_link
+        self._stop = asyncio.Event()
+        self._link: Link | None = None
+        self._preferred = QUIC
+        self._quic_failed_at: float | None = None
+        self._run_task: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
+        self._refusal: SessionRejected | None = None
+        self.link_changed = asyncio.Condition()
+        """Notified whenever a link opens or closes (wait on it to observe the uplink)."""
+
+    # -- observation ------------------------------------------------------------------------
+
+    @property
+    def link(self) -> Link | None:
+        """The open link, if any."""
+        return self._link
+
+    @property
+    def transport(self) -> str | None:
+        """``"quic"`` or ``"websocket"`` while a link is open, else ``None``."""
+        return self._link.transport if self._link is not None else None
+
+    @property
+    def preferred(self) -> str:
+        """The transport that worked last (dialled first next time)."""
+        return self._preferred
+
+    async def _set_link(self, link: Link | None) -> None:
+        self._link = link
+        async with self.link_changed:
+            self.link_changed.notify_all()
+
+    async def wait_for_transport(self, transport: str | None, timeout: float) -> None:
+        """Wait until an open link uses ``transport`` (``None``: until no link is open).
+
+        Raises:
+            TimeoutError: not within ``timeout`` seconds.
+        """
+
+        def reached() -> bool:
+            return self.transport == transport and (self._link is None or not self._link.closed)
+
+        async with self.link_changed:
+            await asyncio.wait_for(self.link_changed.wait_for(reached), timeout)
+
+    # -- the loops --------------------------------------------------------------------------
+
+    def _delays(self) -> Iterator[float]:
+        s = self.settings
+        return backoff(uniform=random.uniform, base=s.backoff_base, cap=s.backoff_cap)
+
+    async def run(self) -> None:
+        """Dial and serve links until :meth:`close` (the outer loop).
+
+        Never raises for network or hub failures: they are logged and retried with backoff.
+        Run it as its own task; :meth:`close` makes it return.
+        """
+        self._run_task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        delays = self._delays()
+        try:
+            while not self._stop.is_set():
+                self._refusal = None
+                link = await self._until_stopped(self._dial())
+                retry_after = None
+                if link is not None:
+                    opened_at = loop.time()
+                    switch_to_quic = await self._serve(link)
+                    if loop.time() - opened_at >= self.settings.healthy_after:
+                        delays = self._delays()
+                    if switch_to_quic:
+                        continue
+                    closed = link.close_event
+                    if closed is not None:
+                        retry_after = closed.retry_after
+                elif self._refusal is not None:
+                    retry_after = self._refusal.retry_after
+                    if not is_retryable(self._refusal.code):
+                        # A final refusal (version mismatch, unauthorized) needs a change on
+                        # one side; keep asking, but only at the slowest rate.
+                        retry_after = max(retry_after or 0.0, self.settings.backoff_cap)
+                delay = retry_delay(next(delays), retry_after)
+                if self._stop.is_set():
+                    break
+                if delay > 0:
+                    logger.info("reconnecting to the hub in %.1f s", delay)
+                    try:
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                    except asyncio.TimeoutError:
+                        pass
+        finally:
+            self._done.set()
+
+    async def _until_stopped(self, coro: Awaitable[Link | None]) -> Link | None:
+        """Run a dial, abandoning it (cancelled) if :meth:`close` is called meanwhile."""
+        dial = asyncio.ensure_future(coro)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({dial, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not dial.done():
+                dial.cancel()
+            await asyncio.gather(dial, stop, return_exceptions=True)
+        if dial.cancelled():
+            return None
+        link = dial.result()
+        if link is not None and self._stop.is_set():
+            await link.close(CloseCode.GOING_AWAY, "agent stopping")
+            await self._set_link(None)
+            return None
+        return link
+
+    def _quic_due(self, now: float) -> bool:
+        if self._preferred == QUIC or self._quic_failed_at is None:
+            return True
+        return now - self._quic_failed_at >= self.settings.quic_retry_interval
+
+    async def _dial(self) -> Link | None:
+        """Try QUIC (when due), then WebSocket; ``None`` if both failed."""
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        common = {
+            "hello": self._make_hello(),
+            "pending": list(self._pending()),
+            "next_seq": self._next_seq(),
+            "config": s.session,
+            "server_name": s.server_name,
+        }
+        credentials = self._credentials()
+        if self._quic_due(loop.time()):
+            try:
+                link = await connect_quic(
+                    s.host,
+                    s.quic_port,
+                    credentials=credentials,
+                    timeout=s.quic_handshake_timeout,
+                    **common,
+                )
+            except SessionRejected as exc:
+                logger.warning("hub refused the session over QUIC: %s", exc)
+                self._refusal = exc
+                return None
+            except ConnectFailed as exc:
+                logger.info("QUIC to %s:%s failed (%s); trying WebSocket", s.host, s.quic_port, exc)
+                self._quic_failed_at = loop.time()
+            else:
+                self._preferred = QUIC
+                self._quic_failed_at = None
+                await self._set_link(link)
+                return link
+        try:
+            link = await connect_websocket(
+                s.host,
+                s.websocket_port,
+                credentials=credentials,
+                timeout=s.websocket_timeout,
+                **common,
+            )
+        except SessionRejected as exc:
+            logger.warning("hub refused the session over WebSocket: %s", exc)
+            self._refusal = exc
+            return None
+        except ConnectFailed as exc:
+            logger.warning("WebSocket to %s:%s failed: %s", s.host, s.websocket_port, exc)
+            return None
+        self._preferred = WEBSOCKET
+        if self._quic_failed_at is None:
+            self._quic_failed_at = loop.time()
+        await self._set_link(link)
+        return link
+
+    async def _serve(self, link: Link) -> bool:
+        """Run ``on_link`` until the link closes (the middle loop).
+
+        Returns:
+            True if the link was closed to move to QUIC.
+        """
+        loop = asyncio.get_running_loop()
+        app = loop.create_task(self._on_link(link), name="uplink-on-link")
+        ended = loop.create_task(link.wait_closed(), name="uplink-link-ended")
+        tasks = [app, ended]
+        retry = None
+        if link.transport == WEBSOCKET:
+            retry = loop.create_task(self._retry_quic(), name="uplink-quic-retry")
+            tasks.append(retry)
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if app in done and not app.cancelled() and app.exception() is not None:
+                logger.error("uplink link handler failed", exc_info=app.exception())
+            switched = retry is not None and retry in done and retry.result()
+            await link.close(
+                CloseCode.GOING_AWAY if switched else CloseCode.NORMAL,
+                "moving to QUIC" if switched else "",
+            )
+            return bool(switched)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._set_link(None)
+
+    async def _retry_quic(self) -> bool:
+        """While on WebSocket: every ``quic_retry_interval`` check whether QUIC works.
+
+        Returns:
+            True once a QUIC handshake succeeded (the caller moves to QUIC); never returns
+            False (it is cancelled when the link ends).
+        """
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        while True:
+            assert self._quic_failed_at is not None
+            wait = self._quic_failed_at + s.quic_retry_interval - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            ok = await quic_handshake_succeeds(
+                s.host,
+                s.quic_port,
+                credentials=self._credentials(),
+                server_name=s.server_name,
+                timeout=s.quic_handshake_timeout,
+            )
+            if ok:
+                logger.info("QUIC to %s:%s works again; leaving WebSocket", s.host, s.quic_port)
+                self._preferred = QUIC
+                self._quic_failed_at = None
+                return True
+            self._quic_failed_at = loop.time()
+
+    async def close(self) -> None:
+        """Stop reconnecting and close the open link.
+
+        Returns within the link's ``close_bound`` plus one second, even if a send, a ping
+        or the application's ``on_link`` is stuck: a dial in progress is abandoned, and
+        ``on_link`` is cancelled once its link has closed.
+        """
+        self._stop.set()
+        link = self._link
+        if link is not None:
+            try:
+                await asyncio.wait_for(
+                    link.close(CloseCode.GOING_AWAY, "agent stopping"), link.close_bound
+                )
+            except asyncio.TimeoutError:
+                pass
+        if self._run_task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._done.wait()), 1.0)
+            except asyncio.TimeoutError:
+                logger.error("uplink did not stop within its bound; cancelling it")
+                self._run_task.cancel()

@@ -1,0 +1,971 @@
+"""The sans-I/O session: the rules of docs/protocol.md as a state machine.
+
+Like ``h11.Connection``, ``websockets.protocol.Protocol`` and
+``aioquic.quic.connection.QuicConnection``, a ``Session`` never touches a socket, reads a
+clock or draws a random number. The transport adapter feeds it bytes with the time, drains
+the events and the bytes to send, and re-arms one timer::
+
+    session.receive_data(data, now)      # or receive_eof(now) when the stream ended
+    for event in session.events_received(): ...
+    transport.write(session.data_to_send())
+    deadline = session.get_timer()       # call handle_timer(now) at or after it
+
+Rules (docs/protocol.md, "Session"):
+
+- Handshake: the client (edge) sends ``hello``; the server (hub) picks the highest protocol
+  version in both ranges and reports ``HelloReceived``; the application answers with
+  ``accept(welcome)`` or ``reject(code, reason)``. No common version closes both sides
+  with ``VERSION_MISMATCH`` and a reason naming both ranges.
+- Numbering: kinds with ``needs_ack`` get per-direction sequence numbers. The receiver
+  delivers each seq once (a seq at or below the highest delivered is a duplicate: dropped,
+  still acknowledged) and acks cumulatively after ``ack_every`` messages or ``ack_delay``
+  seconds, whichever comes first. At most ``window`` messages are unacknowledged;
+  ``send()`` raises ``WindowFull`` beyond that (back-pressure).
+- Resend: the edge passes what it persisted as unacknowledged to ``connect(pending=...)``;
+  after the welcome it drops what ``welcome.received_up_to`` covers and resends the rest
+  with their original seqs. It never reuses a seq the hub has seen.
+- Liveness: the client pings when it has sent nothing for the ping interval, or heard
+  nothing for the ping interval since its last ping; either side declares the peer dead
+  (``PeerDead``, then ``Closed(PEER_DEAD)``) when nothing arrived for ``liveness_timeout``,
+  without waiting for the transport to notice.
+- Close: ``close()`` sends ``close`` and waits up to ``close_timeout`` for the peer's;
+  pings and pongs in flight never extend that. A protocol violation by the peer sends
+  ``close(PROTOCOL_ERROR | FRAME_TOO_LARGE)`` and ends the session at once.
+- Every session ends with exactly one ``Closed`` event; nothing is sent after ``close``.
+
+The legal state transitions are the one table ``TRANSITIONS`` below; an operation the
+table does not allow raises ``StateError`` (our misuse), a message the table does not
+allow closes the session with ``PROTOCOL_ERROR`` (the peer's misbehaviour).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
+from protocol.errors import (
+    CloseCode,
+    DecodeError,
+    ErrorCode,
+    FrameTooLarge,
+    InvalidMessage,
+    SettingsError,
+    StateError,
+    UnknownKind,
+    UsageError,
+    VersionMismatch,
+    WindowFull,
+)
+from protocol.messages import (
+    MAX_PROTOCOL_VERSION,
+    MAX_SEQ,
+    MIN_PROTOCOL_VERSION,
+    Ack,
+    Close,
+    Error,
+    Hello,
+    Message,
+    Ping,
+    Pong,
+    Welcome,
+)
+
+__all__ = [
+    "TRANSITIONS",
+    "Acked",
+    "Closed",
+    "Established",
+    "HelloReceived",
+    "MessageReceived",
+    "PeerDead",
+    "PeerError",
+    "Role",
+    "Session",
+    "SessionConfig",
+    "SessionEvent",
+    "SessionState",
+    "negotiate_version",
+]
+
+
+class Role(enum.Enum):
+    """Which end of the session this is."""
+
+    CLIENT = "client"
+    """The edge agent: dials, sends ``hello``, pings."""
+    SERVER = "server"
+    """The cloud hub: accepts, answers ``welcome``, answers pings."""
+
+
+class SessionState(enum.Enum):
+    """Where a session is in its life (see ``TRANSITIONS``)."""
+
+    IDLE = "idle"
+    """Created; the client has not sent ``hello`` / the server has not received it."""
+    HELLO_SENT = "hello_sent"
+    """Client: ``hello`` sent, waiting for ``welcome``."""
+    HELLO_RECEIVED = "hello_received"
+    """Server: ``hello`` received, waiting for the application's ``accept()`` or ``reject()``."""
+    OPEN = "open"
+    """Messages flow both ways."""
+    CLOSING = "closing"
+    """We sent ``close`` and wait (at most ``close_timeout``) for the peer's."""
+    CLOSED = "closed"
+    """Over: nothing is sent or delivered any more."""
+
+
+_S = SessionState
+_CLIENT, _SERVER, _BOTH = (Role.CLIENT,), (Role.SERVER,), (Role.CLIENT, Role.SERVER)
+_TALKING = (_S.HELLO_SENT, _S.HELLO_RECEIVED, _S.OPEN)
+_LIVE = (_S.IDLE, *_TALKING)
+
+# (roles, from states, event, to state). Events named ``recv_*`` come from the peer; the
+# rest are our own calls or timers. Anything not listed is illegal.
+_ROWS: tuple[tuple[tuple[Role, ...], tuple[SessionState, ...], str, SessionState | None], ...] = (
+    # handshake
+    (_CLIENT, (_S.IDLE,), "connect", _S.HELLO_SENT),
+    (_SERVER, (_S.IDLE,), "recv_hello", _S.HELLO_RECEIVED),
+    (_SERVER, (_S.HELLO_RECEIVED,), "accept", _S.OPEN),
+    (_SERVER, (_S.HELLO_RECEIVED,), "reject", _S.CLOSED),
+    (_CLIENT, (_S.HELLO_SENT,), "recv_welcome", _S.OPEN),
+    # the open session; what was in flight when we sent close is still taken in
+    (_BOTH, (_S.OPEN,), "send", None),
+    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_message", None),
+    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_ack", None),
+    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_ping", None),
+    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_pong", None),
+    (_BOTH, (*_TALKING, _S.CLOSING), "recv_error", None),
+    # endings
+    (_BOTH, (_S.IDLE,), "close", _S.CLOSED),
+    (_BOTH, _TALKING, "close", _S.CLOSING),
+    (_BOTH, (_S.CLOSING, _S.CLOSED), "close", None),
+    (_BOTH, (*_LIVE, _S.CLOSING), "recv_close", _S.CLOSED),
+    (_BOTH, (_S.CLOSING,), "close_timeout", _S.CLOSED),
+    (_BOTH, _LIVE, "peer_dead", _S.CLOSED),
+    (_BOTH, (*_LIVE, _S.CLOSING), "protocol_error", _S.CLOSED),
+    (_BOTH, (*_LIVE, _S.CLOSING), "eof", _S.CLOSED),
+)
+
+TRANSITIONS: dict[tuple[Role, SessionState, str], SessionState] = {
+    (role, state, event): (state if to is None else to)
+    for roles, states, event, to in _ROWS
+    for role in roles
+    for state in states
+}
+"""The legal transitions: (role, state, event) -> next state (``None`` in a row: stay)."""
+
+# The same table indexed for the hot path: role -> state -> event -> next state.
+_MOVES: dict[Role, dict[SessionState, dict[str, SessionState]]] = {
+    role: {state: {} for state in SessionState} for role in Role
+}
+for (_role, _state, _event), _next in TRANSITIONS.items():
+    _MOVES[_role][_state][_event] = _next
+
+# Session-managed kinds and the table event a received one is.
+_CONTROL_EVENTS: dict[type[Message], str] = {
+    Hello: "recv_hello",
+    Welcome: "recv_welcome",
+    Ack: "recv_ack",
+    Ping: "recv_ping",
+    Pong: "recv_pong",
+    Error: "recv_error",
+    Close: "recv_close",
+}
+
+_REASON_LIMIT = 1024  # characters of a close reason we put on the wire
+
+
+_LOCAL_CODES = frozenset({CloseCode.PEER_DEAD, CloseCode.CONNECTION_LOST})
+
+
+def _close_message(code: CloseCode, reason: str, retry_after: float | None) -> Close:
+    """The ``close`` we send, checked before any state changes."""
+    try:
+        code = CloseCode(code)
+    except ValueError:
+        raise InvalidMessage("code", f"{code!r} is not a CloseCode") from None
+    if code in _LOCAL_CODES:
+        raise InvalidMessage("code", f"{code.name} is reported locally, never sent")
+    if not isinstance(reason, str):
+        raise InvalidMessage("reason", f"expected str, got {type(reason).__name__}")
+    return Close(code, reason[:_REASON_LIMIT], retry_after)
+
+
+def negotiate_version(ours: tuple[int, int], theirs: tuple[int, int]) -> int:
+    """Pick the highest protocol version in both inclusive ranges.
+
+    Args:
+        ours: our ``(min, max)`` versions.
+        theirs: the peer's ``(min, max)`` versions.
+
+    Returns:
+        The version to speak.
+
+    Raises:
+        VersionMismatch: the ranges do not overlap; the message names both.
+    """
+    low, high = max(ours[0], theirs[0]), min(ours[1], theirs[1])
+    if low > high:
+        raise VersionMismatch(ours, theirs)
+    return high
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """The tunables of one session. All durations in seconds, sizes in bytes.
+
+    Raises:
+        SettingsError: a value is out of range; ``key`` names it.
+    """
+
+    window: int = 256
+    """Messages (needing an ack) sent and not yet acknowledged before ``send()`` raises
+    ``WindowFull``. 256 x 1 KiB keeps a 100 ms path busy at 2.5 MB/s while bounding what a
+    reconnect may have to resend."""
+    ping_interval: float = 20.0
+    """Client: ping after this long without sending, or without hearing anything since the
+    last ping. The hub's ``welcome.heartbeat_interval`` overrides it. 20 s stays below the
+    30 s idle timeout of common NAT UDP mappings, so QUIC paths stay open."""
+    liveness_timeout: float = 60.0
+    """Declare the peer dead after this long without receiving a byte (3 ping intervals:
+    two lost pings are tolerated)."""
+    ack_delay: float = 0.05
+    """Acknowledge received messages at most this long after the first unacknowledged one."""
+    ack_every: int = 64
+    """... or as soon as this many are unacknowledged (a quarter of the default window, so a
+    fast sender never stalls on a full window)."""
+    close_timeout: float = 5.0
+    """How long ``close()`` waits for the peer's ``close`` before giving up."""
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    """The largest frame payload accepted and sent (4 MiB)."""
+    min_version: int = MIN_PROTOCOL_VERSION
+    """The oldest protocol version we speak (the server negotiates from this range)."""
+    max_version: int = MAX_PROTOCOL_VERSION
+    """The newest protocol version we speak."""
+
+    def __post_init__(self) -> None:
+        _positive_int(self, "window")
+        _positive_int(self, "ack_every")
+        _positive_int(self, "max_frame_size")
+        _positive_int(self, "min_version")
+        _positive_int(self, "max_version")
+        for key in ("ping_interval", "liveness_timeout", "ack_delay", "close_timeout"):
+            value = getattr(self, key)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                raise SettingsError(key, "a number of seconds", value)
+            if not 0 < value < float("inf"):
+                raise SettingsError(key, "> 0 seconds", value)
+        if self.liveness_timeout <= self.ping_interval:
+            raise SettingsError(
+                "liveness_timeout",
+                f"> ping_interval ({self.ping_interval} s)",
+                self.liveness_timeout,
+            )
+        if self.max_frame_size > 2**32 - 1:
+            raise SettingsError("max_frame_size", "<= 2**32 - 1 bytes", self.max_frame_size)
+        if self.max_version < self.min_version:
+            raise SettingsError(
+                "max_version", f">= min_version ({self.min_version})", self.max_version
+            )
+
+
+def _positive_int(config: SessionConfig, key: str) -> None:
+    value = getattr(config, key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SettingsError(key, "an int >= 1", value)
+
+
+_DEFAULT_CONFIG = SessionConfig()  # immutable, so shared by the 10,000 sessions of a hub
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+class SessionEvent:
+    """Base of what ``Session.events_received()`` returns.
+
+    Events are slotted dataclasses, like aioquic's; they are not frozen because one is made
+    per received message and a frozen dataclass costs twice as much to build.
+    """
+
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class HelloReceived(SessionEvent):
+    """Server: a client said hello. Answer with ``accept(welcome)`` or ``reject()``."""
+
+    hello: Hello
+    """The client's hello (node name, versions, capabilities, inventory, node info)."""
+    version: int
+    """The negotiated protocol version; put it in the welcome."""
+
+
+@dataclass(slots=True)
+class Established(SessionEvent):
+    """Client: the hub accepted; the session is open and pending messages were resent."""
+
+    welcome: Welcome
+    """The hub's welcome (version, hub time, session id, heartbeat interval)."""
+
+
+@dataclass(slots=True)
+class MessageReceived(SessionEvent):
+    """An application message arrived (delivered once per seq)."""
+
+    seq: int | None
+    """Its sequence number (persist it as "received up to" on the hub), or ``None`` for
+    kinds that need no ack."""
+    message: Message
+    """The message."""
+
+
+@dataclass(slots=True)
+class Acked(SessionEvent):
+    """The peer has everything we numbered up to ``up_to``: drop it from the outbox."""
+
+    up_to: int
+    """The highest acknowledged seq (cumulative)."""
+
+
+@dataclass(slots=True)
+class PeerError(SessionEvent):
+    """The peer reported a problem with one of our messages; the session goes on."""
+
+    error: Error
+    """The error message (code, text, ``in_reply_to`` seq)."""
+
+
+@dataclass(slots=True)
+class PeerDead(SessionEvent):
+    """Nothing arrived within ``liveness_timeout``; a ``Closed(PEER_DEAD)`` follows."""
+
+    silent_for: float
+    """Seconds since the last byte arrived."""
+
+
+@dataclass(slots=True)
+class Closed(SessionEvent):
+    """The session is over (always the last event). Flush ``data_to_send()``, then close
+    the transport."""
+
+    code: CloseCode
+    """Why (ours if we closed, the peer's if it did)."""
+    reason: str
+    """Human-readable detail."""
+    by_peer: bool
+    """True if the peer closed, vanished or went silent; False if we closed."""
+    retry_after: float | None = None
+    """Seconds the peer asked us to wait before reconnecting, or ``None``."""
+
+
+# --- the session -------------------------------------------------------------------------------
+
+
+class Session:
+    """One edge-hub session, with no I/O.
+
+    Args:
+        role: ``Role.CLIENT`` (edge) or ``Role.SERVER`` (hub).
+        config: the tunables; ``SessionConfig()`` if ``None``.
+        now: the current time (seconds, monotonic, the caller's clock); liveness starts here.
+        next_seq: the seq our next numbered message gets. The edge persists it (or derives it
+            from its outbox) so that seqs keep increasing across reconnects.
+
+    Raises:
+        UsageError: ``next_seq`` is not in 1..2**64-1.
+    """
+
+    __slots__ = (
+        "_ack_deadline",
+        "_acked_up_to",
+        "_acks_owed",
+        "_close_code",
+        "_close_deadline",
+        "_close_reason",
+        "_close_retry_after",
+        "_decoder",
+        "_events",
+        "_hello_range",
+        "_is_client",
+        "_last_ping",
+        "_last_received",
+        "_last_sent",
+        "_moves",
+        "_next_seq",
+        "_out",
+        "_pending",
+        "_ping_interval",
+        "_ping_nonce",
+        "_received_up_to",
+        "_state",
+        "_unacked",
+        "_version",
+        "config",
+        "role",
+    )
+
+    def __init__(
+        self, role: Role, config: SessionConfig | None = None, *, now: float, next_seq: int = 1
+    ) -> None:
+        valid = isinstance(next_seq, int) and not isinstance(next_seq, bool)
+        if not (valid and 1 <= next_seq <= MAX_SEQ):
+            raise UsageError(f"next_seq must be in 1..2**64-1, got {next_seq!r}")
+        self.role = role
+        self.config = config = config if config is not None else _DEFAULT_CONFIG
+        self._is_client = role is Role.CLIENT
+        self._state = SessionState.IDLE
+        self._moves = _MOVES[role][SessionState.IDLE]
+        self._decoder = FrameDecoder(config.max_frame_size)
+        self._out: list[bytes] = []
+        self._events: list[SessionEvent] = []
+        # sending side
+        self._next_seq = next_seq
+        self._unacked: list[tuple[int, Message]] = []
+        self._acked_up_to = 0
+        self._pending: list[tuple[int, Message, bytes]] = []  # client, until the welcome
+        # receiving side
+        self._received_up_to = 0
+        self._acks_owed = 0
+        self._ack_deadline: float | None = None
+        # liveness
+        self._last_received = now
+        self._last_sent = now
+        self._last_ping = now
+        self._ping_interval = config.ping_interval
+        self._ping_nonce = 0
+        # handshake and close
+        self._hello_range: tuple[int, int] | None = None
+        self._version: int | None = None
+        self._close_code = CloseCode.NORMAL
+        self._close_reason = ""
+        self._close_retry_after: float | None = None
+        self._close_deadline: float | None = None
+
+    # --- state ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        """The current ``SessionState``."""
+        return self._state
+
+    @property
+    def version(self) -> int | None:
+        """The negotiated protocol version, once known."""
+        return self._version
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next numbered message will get (persist it on the edge)."""
+        return self._next_seq
+
+    @property
+    def received_up_to(self) -> int:
+        """The highest peer seq delivered (the hub persists it per node for the welcome)."""
+        return self._received_up_to
+
+    @property
+    def window_free(self) -> int:
+        """How many more numbered messages ``send()`` takes before ``WindowFull`` (>= 0)."""
+        return max(0, self.config.window - len(self._unacked))
+
+    def _go(self, event: str) -> SessionState:
+        """Apply a local event from the table, or raise StateError."""
+        to = self._moves.get(event)
+        if to is None:
+            raise StateError(self._state, event, self.role)
+        if to is not self._state:
+            self._state = to
+            self._moves = _MOVES[self.role][to]
+        return to
+
+    # --- outputs ---------------------------------------------------------------------------
+
+    def events_received(self) -> list[SessionEvent]:
+        """Drain the events that happened since the last call, oldest first."""
+        events, self._events = self._events, []
+        return events
+
+    def data_to_send(self) -> bytes:
+        """Drain the bytes to write to a stream transport (QUIC stream 0), frames back to back."""
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        return data
+
+    def frames_to_send(self) -> list[bytes]:
+        """Drain the frames to send one per message (a WebSocket binary message each)."""
+        frames, self._out = self._out, []
+        return frames
+
+    def unacked(self) -> list[tuple[int, Message]]:
+        """Everything sent with a seq and not yet acknowledged, in seq order.
+
+        Persist it (or keep your outbox keyed by seq) and pass it to the next session's
+        ``connect(pending=...)`` to resend.
+        """
+        return [*((seq, message) for seq, message, _ in self._pending), *self._unacked]
+
+    def _queue(self, message: Message, seq: int | None, now: float) -> None:
+        self._out.append(encode(message, seq))
+        self._last_sent = now
+
+    # --- client ----------------------------------------------------------------------------
+
+    def connect(
+        self, hello: Hello, now: float, pending: list[tuple[int, Message]] | tuple[()] = ()
+    ) -> None:
+        """Client: send ``hello``; then call ``data_to_send()`` and wait for ``Established``.
+
+        Args:
+            hello: our hello (version range, node name, inventory...).
+            now: the current time (s).
+            pending: ``(seq, message)`` pairs sent in earlier sessions and not known to be
+                acknowledged, in increasing seq order, all below ``next_seq``. After the
+                welcome, those at or below ``welcome.received_up_to`` are dropped (an
+                ``Acked`` event reports them) and the rest are resent with their seqs,
+                even beyond the window (``send()`` waits for room again).
+
+        Raises:
+            StateError: not a client, or not ``IDLE``.
+            UsageError: ``hello`` is not a Hello, or ``pending`` is not as described.
+            InvalidMessage: the hello or a pending message does not encode (nothing is sent).
+        """
+        if not isinstance(hello, Hello):
+            raise UsageError(f"connect() takes a Hello, got {type(hello).__name__}")
+        if (self.role, self._state, "connect") not in TRANSITIONS:
+            raise StateError(self._state, "connect", self.role)
+        checked: list[tuple[int, Message, bytes]] = []
+        previous = 0
+        limit = self.config.max_frame_size
+        for seq, message in pending:
+            if not (isinstance(message, Message) and message.needs_ack):
+                raise UsageError(f"pending seq {seq}: {type(message).__name__} needs no ack")
+            if not (
+                isinstance(seq, int)
+                and not isinstance(seq, bool)
+                and previous < seq < self._next_seq
+            ):
+                raise UsageError(
+                    f"pending seqs must increase and stay below next_seq={self._next_seq}, "
+                    f"got {seq!r} after {previous}"
+                )
+            # Encoded now, so that a bad one fails here rather than inside receive_data().
+            checked.append((seq, message, encode(message, seq, limit)))
+            previous = seq
+        frame = encode(hello, None, limit)
+        self._go("connect")
+        self._pending = checked
+        self._hello_range = (hello.min_version, hello.max_version)
+        self._out.append(frame)
+        self._last_sent = now
+
+    def _on_welcome(self, welcome: Welcome, now: float) -> None:
+        low, high = self._hello_range or (0, 0)
+        if not low <= welcome.version <= high:
+            reason = str(VersionMismatch((low, high), (welcome.version, welcome.version)))
+            self._fail(
+                CloseCode.VERSION_MISMATCH, f"the hub chose an unoffered version: {reason}", now
+            )
+            return
+        self._go("recv_welcome")
+        self._version = welcome.version
+        # Adopt the hub's heartbeat, but never let it outlast our own liveness deadline.
+        self._ping_interval = min(welcome.heartbeat_interval, self.config.liveness_timeout / 2)
+        up_to = welcome.received_up_to
+        if up_to >= self._next_seq:  # our store is older than the hub's memory of us
+            self._next_seq = min(up_to + 1, MAX_SEQ)
+        self._events.append(Established(welcome))
+        pending, self._pending = self._pending, []
+        if pending and pending[0][0] <= up_to:
+            self._acked_up_to = up_to
+            self._events.append(Acked(up_to))
+        for seq, message, frame in pending:
+            if seq > up_to:
+                self._out.append(frame)
+                self._unacked.append((seq, message))
+        self._last_sent = now
+
+    # --- server ----------------------------------------------------------------------------
+
+    def _on_hello(self, hello: Hello, now: float) -> None:
+        config = self.config
+        try:
+            version = negotiate_version(
+                (config.min_version, config.max_version), (hello.min_version, hello.max_version)
+            )
+        except VersionMismatch as exc:
+            self._fail(CloseCode.VERSION_MISMATCH, str(exc), now)
+            return
+        self._go("recv_hello")
+        self._version = version
+        self._events.append(HelloReceived(hello, version))
+
+    def accept(self, welcome: Welcome, now: float) -> None:
+        """Server: accept the hello; then call ``data_to_send()``.
+
+        Args:
+            welcome: the answer; ``version`` must be the one ``HelloReceived`` reported,
+                ``received_up_to`` what the hub persisted for this node (0 if unknown:
+                seqs at or below it are then dropped as duplicates), ``heartbeat_interval``
+                below our ``liveness_timeout``.
+            now: the current time (s).
+
+        Raises:
+            StateError: not a server, or no hello is waiting for an answer.
+            UsageError: the welcome does not fit, as above.
+        """
+        if not isinstance(welcome, Welcome):
+            raise UsageError(f"accept() takes a Welcome, got {type(welcome).__name__}")
+        if self._state is SessionState.HELLO_RECEIVED:
+            if welcome.version != self._version:
+                raise UsageError(
+                    f"welcome.version={welcome.version} but version {self._version} was negotiated"
+                )
+            if welcome.heartbeat_interval >= self.config.liveness_timeout:
+                raise UsageError(
+                    f"welcome.heartbeat_interval={welcome.heartbeat_interval} s must be below "
+                    f"liveness_timeout={self.config.liveness_timeout} s"
+                )
+        self._go("accept")
+        self._received_up_to = welcome.received_up_to
+        self._queue(welcome, None, now)
+
+    def reject(
+        self, code: CloseCode, reason: str, now: float, *, retry_after: float | None = None
+    ) -> None:
+        """Server: refuse the hello and end the session; then flush ``data_to_send()``.
+
+        Args:
+            code: e.g. ``UNAUTHORIZED``, ``OVERLOADED``.
+            reason: human-readable detail for the edge's log.
+            now: the current time (s).
+            retry_after: seconds the edge should wait before reconnecting, or ``None``.
+
+        Raises:
+            StateError: not a server, or no hello is waiting for an answer.
+            InvalidMessage: ``code`` is not a CloseCode one may send (``PEER_DEAD`` and
+                ``CONNECTION_LOST`` are local), or ``reason`` / ``retry_after`` is invalid.
+        """
+        close = _close_message(code, reason, retry_after)
+        self._go("reject")
+        self._queue(close, None, now)
+        self._events.append(Closed(close.code, close.reason, False, retry_after))
+
+    # --- both ------------------------------------------------------------------------------
+
+    def send(self, message: Message, now: float) -> int | None:
+        """Queue an application message; then call ``data_to_send()``.
+
+        Args:
+            message: any kind this side may send that is not session-managed.
+            now: the current time (s).
+
+        Returns:
+            Its seq if the kind needs an ack (keep it with the message in the outbox until
+            an ``Acked`` event covers it), else ``None``.
+
+        Raises:
+            StateError: the session is not ``OPEN``.
+            WindowFull: ``window`` messages are unacknowledged; keep this one for later.
+            UsageError: a session-managed kind, a kind the other side sends, or not a message.
+            InvalidMessage: it does not encode (``field`` says why), e.g. over the frame size.
+        """
+        if not isinstance(message, Message):
+            raise UsageError(f"send() takes a Message, got {type(message).__name__}")
+        to = self._moves.get("send")
+        if to is None:
+            raise StateError(self._state, "send", self.role)
+        cls = message.__class__
+        if cls.control or not (cls.from_edge if self._is_client else cls.from_hub):
+            who = "the session" if cls.control else ("the hub" if self._is_client else "the edge")
+            raise UsageError(f"{cls.kind} is sent by {who}, not through send()")
+        if cls.needs_ack:
+            if len(self._unacked) >= self.config.window:
+                raise WindowFull(self.config.window)
+            seq = self._next_seq
+            if seq > MAX_SEQ:  # pragma: no cover - 2**64 messages
+                raise UsageError("sequence numbers exhausted")
+            self._out.append(encode(message, seq, self.config.max_frame_size))
+            self._next_seq = seq + 1
+            self._unacked.append((seq, message))
+            self._last_sent = now
+            return seq
+        self._out.append(encode(message, None, self.config.max_frame_size))
+        self._last_sent = now
+        return None
+
+    def close(
+        self, code: CloseCode, reason: str, now: float, *, retry_after: float | None = None
+    ) -> None:
+        """Start an orderly close; then flush ``data_to_send()`` and wait for ``Closed``.
+
+        Acknowledges what was received first, sends ``close`` and waits at most
+        ``close_timeout`` for the peer's (drive ``handle_timer``). In ``IDLE`` it ends at
+        once; in ``CLOSING`` or ``CLOSED`` it does nothing.
+
+        Args:
+            code: why (``NORMAL``, ``GOING_AWAY``...).
+            reason: human-readable detail.
+            now: the current time (s).
+            retry_after: seconds the peer should wait before reconnecting, or ``None``.
+
+        Raises:
+            InvalidMessage: ``code`` is not a CloseCode one may send (``PEER_DEAD`` and
+                ``CONNECTION_LOST`` are local), or ``reason`` / ``retry_after`` is invalid.
+        """
+        close = _close_message(code, reason, retry_after)
+        state = self._state
+        if state is SessionState.OPEN:
+            self._flush_ack(now)  # while acks may still be sent
+        to = self._go("close")
+        if to is state:  # already closing or closed
+            return
+        self._close_code, self._close_reason, self._close_retry_after = (
+            close.code,
+            close.reason,
+            retry_after,
+        )
+        if to is SessionState.CLOSED:  # from IDLE: nothing was said, nothing to say
+            self._events.append(Closed(close.code, close.reason, False, retry_after))
+            return
+        self._queue(close, None, now)
+        self._close_deadline = now + self.config.close_timeout
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Feed bytes from the transport; then drain ``events_received()`` and ``data_to_send()``.
+
+        Never raises for bad input: a frame that fails to decode or validate, or that the
+        state does not allow, closes the session (``Closed`` event) after acknowledging what
+        was delivered before it; an unknown kind is answered with an error and skipped.
+
+        Args:
+            data: any number of bytes (partial frames are kept until completed).
+            now: the current time (s).
+        """
+        if self._state is SessionState.CLOSED or not data:
+            return
+        self._last_received = now
+        decoder = self._decoder
+        decoder.feed(data)
+        events = self._events
+        while True:
+            try:
+                frame = decoder.next_frame()
+            except UnknownKind as exc:
+                self._on_unknown_kind(exc, now)
+                continue
+            except FrameTooLarge as exc:
+                self._fail(CloseCode.FRAME_TOO_LARGE, str(exc), now)
+                return
+            except DecodeError as exc:
+                self._fail(CloseCode.PROTOCOL_ERROR, str(exc), now)
+                return
+            if frame is None:
+                break
+            seq, message = frame
+            cls = message.__class__
+            event = _CONTROL_EVENTS.get(cls, "recv_message")
+            if not (cls.from_hub if self._is_client else cls.from_edge):
+                sender = "hub" if self._is_client else "edge"
+                self._fail(CloseCode.PROTOCOL_ERROR, f"the {sender} may not send {cls.kind}", now)
+                return
+            if event not in self._moves:
+                self._fail(
+                    CloseCode.PROTOCOL_ERROR,
+                    f"unexpected {cls.kind} in state {self._state.name}",
+                    now,
+                )
+                return
+            if event == "recv_message":
+                if seq is not None:
+                    self._acks_owed += 1
+                    if self._ack_deadline is None:
+                        self._ack_deadline = now + self.config.ack_delay
+                    if seq <= self._received_up_to:
+                        continue  # a duplicate (resent after a reconnect): acked, not delivered
+                    self._received_up_to = seq
+                events.append(MessageReceived(seq, message))
+            else:
+                self._on_control(event, message, now)
+                if self._state is SessionState.CLOSED:
+                    return
+        if self._acks_owed >= self.config.ack_every:
+            self._flush_ack(now)
+
+    def _on_control(self, event: str, message: Message, now: float) -> None:
+        if event == "recv_ack":
+            self._on_ack(message.up_to, now)  # type: ignore[attr-defined]
+        elif event == "recv_ping":
+            if self._state is SessionState.OPEN:  # never answer after our close
+                self._queue(Pong(message.nonce), None, now)  # type: ignore[attr-defined]
+        elif event == "recv_pong":
+            pass  # arrival already counted for liveness
+        elif event == "recv_error":
+            self._events.append(PeerError(message))  # type: ignore[arg-type]
+        elif event == "recv_close":
+            self._on_close(message, now)  # type: ignore[arg-type]
+        elif event == "recv_hello":
+            self._on_hello(message, now)  # type: ignore[arg-type]
+        elif event == "recv_welcome":
+            self._on_welcome(message, now)  # type: ignore[arg-type]
+
+    def _on_ack(self, up_to: int, now: float) -> None:
+        highest_sent = self._next_seq - 1
+        if up_to > highest_sent:
+            self._fail(
+                CloseCode.PROTOCOL_ERROR,
+                f"ack up_to={up_to} but the highest seq sent is {highest_sent}",
+                now,
+            )
+            return
+        if up_to <= self._acked_up_to:
+            return  # nothing new (acks are cumulative)
+        self._acked_up_to = up_to
+        unacked = self._unacked
+        done = 0
+        for seq, _ in unacked:
+            if seq > up_to:
+                break
+            done += 1
+        if done:
+            del unacked[:done]
+        self._events.append(Acked(up_to))
+
+    def _on_close(self, close: Close, now: float) -> None:
+        if self._state is SessionState.CLOSING:  # the answer to ours
+            self._go("recv_close")
+            self._events.append(
+                Closed(self._close_code, self._close_reason, False, self._close_retry_after)
+            )
+            return
+        self._flush_ack(now)
+        self._queue(Close(close.code), None, now)  # echo the code, as WebSocket does
+        self._go("recv_close")
+        self._events.append(Closed(close.code, close.reason, True, close.retry_after))
+
+    def _on_unknown_kind(self, exc: UnknownKind, now: float) -> None:
+        state = self._state
+        if state is SessionState.CLOSED or state is SessionState.CLOSING:
+            return
+        if exc.seq is not None:
+            # Processed (by refusing it): ack it so the sender does not resend it forever.
+            self._acks_owed += 1
+            if self._ack_deadline is None:
+                self._ack_deadline = now + self.config.ack_delay
+            if exc.seq > self._received_up_to:
+                self._received_up_to = exc.seq
+        self._queue(Error(ErrorCode.UNKNOWN_KIND, str(exc)[:_REASON_LIMIT], exc.seq), None, now)
+
+    def _flush_ack(self, now: float) -> None:
+        """Send the owed cumulative ack now (only while OPEN: nothing follows our close)."""
+        if self._acks_owed and self._state is SessionState.OPEN:
+            self._queue(Ack(self._received_up_to), None, now)
+        self._acks_owed = 0
+        self._ack_deadline = None
+
+    def _fail(self, code: CloseCode, reason: str, now: float) -> None:
+        """End the session because the peer broke the contract (or vanished mid-frame)."""
+        reason = reason[:_REASON_LIMIT]
+        was = self._state
+        self._flush_ack(now)
+        self._go("protocol_error")
+        if was is not SessionState.CLOSING:  # ours is already on its way otherwise
+            self._queue(Close(code, reason), None, now)
+        self._events.append(Closed(code, reason, False))
+
+    def receive_eof(self, now: float) -> None:
+        """The transport's byte stream ended (FIN, connection lost); then drain events.
+
+        Ends the session with ``Closed``: our own close's code if we were closing, else
+        ``CONNECTION_LOST`` (its reason says if the stream ended inside a frame).
+
+        Args:
+            now: the current time (s).
+        """
+        state = self._state
+        if state is SessionState.CLOSED:
+            return
+        self._go("eof")
+        self._acks_owed, self._ack_deadline = 0, None
+        if state is SessionState.CLOSING:
+            self._events.append(
+                Closed(self._close_code, self._close_reason, False, self._close_retry_after)
+            )
+            return
+        reason = "the connection ended without a close message"
+        try:
+            self._decoder.check_eof()
+        except DecodeError as exc:
+            reason = f"{reason}; {exc}"
+        self._events.append(Closed(CloseCode.CONNECTION_LOST, reason, True))
+
+    # --- time ------------------------------------------------------------------------------
+
+    def get_timer(self) -> float | None:
+        """The next time ``handle_timer()`` must run (same clock as ``now``), or ``None``."""
+        state = self._state
+        if state is SessionState.CLOSED:
+            return None
+        if state is SessionState.CLOSING:
+            return self._close_deadline
+        deadline = self._last_received + self.config.liveness_timeout
+        if state is SessionState.OPEN:
+            if self._ack_deadline is not None and self._ack_deadline < deadline:
+                deadline = self._ack_deadline
+            if self._is_client:
+                ping_at = self._next_ping_at()
+                if ping_at < deadline:
+                    deadline = ping_at
+        return deadline
+
+    def _next_ping_at(self) -> float:
+        interval = self._ping_interval
+        keep_fed = self._last_sent + interval  # the hub hears from us at least this often
+        probe = max(self._last_received, self._last_ping) + interval  # is the hub still there?
+        return keep_fed if keep_fed < probe else probe
+
+    def handle_timer(self, now: float) -> None:
+        """Run what is due at ``now``: close timeout, liveness, delayed ack, ping.
+
+        Then drain ``events_received()`` and ``data_to_send()`` and re-arm with
+        ``get_timer()``. Calling it early is harmless.
+
+        Args:
+            now: the current time (s).
+        """
+        state = self._state
+        if state is SessionState.CLOSED:
+            return
+        if state is SessionState.CLOSING:
+            if self._close_deadline is not None and now >= self._close_deadline:
+                self._go("close_timeout")
+                reason = self._close_reason or "closed"
+                self._events.append(
+                    Closed(
+                        self._close_code,
+                        f"{reason} (no close from the peer within {self.config.close_timeout} s)",
+                        False,
+                        self._close_retry_after,
+                    )
+                )
+            return
+        silent_for = now - self._last_received
+        if silent_for >= self.config.liveness_timeout:
+            self._go("peer_dead")
+            self._acks_owed, self._ack_deadline = 0, None
+            self._events.append(PeerDead(silent_for))
+            self._events.append(
+                Closed(CloseCode.PEER_DEAD, f"nothing received for {silent_for:.1f} s", True)
+            )
+            return
+        if state is not SessionState.OPEN:
+            return
+        if self._ack_deadline is not None and now >= self._ack_deadline:
+            self._flush_ack(now)
+        if self._is_client and now >= self._next_ping_at():
+            self._ping_nonce += 1
+            self._last_ping = now
+            self._queue(Ping(self._ping_nonce), None, now)

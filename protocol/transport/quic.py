@@ -1,0 +1,659 @@
+"""QUIC transport (aioquic), client and server, with mutual TLS.
+
+aioquic's ``QuicConnection`` is sans-I/O like our ``Session``, so this adapter drives both
+directly, without aioquic's stream-reader layer: a datagram in → ``quic.receive_datagram``
+→ drain QUIC events → stream bytes to the link's session → session bytes to QUIC stream 0 →
+``quic.datagrams_to_send()`` to the socket → re-arm the QUIC timer. No task runs per
+connection; everything happens in the datagram and timer callbacks.
+
+Frames go back to back on one bidirectional stream (stream 0, opened by the client), as
+docs/protocol.md says.
+
+Client certificates: aioquic has no public switch to request one (aiortc/aioquic#541) and
+does not verify one on the server side. We set the TLS context's
+``_request_client_certificate`` flag right after aioquic creates it
+(:class:`_MutualTLSServerConnection`), and verify the presented chain ourselves with
+``protocol.pki.verify_node_certificate`` when the handshake completes, before any stream
+data reaches a session; a connection whose certificate is missing or rejected is closed with
+the TLS alert as QUIC crypto error (``certificate_required``, ``bad_certificate``). Both
+private names are read in this module only, and the rejection tests fail if aioquic
+changes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aioquic.buffer import Buffer
+from aioquic.quic import events as qe
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.packet import (
+    QuicPacketType,
+    encode_quic_version_negotiation,
+    pull_quic_header,
+)
+
+from protocol import pki
+from protocol.errors import CloseCode
+from protocol.session import Closed, Established, Role, Session, SessionConfig
+from protocol.transport.errors import ConnectFailed, HandshakeTimeout, SessionRejected
+from protocol.transport.link import Link
+from protocol.transport.tls import TLSCredentials
+
+if TYPE_CHECKING:
+    from protocol.messages import Hello, Message
+
+__all__ = ["ALPN", "QuicServer", "connect_quic", "quic_handshake_succeeds", "serve_quic"]
+
+logger = logging.getLogger(__name__)
+
+ALPN = "edgefleet/1"
+"""The ALPN protocol id both ends require."""
+
+STREAM_ID = 0
+"""The one bidirectional stream, opened by the client."""
+
+# TLS alerts as QUIC crypto errors (RFC 9001 §4.8: 0x0100 + alert).
+_BAD_CERTIFICATE = 0x100 + 42
+_CERTIFICATE_REQUIRED = 0x100 + 116
+_APPLICATION_CLOSE = 0x0
+
+
+def _configuration(
+    credentials: TLSCredentials, *, is_client: bool, server_name: str | None, idle_timeout: float
+) -> QuicConfiguration:
+    config = QuicConfiguration(
+        is_client=is_client,
+        alpn_protocols=[ALPN],
+        server_name=server_name,
+        cadata=credentials.ca_pem,
+        idle_timeout=idle_timeout,
+    )
+    if credentials.chain:
+        config.certificate = credentials.chain[0]
+        config.certificate_chain = list(credentials.chain[1:])
+        config.private_key = credentials.private_key
+    return config
+
+
+def _idle_timeout(config: SessionConfig) -> float:
+    # Our session decides when the peer is dead (liveness_timeout); QUIC's own idle timer
+    # is only a backstop that must not fire first.
+    return config.liveness_timeout * 2
+
+
+class _MutualTLSServerConnection(QuicConnection):
+    """A server connection whose TLS handshake asks the client for a certificate."""
+
+    def _initialize(self, peer_cid: bytes) -> None:
+        super()._initialize(peer_cid)
+        self.tls._request_client_certificate = True  # no public API, see module docstring
+
+
+class _QuicEndpoint:
+    """One QUIC connection bound to one link: the adapter loop."""
+
+    def __init__(
+        self,
+        quic: QuicConnection,
+        send: Callable[[bytes, Any], None],
+        *,
+        on_done: Callable[[_QuicEndpoint], None] | None = None,
+        on_cid: Callable[[_QuicEndpoint, bytes, bool], None] | None = None,
+    ) -> None:
+        self.quic = quic
+        self._send = send
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._transmit_scheduled = False
+        self._transmit_needed = False
+        self._on_done = on_done
+        self._on_cid = on_cid
+        self.link: Link | None = None
+        self._early: list[qe.StreamDataReceived] = []
+        self.handshake: asyncio.Future[None] = self._loop.create_future()
+        self.terminated = asyncio.Event()
+        self.termination: qe.ConnectionTerminated | None = None
+        self.credentials: TLSCredentials | None = None  # set on the server: verify the client
+        self.peer_node_name: str | None = None
+
+    # bytes in
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.quic.receive_datagram(data, addr, now=self._loop.time())
+        self._process()
+
+    def _process(self) -> None:
+        quic = self.quic
+        while (event := quic.next_event()) is not None:
+            if isinstance(event, qe.StreamDataReceived):
+                if event.stream_id != STREAM_ID:
+                    continue
+                if self.link is None:  # not attached yet: keep it for the link
+                    self._early.append(event)
+                    continue
+                if event.data:
+                    self.link.data_received(event.data)
+                if event.end_stream:
+                    self.link.connection_lost("the peer ended the QUIC stream")
+            elif isinstance(event, qe.HandshakeCompleted):
+                self._handshake_completed()
+            elif isinstance(event, qe.ConnectionTerminated):
+                self._terminated(event)
+            elif isinstance(event, qe.ConnectionIdIssued) and self._on_cid is not None:
+                self._on_cid(self, event.connection_id, True)
+            elif isinstance(event, qe.ConnectionIdRetired) and self._on_cid is not None:
+                self._on_cid(self, event.connection_id, False)
+        self.transmit()
+
+    def attach(self, link: Link) -> None:
+        """Bind the link: from now on stream 0 feeds its session."""
+        self.link = link
+        link.attach(self)
+        early, self._early = self._early, []
+        for event in early:
+            if event.data:
+                link.data_received(event.data)
+            if event.end_stream:
+                link.connection_lost("the peer ended the QUIC stream")
+
+    def _handshake_completed(self) -> None:
+        if self.credentials is not None:  # server: verify the client certificate
+            tls = self.quic.tls
+            cert = tls._peer_certificate  # no public accessor, see module docstring
+            if cert is None:
+                self.quic.close(error_code=_CERTIFICATE_REQUIRED, reason_phrase="no certificate")
+                return
+            try:
+                name = pki.verify_node_certificate(
+                    cert,
+                    cas=self.credentials.cas,
+                    intermediates=tls._peer_certificate_chain,
+                    now=time.time(),
+                )
+            except pki.PKIError as exc:
+                self.quic.close(error_code=_BAD_CERTIFICATE, reason_phrase=str(exc)[:200])
+                return
+            self.peer_node_name = name
+        if not self.handshake.done():
+            self.handshake.set_result(None)
+
+    def _terminated(self, event: qe.ConnectionTerminated) -> None:
+        if self.termination is None:
+            self.termination = event
+        if not self.handshake.done():
+            self.handshake.set_exception(
+                ConnectFailed(f"QUIC handshake failed: {_describe(event)}")
+            )
+            self.handshake.exception()  # retrieved: nobody may be waiting any more
+        if self.link is not None:
+            self.link.connection_lost(
+                f"QUIC connection closed: 0x{event.error_code:x} {event.reason_phrase}".rstrip()
+            )
+        self._arm(None)
+        self.terminated.set()
+        if self._on_done is not None:
+            self._on_done(self)
+
+    # bytes out
+    message_based = False
+
+    def write_frames(self, frames: list[bytes]) -> None:  # pragma: no cover - stream-based
+        self.write(b"".join(frames))
+
+    def write(self, data: bytes) -> None:
+        """Link → QUIC stream 0 (transmitted at the end of this loop iteration)."""
+        if self.termination is None:
+            self.quic.send_stream_data(STREAM_ID, data)
+            self.schedule_transmit()
+
+    def schedule_transmit(self) -> None:
+        # Coalesce the writes of one loop iteration into one round of datagrams; a
+        # transmit() that runs first (after a datagram or a timer) makes this a no-op.
+        self._transmit_needed = True
+        if not self._transmit_scheduled:
+            self._transmit_scheduled = True
+            self._loop.call_soon(self._scheduled_transmit)
+
+    def _scheduled_transmit(self) -> None:
+        self._transmit_scheduled = False
+        if self._transmit_needed:
+            self.transmit()
+
+    def transmit(self) -> None:
+        self._transmit_needed = False
+        now = self._loop.time()
+        for data, addr in self.quic.datagrams_to_send(now=now):
+            self._send(data, addr)
+        self._arm(self.quic.get_timer())
+
+    def _arm(self, deadline: float | None) -> None:
+        # Re-arm only when the deadline moves earlier: every packet pushes the deadlines
+        # later, and moving a timer per packet costs more than one early wake-up, which
+        # handle_timer() takes harmlessly (it re-arms for the real deadline).
+        if deadline is not None and self._timer_at is not None and self._timer_at <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_at = None
+        self.quic.handle_timer(now=self._loop.time())
+        self._process()
+
+    async def aclose(self, timeout: float) -> None:
+        """Send CONNECTION_CLOSE; wait up to ``timeout`` s for it to go out, then drop."""
+        try:
+            if self.termination is None:
+                self.quic.close(error_code=_APPLICATION_CLOSE, reason_phrase="session closed")
+                self.transmit()
+                try:
+                    await asyncio.wait_for(self.terminated.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._arm(None)
+            if not self.terminated.is_set():
+                self.terminated.set()
+                if self._on_done is not None:
+                    self._on_done(self)
+
+
+class _ClientProtocol(asyncio.DatagramProtocol):
+    def __init__(self) -> None:
+        self.endpoint: _QuicEndpoint | None = None
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        if self.endpoint is not None:
+            self.endpoint.datagram_received(data, addr)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP unreachable and the like: QUIC's loss recovery and our liveness deal with it.
+        logger.debug("QUIC socket error: %s", exc)
+
+
+async def connect_quic(
+    host: str,
+    port: int,
+    *,
+    credentials: TLSCredentials,
+    hello: Hello,
+    pending: Iterable[tuple[int, Message]] = (),
+    next_seq: int = 1,
+    config: SessionConfig | None = None,
+    server_name: str | None = None,
+    timeout: float = 3.0,
+) -> Link:
+    """Dial the hub over QUIC and open a session.
+
+    Args:
+        host: hub address or name.
+        port: hub UDP port.
+        credentials: the hub CA to verify against and our node certificate.
+        hello: our hello.
+        pending: unacknowledged ``(seq, message)`` pairs from earlier sessions, resent
+            after the welcome (minus those its ``received_up_to`` covers).
+        next_seq: the next sequence number to assign (persisted by the caller).
+        config: session settings; defaults if omitted.
+        server_name: the name to verify the hub certificate against; ``host`` if omitted.
+        timeout: seconds for the QUIC handshake and the hello/welcome exchange together
+            (the dialer's short QUIC handshake timeout, 3 s by default).
+
+    Returns:
+        An established link (the welcome is in ``link.welcome``).
+
+    Raises:
+        HandshakeTimeout: no QUIC handshake or no welcome within ``timeout``.
+        SessionRejected: the hub closed the session (version mismatch, unauthorized…).
+        ConnectFailed: the address does not resolve, or the hub refused the connection
+            or our certificate.
+    """
+    config = config if config is not None else SessionConfig()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        transport, protocol = await loop.create_datagram_endpoint(
+            _ClientProtocol, remote_addr=infos[0][4][:2], family=infos[0][0]
+        )
+    except OSError as exc:
+        raise ConnectFailed(f"QUIC {host}:{port}: {exc}") from exc
+    quic = QuicConnection(
+        configuration=_configuration(
+            credentials,
+            is_client=True,
+            server_name=server_name or host,
+            idle_timeout=_idle_timeout(config),
+        )
+    )
+    # The socket closes when the connection has ended, for whatever reason.
+    endpoint = _QuicEndpoint(
+        quic, lambda data, addr: transport.sendto(data), on_done=lambda _: transport.close()
+    )
+    protocol.endpoint = endpoint
+    link: Link | None = None
+    try:
+        quic.connect(transport.get_extra_info("peername"), now=loop.time())
+        endpoint.transmit()
+        try:
+            await asyncio.wait_for(asyncio.shield(endpoint.handshake), deadline - loop.time())
+        except asyncio.TimeoutError:
+            raise HandshakeTimeout(
+                f"QUIC handshake with {host}:{port} did not finish in {timeout} s",
+                timeout=timeout,
+            ) from None
+        link = Link(
+            "quic",
+            Session(role=Role.CLIENT, config=config, now=loop.time(), next_seq=next_seq),
+            peer_node_name=None,
+        )
+        endpoint.attach(link)
+        link.start_client(hello, pending)
+        try:
+            opened = await link.wait_opened(max(deadline - loop.time(), 0.0))
+        except asyncio.TimeoutError:
+            raise HandshakeTimeout(
+                f"no welcome from {host}:{port} within {timeout} s", timeout=timeout
+            ) from None
+        if not isinstance(opened, Established):
+            if endpoint.termination is not None and endpoint.termination.error_code:
+                raise ConnectFailed(f"QUIC {host}:{port}: {_describe(endpoint.termination)}")
+            raise _rejection(opened, f"{host}:{port}")
+    except BaseException:
+        if link is not None:
+            link.connection_lost("connect failed")
+            await link.wait_closed()
+        else:
+            await endpoint.aclose(0)
+        transport.close()
+        raise
+    return link
+
+
+async def quic_handshake_succeeds(
+    host: str,
+    port: int,
+    *,
+    credentials: TLSCredentials,
+    server_name: str | None = None,
+    timeout: float = 3.0,
+) -> bool:
+    """Whether a QUIC handshake with the hub completes now (no session is opened).
+
+    For a dialer on WebSocket deciding whether UDP works again, without running two
+    sessions at once. The connection is closed right after the handshake.
+
+    Args:
+        host: hub address or name.
+        port: hub UDP port.
+        credentials: the hub CA and our node certificate.
+        server_name: the name to verify the hub certificate against; ``host`` if omitted.
+        timeout: seconds to wait for the handshake.
+
+    Returns:
+        True if the handshake completed within ``timeout``.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        transport, protocol = await loop.create_datagram_endpoint(
+            _ClientProtocol, remote_addr=infos[0][4][:2], family=infos[0][0]
+        )
+    except OSError:
+        return False
+    quic = QuicConnection(
+        configuration=_configuration(
+            credentials, is_client=True, server_name=server_name or host, idle_timeout=timeout
+        )
+    )
+    endpoint = _QuicEndpoint(
+        quic, lambda data, addr: transport.sendto(data), on_done=lambda _: transport.close()
+    )
+    protocol.endpoint = endpoint
+    try:
+        quic.connect(transport.get_extra_info("peername"), now=loop.time())
+        endpoint.transmit()
+        await asyncio.wait_for(asyncio.shield(endpoint.handshake), timeout)
+        return True
+    except (asyncio.TimeoutError, ConnectFailed):
+        return False
+    finally:
+        await endpoint.aclose(0.2)
+        transport.close()
+
+
+_TLS_ALERTS = {
+    42: "bad_certificate",
+    45: "certificate_expired",
+    48: "unknown_ca",
+    116: "certificate_required",
+}
+
+
+def _describe(event: qe.ConnectionTerminated) -> str:
+    """A QUIC close in words: the TLS alert for crypto errors (RFC 9001 §4.8)."""
+    code = event.error_code
+    what = f"error 0x{code:x}"
+    if 0x100 <= code <= 0x1FF:
+        alert = code - 0x100
+        what = f"TLS alert {_TLS_ALERTS.get(alert, alert)}"
+    return f"connection closed: {what} {event.reason_phrase}".rstrip()
+
+
+def _rejection(opened: Any, where: str) -> Exception:
+    if isinstance(opened, Closed):
+        if opened.code == CloseCode.PEER_DEAD:
+            return ConnectFailed(f"{where}: no answer to our hello")
+        if opened.code == CloseCode.CONNECTION_LOST:
+            return ConnectFailed(f"{where}: the connection closed during the session handshake")
+        return SessionRejected(opened.code, opened.reason, opened.retry_after)
+    return ConnectFailed(f"{where}: the connection closed during the session handshake")
+
+
+# -- server ---------------------------------------------------------------------------------
+
+Handler = Callable[[Link], Awaitable[None]]
+
+
+class QuicServer(asyncio.DatagramProtocol):
+    """A QUIC listener: one UDP socket, connections told apart by connection id.
+
+    Made by :func:`serve_quic`. Each accepted connection whose client certificate verifies
+    and whose hello arrives within ``hello_timeout`` is handed to the handler as a
+    :class:`Link`; the link is closed when the handler returns. Close the server with
+    ``await server.aclose()`` (or ``async with``): it stops accepting, closes every link
+    and waits for every handler.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        credentials: TLSCredentials,
+        config: SessionConfig,
+        hello_timeout: float,
+    ) -> None:
+        self._handler = handler
+        self._credentials = credentials
+        self._config = config
+        self._hello_timeout = hello_timeout
+        self._quic_config = _configuration(
+            credentials, is_client=False, server_name=None, idle_timeout=_idle_timeout(config)
+        )
+        self._endpoints: dict[bytes, _QuicEndpoint] = {}
+        self._links: set[Link] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._transport: asyncio.DatagramTransport | None = None
+        self._closing = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    @property
+    def port(self) -> int:
+        """The UDP port the server listens on."""
+        assert self._transport is not None
+        return self._transport.get_extra_info("sockname")[1]
+
+    @property
+    def connections(self) -> int:
+        """Connections currently held (handshaking or open)."""
+        return len({id(e) for e in self._endpoints.values()})
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        try:
+            header = pull_quic_header(
+                Buffer(data=data), host_cid_length=self._quic_config.connection_id_length
+            )
+        except ValueError:
+            return
+        endpoint = self._endpoints.get(header.destination_cid)
+        if endpoint is None:
+            if (
+                header.version is not None
+                and header.packet_type != QuicPacketType.VERSION_NEGOTIATION
+                and header.version not in self._quic_config.supported_versions
+            ):
+                self._transport.sendto(
+                    encode_quic_version_negotiation(
+                        source_cid=header.destination_cid,
+                        destination_cid=header.source_cid,
+                        supported_versions=self._quic_config.supported_versions,
+                    ),
+                    addr,
+                )
+                return
+            if self._closing or header.packet_type != QuicPacketType.INITIAL or len(data) < 1200:
+                return
+            endpoint = self._accept(header.destination_cid)
+        endpoint.datagram_received(data, addr)
+
+    def _accept(self, original_cid: bytes) -> _QuicEndpoint:
+        quic = _MutualTLSServerConnection(
+            configuration=self._quic_config, original_destination_connection_id=original_cid
+        )
+        endpoint = _QuicEndpoint(
+            quic, self._transport.sendto, on_done=self._forget, on_cid=self._cid
+        )
+        endpoint.credentials = self._credentials
+        self._endpoints[original_cid] = endpoint
+        self._endpoints[quic.host_cid] = endpoint
+        task = asyncio.get_running_loop().create_task(self._serve(endpoint), name="quic-conn")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return endpoint
+
+    def _cid(self, endpoint: _QuicEndpoint, cid: bytes, issued: bool) -> None:
+        if issued:
+            self._endpoints[cid] = endpoint
+        elif self._endpoints.get(cid) is endpoint:
+            del self._endpoints[cid]
+
+    def _forget(self, endpoint: _QuicEndpoint) -> None:
+        for cid in [c for c, e in self._endpoints.items() if e is endpoint]:
+            del self._endpoints[cid]
+
+    async def _serve(self, endpoint: _QuicEndpoint) -> None:
+        """One connection: handshake, hello, handler, close (owned by the server)."""
+        loop = asyncio.get_running_loop()
+        link: Link | None = None
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(endpoint.handshake), self._hello_timeout)
+            except (asyncio.TimeoutError, ConnectFailed):
+                return
+            link = Link(
+                "quic",
+                Session(role=Role.SERVER, config=self._config, now=loop.time(), next_seq=1),
+                peer_node_name=endpoint.peer_node_name,
+            )
+            endpoint.attach(link)
+            self._links.add(link)
+            try:
+                opened = await link.wait_opened(self._hello_timeout)
+            except asyncio.TimeoutError:
+                return
+            if opened is None or link.closed:
+                return
+            try:
+                await self._handler(link)
+            except Exception:
+                logger.exception("QUIC link handler failed (node %s)", link.peer_node_name)
+                await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
+        finally:
+            if link is not None:
+                self._links.discard(link)
+                await link.close()
+            await endpoint.aclose(0.5)
+
+    async def aclose(self) -> None:
+        """Stop accepting, close every link (bounded) and wait for every handler."""
+        self._closing = True
+        await asyncio.gather(
+            *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in self._links),
+            return_exceptions=True,
+        )
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._transport is not None:
+            self._transport.close()
+
+    async def __aenter__(self) -> QuicServer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def serve_quic(
+    handler: Handler,
+    host: str,
+    port: int,
+    *,
+    credentials: TLSCredentials,
+    config: SessionConfig | None = None,
+    hello_timeout: float = 10.0,
+) -> QuicServer:
+    """Listen for agents over QUIC.
+
+    Args:
+        handler: coroutine called with each link once its hello has arrived (read
+            ``link.hello`` and ``link.peer_node_name``, then ``link.accept(welcome)`` or
+            ``link.reject(code, reason)``); the link is closed when it returns.
+        host: address to bind (``"::"`` for every address).
+        port: UDP port (0 picks a free one: read ``server.port``).
+        credentials: the hub CA and the hub's server certificate and key.
+        config: session settings; defaults if omitted.
+        hello_timeout: seconds a new connection has to finish the QUIC handshake, and
+            then again to send its hello.
+
+    Returns:
+        The running server.
+
+    Raises:
+        TransportError: the address cannot be bound.
+    """
+    from protocol.transport.errors import TransportError
+
+    config = config if config is not None else SessionConfig()
+    loop = asyncio.get_running_loop()
+    try:
+        _, server = await loop.create_datagram_endpoint(
+            lambda: QuicServer(
+                handler, credentials=credentials, config=config, hello_timeout=hello_timeout
+            ),
+            local_addr=(host, port),
+        )
+    except OSError as exc:
+        raise TransportError(f"cannot listen on udp {host}:{port}: {exc}") from exc
+    return server

@@ -1,0 +1,148 @@
+"""TLS material and contexts for both transports (mutual TLS, TLS 1.3 only).
+
+The hub presents a server certificate issued by the hub CA and requires every client to
+present a node certificate chained to that CA; the agent verifies the hub against the same
+CA, with hostname checking. :class:`TLSCredentials` holds the material once; the WebSocket
+transport turns it into an :class:`ssl.SSLContext` (here) and the QUIC transport into an
+aioquic configuration (``protocol.transport.quic``).
+
+TLS 1.3 is the minimum: QUIC requires it, and using it on TCP too keeps one policy.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from protocol import pki
+from protocol.transport.errors import TransportError
+
+__all__ = ["TLSCredentials", "client_ssl_context", "peer_node_name", "server_ssl_context"]
+
+
+@dataclass(frozen=True, slots=True)
+class TLSCredentials:
+    """What one end of a mutual-TLS connection trusts and presents.
+
+    Hub: ``cas`` = the hub CA, ``chain`` = its server certificate, ``private_key`` = its key.
+    Agent: ``cas`` = the pinned hub CA, ``chain`` = its node certificate, ``private_key`` =
+    the key generated on the device. An agent that has not joined yet has an empty chain.
+    """
+
+    cas: tuple[x509.Certificate, ...]
+    """Trust anchors the peer's certificate must chain to."""
+    chain: tuple[x509.Certificate, ...] = ()
+    """Our certificate first, then any intermediates; empty to present none."""
+    private_key: ec.EllipticCurvePrivateKey | None = None
+    """The key of ``chain[0]``."""
+
+    def __post_init__(self) -> None:
+        if not self.cas:
+            raise TransportError("TLS credentials need at least one trusted CA certificate")
+        if bool(self.chain) != (self.private_key is not None):
+            raise TransportError("a certificate chain and its private key come together")
+
+    @classmethod
+    def from_pem(
+        cls, ca_pem: bytes, cert_pem: bytes | None = None, key_pem: bytes | None = None
+    ) -> TLSCredentials:
+        """Build credentials from PEM bytes (CA bundle, our chain, our key).
+
+        Raises:
+            protocol.pki.PKIError: a PEM block does not parse.
+            TransportError: a chain is given without its key or the reverse.
+        """
+        chain = tuple(pki.load_certificates_pem(cert_pem)) if cert_pem else ()
+        key = pki.load_private_key_pem(key_pem) if key_pem else None
+        return cls(cas=tuple(pki.load_certificates_pem(ca_pem)), chain=chain, private_key=key)
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The trusted CA certificates as one PEM bundle."""
+        return pki.dump_certificate_pem(self.cas)
+
+
+def _load_chain(context: ssl.SSLContext, chain: Sequence[x509.Certificate], key) -> None:
+    # ssl only loads a certificate chain from a file: write it to a private temporary
+    # directory (mode 0700, removed at once) rather than asking callers for paths.
+    with tempfile.TemporaryDirectory(prefix="edgefleet-tls-") as tmp:
+        path = os.path.join(tmp, "chain.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pki.dump_certificate_pem(chain) + pki.dump_private_key_pem(key))
+        try:
+            context.load_cert_chain(path)
+        except ssl.SSLError as exc:
+            raise TransportError(f"certificate and key do not load: {exc}") from exc
+
+
+def _base_context(protocol: int, credentials: TLSCredentials) -> ssl.SSLContext:
+    context = ssl.SSLContext(protocol)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_flags |= ssl.VERIFY_X509_STRICT
+    try:
+        context.load_verify_locations(cadata=credentials.ca_pem.decode("ascii"))
+    except ssl.SSLError as exc:
+        raise TransportError(f"CA certificates do not load: {exc}") from exc
+    if credentials.chain:
+        _load_chain(context, credentials.chain, credentials.private_key)
+    return context
+
+
+def server_ssl_context(credentials: TLSCredentials) -> ssl.SSLContext:
+    """The hub's TLS context: present our certificate, require a client certificate.
+
+    A client without a certificate, with one from another CA, or with an expired one
+    fails the handshake.
+
+    Raises:
+        TransportError: the credentials carry no server certificate or do not load.
+    """
+    if not credentials.chain:
+        raise TransportError("a TLS server needs a certificate chain and key")
+    return _base_context(ssl.PROTOCOL_TLS_SERVER, credentials)
+
+
+def client_ssl_context(credentials: TLSCredentials) -> ssl.SSLContext:
+    """The agent's TLS context: verify the hub against the CA with hostname checking.
+
+    Presents the node certificate when the credentials carry one.
+
+    Raises:
+        TransportError: the credentials do not load.
+    """
+    context = _base_context(ssl.PROTOCOL_TLS_CLIENT, credentials)
+    context.check_hostname = True
+    return context
+
+
+def peer_node_name(certificate: x509.Certificate | bytes | None) -> str:
+    """The node name in a peer's (already verified) client certificate.
+
+    Args:
+        certificate: the peer certificate, as a ``cryptography`` object or DER bytes
+            (``SSLObject.getpeercert(binary_form=True)``).
+
+    Returns:
+        ``<name>`` from ``CN=system:node:<name>``.
+
+    Raises:
+        TransportError: no certificate, or not a node certificate.
+    """
+    if certificate is None:
+        raise TransportError("the peer presented no certificate")
+    try:
+        if isinstance(certificate, bytes):
+            certificate = x509.load_der_x509_certificate(certificate)
+        return pki.node_name_from_cert(certificate)
+    except ValueError as exc:
+        raise TransportError(f"peer certificate does not parse: {exc}") from exc
+    except pki.PKIError as exc:
+        raise TransportError(str(exc)) from exc
