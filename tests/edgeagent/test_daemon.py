@@ -358,7 +358,7 @@ def test_status_command_works_offline(tmp_path: pathlib.Path, python_env: dict):
         env=python_env,
         cwd=pathlib.Path(__file__).parents[2],
     )
-    assert out.returncode == 2 and "cannot read config file" in out.stderr  # explicit, missing
+    assert out.returncode == 2 and "expected a readable YAML file" in out.stderr  # given, missing
     out = subprocess.run(
         [sys.executable, "-m", "edgeagent", "status", "--state-dir", str(state)],
         capture_output=True,

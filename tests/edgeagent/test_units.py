@@ -33,7 +33,7 @@ def test_settings_precedence_file_env_flags(tmp_path: pathlib.Path):
     assert s.node_name == "from-flag"
     assert s.pods.backoff_initial == 7.0 and s.store.commit_delay == 2.5
     assert s.runtime.kind == "process" and s.runtime.docker.sandbox_command == ("sleep", "9")
-    assert env_name("runtime.docker.url") == "EDGEAGENT_RUNTIME_DOCKER_URL"
+    assert env_name("runtime.docker.url") == "EDGEAGENT_RUNTIME__DOCKER__URL"
     defaults = load_settings(tmp_path / "absent.yaml", env={})
     assert defaults.node_name  # host name
     assert defaults.state_dir == pathlib.Path("/var/lib/edgeagent")
@@ -45,7 +45,7 @@ def test_settings_precedence_file_env_flags(tmp_path: pathlib.Path):
         ("pods:\n  backof_initial: 1\n", "pods.backof_initial"),
         ("store:\n  commit_delay: soon\n", "store.commit_delay"),
         ("runtime:\n  kind: lxc\n", "runtime.kind"),
-        ("[unclosed", ""),
+        ("[unclosed", "<file>"),
     ],
 )
 def test_settings_errors_name_the_key(tmp_path: pathlib.Path, text: str, key: str):
