@@ -752,6 +752,14 @@ class Store:
             self._next_seq = max(self._next_seq, seq + 1)
         self._keep_reserved()
 
+    def note_seq_used(self, seq: int) -> None:
+        """Record that the session gave ``seq`` to a message kept elsewhere (metrics batches
+        have their own store-and-forward buffer), so that :meth:`next_seq` stays above it.
+        Writes nothing except, once per ~512 seqs, a new reservation block."""
+        if seq >= self._next_seq:
+            self._next_seq = seq + 1
+            self._keep_reserved()
+
     def outbox_sent(self) -> list[OutboxEntry]:
         """Messages sent and not acknowledged, by seq: the ``pending`` to hand to the next
         ``Session.connect`` (all are below :meth:`next_seq`)."""

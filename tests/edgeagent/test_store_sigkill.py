@@ -77,3 +77,18 @@ def test_seqs_handed_out_before_a_crash_are_never_reused(tmp_path: pathlib.Path,
         assert store.next_seq() > max(handed_out)
     finally:
         store.close()
+
+
+def test_seqs_used_outside_the_outbox_survive_a_crash(tmp_path: pathlib.Path, ctx):
+    db = tmp_path / "store.db"
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=store_writer.use_seqs_outside_the_outbox, args=(str(db), child))
+    proc.start()
+    last = parent.recv()
+    proc.kill()
+    proc.join()
+    store = Store.open(db)
+    try:
+        assert store.next_seq() > last
+    finally:
+        store.close()
