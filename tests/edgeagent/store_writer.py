@@ -65,8 +65,8 @@ def use_seqs_outside_the_outbox(path: str, conn: Connection) -> None:
     """Use 2000 seqs for messages kept elsewhere (no outbox rows, no explicit flush),
     report the last one and wait to be killed."""
     store = Store.open(pathlib.Path(path), StoreSettings(commit_delay=0.0))
-    seq = store.next_seq()
-    for seq in range(seq, seq + 2000):
+    first = store.next_seq()
+    for seq in range(first, first + 2000):
         store.note_seq_used(seq)
-    conn.send(seq)
+    conn.send(first + 1999)
     conn.recv()
