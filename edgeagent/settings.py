@@ -137,8 +137,13 @@ class PodSettings:
     """Cap of the crash-loop and image-pull back-off in seconds (kubelet: 5 min)."""
 
     resync_period: float = 10.0
-    """Seconds between safety-net looks at each pod when no event woke it. Container exits
-    are noticed at once through runtime events; this only bounds a missed event."""
+    """Seconds between relists of every managed container (one runtime call for all pods);
+    a pod whose containers changed is looked at. Container exits are noticed at once
+    through runtime events: this only bounds a missed event. Also the retry period of a
+    pod waiting for a missing ConfigMap/Secret or a failed mount."""
+
+    pod_resync_period: float = 60.0
+    """Seconds between looks at a pod nothing woke (a safety net behind the relist)."""
 
     default_grace_period: float = 30.0
     """``terminationGracePeriodSeconds`` when the pod does not say (Kubernetes: 30 s)."""
@@ -261,6 +266,7 @@ def _validate(s: AgentSettings) -> None:
         ("pods.backoff_initial", s.pods.backoff_initial),
         ("pods.backoff_max", s.pods.backoff_max),
         ("pods.resync_period", s.pods.resync_period),
+        ("pods.pod_resync_period", s.pods.pod_resync_period),
     ):
         if value < 0 or (key != "store.commit_delay" and value == 0):
             raise ConfigError(f"{key} must be positive, not {value}", key=key)

@@ -80,6 +80,7 @@ class PodReconciler:
             for obj in self.store.list_objects("Pod"):
                 self._ensure_worker(obj.uid)
             self._tasks.spawn(self._collect_orphans(), "orphans")
+            self._tasks.spawn(self._relist(), "relist")
             await self._watch_runtime()
         finally:
             self._closing = True
@@ -163,8 +164,11 @@ class PodReconciler:
                 self._ensure_worker(uid)
 
     def _lost_writes(self) -> None:
+        # Every pod reports again (each failed commit is retried store.full_retry later,
+        # so a full disk costs one attempt per pod per retry, not a busy loop).
         for worker in self._workers.values():
             worker.lost_writes()
+            worker.wake.set()
 
     def on_container_event(self, container_id: str, labels: Mapping[str, str]) -> None:
         """Runtime event: wake the pod the container belongs to."""
@@ -183,6 +187,30 @@ class PodReconciler:
                 worker.wake.set()  # we may have missed events
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+
+    async def _relist(self) -> None:
+        """Every ``resync_period``, list all managed containers in one call and wake the
+        pods whose containers changed (kubelet's PLEG relist, behind the event stream)."""
+        period = self.settings.pods.resync_period
+        last: dict[str, tuple] | None = None
+        while True:
+            await asyncio.sleep(period)
+            try:
+                infos = await self.runtime.list()
+            except ContainerRuntimeError as exc:
+                log.warning("relist: %s", exc)
+                continue
+            now: dict[str, list] = {}
+            for info in infos:
+                uid = info.labels.get(Labels.POD_UID, "")
+                now.setdefault(uid, []).append((info.id, info.state.value, info.exit_code))
+            fingerprints = {uid: tuple(sorted(items)) for uid, items in now.items()}
+            if last is not None:
+                for uid in set(fingerprints) | set(last):
+                    worker = self._workers.get(uid)
+                    if worker is not None and fingerprints.get(uid) != last.get(uid):
+                        worker.wake.set()
+            last = fingerprints
 
     async def _collect_orphans(self) -> None:
         """Remove containers of pods that are no longer in the store (deleted while the

@@ -219,7 +219,7 @@ class PodWorker:
             return 3600.0
         containers = await self.r.runtime.list({Labels.POD_UID: self.uid})
         now = self.r.wall()
-        deadlines: list[float] = [resync]
+        deadlines: list[float] = [self.r.settings.pods.pod_resync_period]
 
         if self._volumes is None or self._volumes_stale:
             try:
