@@ -23,13 +23,17 @@ from edgeagent.errors import (
     UnsupportedFieldsError,
 )
 from edgeagent.pods.backoff import Backoff, go_duration
+from edgeagent.pods.containers import (
+    attempt_of,
+    container_config,
+    default_pull_policy,
+    sandbox_config,
+)
 from edgeagent.pods.env import resolve_command, resolve_env
 from edgeagent.pods.probes import Prober, ProbeSpec
 from edgeagent.pods.spec import (
     check_pod,
     container_hash,
-    parse_cpu_millicores,
-    parse_memory_bytes,
     qos_class,
 )
 from edgeagent.pods.status import (
@@ -41,13 +45,10 @@ from edgeagent.pods.status import (
 )
 from edgeagent.pods.volumes import PreparedVolume
 from edgeagent.runtime.base import (
-    ContainerConfig,
     ContainerInfo,
     ContainerState,
     Labels,
-    PortMapping,
     PullPolicy,
-    SandboxConfig,
 )
 from edgeagent.store import pod_coalesce_key, ref_dict
 from edgeagent.tasks import TaskSet
@@ -68,23 +69,6 @@ class PodRef:
     namespace: str
     name: str
     uid: str
-
-
-def _attempt(info: ContainerInfo) -> int:
-    try:
-        return int(info.labels.get(Labels.RESTART_COUNT, "0"))
-    except ValueError:
-        return 0
-
-
-def default_pull_policy(image: str) -> PullPolicy:
-    """The API server's default: ``Always`` for ``:latest`` or untagged images."""
-    if "@" in image:
-        return PullPolicy.IF_NOT_PRESENT
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last or last.endswith(":latest"):
-        return PullPolicy.ALWAYS
-    return PullPolicy.IF_NOT_PRESENT
 
 
 class PodWorker:
@@ -306,40 +290,21 @@ class PodWorker:
             self._pod_ip = self.r.host_ip
             return None, containers
         sandboxes = [c for c in containers if c.labels.get(Labels.CONTAINER_TYPE) == "sandbox"]
-        sandboxes.sort(key=_attempt)
+        sandboxes.sort(key=attempt_of)
         current = sandboxes[-1] if sandboxes else None
         if current is not None and current.state is ContainerState.RUNNING:
             self._pod_ip = current.ip
             return current.id, containers
         # No live sandbox (first start, engine restart, reboot): kubelet kills the pod's
         # containers and starts over in a new sandbox; restart counts carry on.
-        attempt = _attempt(current) + 1 if current is not None else 0
+        attempt = attempt_of(current) + 1 if current is not None else 0
         others = [c for c in containers if c not in sandboxes]
         if others:
             self._carry_attempts(others)
             await asyncio.gather(*(self._kill(c, 0) for c in others))
         for c in [*others, *sandboxes]:
             await runtime.remove(c.id)
-        meta = pod["metadata"]
-        labels = self._labels(pod, "POD", "sandbox", attempt, "")
-        ports = tuple(
-            PortMapping(
-                container_port=p["containerPort"],
-                protocol=p.get("protocol", "TCP"),
-                host_port=p.get("hostPort"),
-                host_ip=p.get("hostIP", ""),
-            )
-            for c in spec.get("containers") or []
-            for p in c.get("ports") or []
-        )
-        sandbox_id = await runtime.create_sandbox(
-            SandboxConfig(
-                name=f"k8s_POD_{meta['name']}_{meta['namespace']}_{self.uid}_{attempt}",
-                hostname=spec.get("hostname") or meta["name"],
-                labels=labels,
-                ports=ports,
-            )
-        )
+        sandbox_id = await runtime.create_sandbox(sandbox_config(pod, attempt))
         info = await runtime.inspect(sandbox_id)
         self._pod_ip = info.ip
         return sandbox_id, [info]
@@ -348,7 +313,7 @@ class PodWorker:
         """Remember restart counts of containers about to be removed (sandbox restart)."""
         for info in removed:
             name = info.labels.get(Labels.CONTAINER_NAME, "")
-            self._next_floor[name] = max(self._next_floor.get(name, 0), _attempt(info) + 1)
+            self._next_floor[name] = max(self._next_floor.get(name, 0), attempt_of(info) + 1)
 
     # --- containers ---------------------------------------------------------------------
 
@@ -361,7 +326,7 @@ class PodWorker:
                 if c.labels.get(Labels.CONTAINER_NAME) == name
                 and c.labels.get(Labels.CONTAINER_TYPE) != "sandbox"
             ),
-            key=_attempt,
+            key=attempt_of,
         )
 
     def _latest(self, containers: list[ContainerInfo], name: str) -> ContainerInfo | None:
@@ -375,12 +340,12 @@ class PodWorker:
                     return st
         return None
 
-    def _next_attempt(self, containers: list[ContainerInfo], name: str) -> int:
+    def _nextattempt_of(self, containers: list[ContainerInfo], name: str) -> int:
         """The restart count of the next run: one more than the latest container, and
         never below what ran before its record went (reboot, sandbox restart)."""
         latest = self._latest(containers, name)
         floor = self._next_floor.get(name, 0)
-        return max(_attempt(latest) + 1, floor) if latest is not None else floor
+        return max(attempt_of(latest) + 1, floor) if latest is not None else floor
 
     async def _sync_app(
         self,
@@ -516,8 +481,21 @@ class PodWorker:
             self._waiting[name] = (exc.reason, str(exc))
             self._event("Warning", "Failed", f"Error: {exc}", once=True)
             return self.r.settings.pods.resync_period
-        attempt = self._next_attempt(containers, name)
-        config = self._config(pod, c, ctype, attempt, sandbox_id, env, command, args, mounts)
+        attempt = self._nextattempt_of(containers, name)
+        config = container_config(
+            pod,
+            c,
+            ctype=ctype,
+            attempt=attempt,
+            sandbox_id=sandbox_id,
+            env=env,
+            command=command,
+            args=args,
+            mounts=mounts,
+            host_network=bool((pod.get("spec") or {}).get("hostNetwork"))
+            or not self.r.runtime.supports_sandbox,
+            logs_dir=self.r.logs_dir,
+        )
         try:
             cid = await self.r.runtime.create(config)
         except ContainerRuntimeError as exc:
@@ -548,70 +526,6 @@ class PodWorker:
         for old in self._attempts(containers, name)[:-1]:
             await self.r.runtime.remove(old.id)
         return None
-
-    def _labels(
-        self, pod: dict[str, Any], name: str, ctype: str, attempt: int, spec_hash: str
-    ) -> dict[str, str]:
-        meta = pod["metadata"]
-        labels = {
-            Labels.MANAGED: "true",
-            Labels.POD_UID: self.uid,
-            Labels.POD_NAME: meta["name"],
-            Labels.POD_NAMESPACE: meta["namespace"],
-            Labels.CONTAINER_NAME: name,
-            Labels.CONTAINER_TYPE: ctype,
-            Labels.RESTART_COUNT: str(attempt),
-        }
-        if spec_hash:
-            labels[Labels.SPEC_HASH] = spec_hash
-        return labels
-
-    def _config(
-        self,
-        pod: dict[str, Any],
-        c: dict[str, Any],
-        ctype: str,
-        attempt: int,
-        sandbox_id: str | None,
-        env: list[tuple[str, str]],
-        command: tuple[str, ...],
-        args: tuple[str, ...],
-        mounts: tuple[Any, ...],
-    ) -> ContainerConfig:
-        meta = pod["metadata"]
-        spec = pod.get("spec") or {}
-        limits = (c.get("resources") or {}).get("limits") or {}
-        name = c["name"]
-        return ContainerConfig(
-            name=f"k8s_{name}_{meta['name']}_{meta['namespace']}_{self.uid}_{attempt}",
-            image=c["image"],
-            command=command,
-            args=args,
-            env=tuple(env),
-            working_dir=c.get("workingDir", ""),
-            mounts=mounts,
-            ports=tuple(
-                PortMapping(
-                    container_port=p["containerPort"],
-                    protocol=p.get("protocol", "TCP"),
-                    host_port=p.get("hostPort"),
-                    host_ip=p.get("hostIP", ""),
-                )
-                for p in c.get("ports") or []
-            ),
-            labels=self._labels(pod, name, ctype, attempt, container_hash(c, spec)),
-            host_network=bool(spec.get("hostNetwork")) or not self.r.runtime.supports_sandbox,
-            sandbox_id=sandbox_id,
-            hostname=spec.get("hostname") or meta["name"],
-            cpu_millicores=parse_cpu_millicores(limits["cpu"]) if "cpu" in limits else None,
-            memory_bytes=parse_memory_bytes(limits["memory"]) if "memory" in limits else None,
-            log_path=str(
-                self.r.logs_dir
-                / f"{meta['namespace']}_{meta['name']}_{self.uid}"
-                / name
-                / f"{attempt}.log"
-            ),
-        )
 
     def _grace(self, pod: dict[str, Any]) -> float:
         grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
@@ -698,7 +612,7 @@ class PodWorker:
                     waiting = None
                 stored = self._stored_container(c["name"])
                 restarts = (
-                    _attempt(latest)
+                    attempt_of(latest)
                     if latest is not None
                     else int((stored or {}).get("restartCount", 0))
                 )
