@@ -312,8 +312,9 @@ class DockerRuntime(ContainerRuntime):
         try:
             await self._api.containers.container(container_id).delete(force=True, v=True)
         except aiodocker.DockerError as exc:
-            if exc.status == 404:
-                return
+            text = str(exc.message).lower()
+            if exc.status == 404 or "no such container" in text or "in progress" in text:
+                return  # gone, or someone else is removing it
             if "dependent containers" in exc.message:
                 # podman refuses to remove a sandbox while containers use its network
                 # namespace (Docker does not): remove the pod's other containers first.

@@ -244,13 +244,21 @@ class Harness:
     async def close(self, remove_containers: bool = True) -> None:
         await self.stop()
         if remove_containers:
+            from edgeagent.errors import ContainerRuntimeError
             from edgeagent.runtime import Labels
 
-            infos = await self.runtime.list()
-            for info in sorted(
-                infos, key=lambda i: i.labels.get(Labels.CONTAINER_TYPE) == "sandbox"
-            ):
-                await self.runtime.remove(info.id)
+            for attempt in range(3):
+                try:
+                    infos = await self.runtime.list()
+                    for info in sorted(
+                        infos, key=lambda i: i.labels.get(Labels.CONTAINER_TYPE) == "sandbox"
+                    ):
+                        await self.runtime.remove(info.id)
+                    break
+                except ContainerRuntimeError:
+                    if attempt == 2:
+                        raise
+                    await asyncio.sleep(0.5)  # the engine is still busy stopping one
         await self.runtime.close()
         self.store.close()
 
