@@ -418,3 +418,50 @@ def _wait_file(path: pathlib.Path, timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_waits_for_an_engine_that_is_not_up_without_ready(tmp_path: pathlib.Path, python_env: dict):
+    """At boot the engine may come up after the agent: no READY=1 until it answers."""
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(0.2)
+    (tmp_path / "c.yaml").write_text("runtime:\n  connect_retry: 0.2\n")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgeagent",
+            "run",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--runtime",
+            "docker",
+            "--docker-url",
+            f"unix://{tmp_path}/no-engine.sock",
+            "--config",
+            str(tmp_path / "c.yaml"),
+        ],
+        env={**python_env, "NOTIFY_SOCKET": str(sock_path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=pathlib.Path(__file__).parents[2],
+    )
+    messages: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum("waiting" in m for m in messages) < 2:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except TimeoutError:
+                assert proc.poll() is None, proc.stderr.read()
+        assert sum("STATUS=waiting for the container runtime" in m for m in messages) >= 2
+        assert not any("READY=1" in m for m in messages)
+        assert stop_agent(proc) == 0
+        assert "unreachable" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sock.close()
