@@ -4,7 +4,8 @@ Entry points:
 
 - :meth:`PodReconciler.run` — the long-running coroutine the agent owns. It starts a
   worker for every pod cached in the store at once (offline recovery: no hub needed),
-  removes containers of pods the store no longer has, and follows runtime events.
+  removes containers of pods the store no longer has, follows runtime events, and every
+  ``pods.resync_period`` relists all containers in one call to catch a missed event.
   Cancelling it stops the workers, never the pods.
 - Store listener (registered by ``run``): an object upsert/delete committed by the uplink
   wakes the pod's worker, or every worker using a changed ConfigMap/Secret.
