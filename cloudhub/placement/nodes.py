@@ -91,9 +91,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeFacts:
         memory=units.pop(MEMORY, 0),
         pods=pods,
         extended=units,
-        taints=tuple(
-            t for t in parse_taints(spec.get("taints")) if t.key not in CONDITION_TAINTS
-        ),
+        taints=tuple(t for t in parse_taints(spec.get("taints")) if t.key not in CONDITION_TAINTS),
         unschedulable=bool(spec.get("unschedulable")),
     )
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.contract.conftest import DEADLINE_S, Kube
+from tests.data import MANIFESTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
@@ -47,22 +48,9 @@ def _kubectls() -> dict[str, str]:
 KUBECTLS = _kubectls()
 
 
-def _find_manifests() -> pathlib.Path | None:
-    for parent in (ROOT, *ROOT.parents):
-        candidate = parent / "shared" / "data" / "manifests"
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-MANIFESTS = _find_manifests()
-
 pytestmark = [
     pytest.mark.skipif(
         KUBECTL is None, reason="kubectl is not installed (Debian: kubernetes-client)"
-    ),
-    pytest.mark.skipif(
-        MANIFESTS is None, reason="shared/data/manifests not found above the repository"
     ),
 ]
 

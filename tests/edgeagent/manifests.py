@@ -1,31 +1,17 @@
-"""Turn the real workload manifests in ../shared/data/manifests into Pods, as the hub
+"""Turn the real workload manifests in tests/data/manifests into Pods, as the hub
 would send them (API-server defaults filled in), for the agent tests."""
 
 from __future__ import annotations
 
 import copy
-import os
 import pathlib
 import uuid
 from typing import Any
 
 import yaml
 
+from tests.data import MANIFESTS
 
-def _find_corpus() -> pathlib.Path:
-    """``../shared/data/manifests`` next to the repository (or next to the directory
-    holding its worktree); ``EDGEFLEET_MANIFESTS`` overrides."""
-    if os.environ.get("EDGEFLEET_MANIFESTS"):
-        return pathlib.Path(os.environ["EDGEFLEET_MANIFESTS"])
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    for base in (repo.parent, repo.parent.parent):
-        candidate = base / "shared" / "data" / "manifests"
-        if candidate.is_dir():
-            return candidate
-    return repo.parent / "shared" / "data" / "manifests"
-
-
-MANIFESTS = _find_corpus()
 WORKLOAD_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"}
 
 

@@ -8,7 +8,6 @@ authors had in mind and asserts the outcome they meant.
 from __future__ import annotations
 
 import copy
-import pathlib
 from collections import Counter
 
 import pytest
@@ -24,10 +23,7 @@ from cloudhub.placement.importers import (
     load_documents,
 )
 from tests.cloudhub.placement.fleet import Fleet
-
-MANIFESTS = pathlib.Path(__file__).resolve().parents[4] / "shared" / "data" / "manifests"
-if not MANIFESTS.is_dir():  # the worktree layout: /work/wt/<name>/../../shared
-    MANIFESTS = pathlib.Path(__file__).resolve().parents[5] / "shared" / "data" / "manifests"
+from tests.data import MANIFESTS
 
 KARMADA_NGINX = MANIFESTS / "karmada-io/karmada/samples/nginx/propagationpolicy.yaml"
 KARMADA_LABELSEL = MANIFESTS / "karmada-io/karmada/artifacts/example/policy_with_labelSelector.yaml"
