@@ -49,6 +49,7 @@ from protocol.errors import (
     DecodeError,
     ErrorCode,
     FrameTooLarge,
+    InvalidMessage,
     SettingsError,
     StateError,
     UnknownKind,
@@ -173,6 +174,22 @@ _CONTROL_EVENTS: dict[type[Message], str] = {
 }
 
 _REASON_LIMIT = 1024  # characters of a close reason we put on the wire
+
+
+_LOCAL_CODES = frozenset({CloseCode.PEER_DEAD, CloseCode.CONNECTION_LOST})
+
+
+def _close_message(code: CloseCode, reason: str, retry_after: float | None) -> Close:
+    """The ``close`` we send, checked before any state changes."""
+    try:
+        code = CloseCode(code)
+    except ValueError:
+        raise InvalidMessage("code", f"{code!r} is not a CloseCode") from None
+    if code in _LOCAL_CODES:
+        raise InvalidMessage("code", f"{code.name} is reported locally, never sent")
+    if not isinstance(reason, str):
+        raise InvalidMessage("reason", f"expected str, got {type(reason).__name__}")
+    return Close(code, reason[:_REASON_LIMIT], retry_after)
 
 
 def negotiate_version(ours: tuple[int, int], theirs: tuple[int, int]) -> int:
@@ -629,9 +646,10 @@ class Session:
 
         Raises:
             StateError: not a server, or no hello is waiting for an answer.
-            InvalidMessage: ``code``, ``reason`` or ``retry_after`` is not valid in a close.
+            InvalidMessage: ``code`` is not a CloseCode one may send (``PEER_DEAD`` and
+                ``CONNECTION_LOST`` are local), or ``reason`` / ``retry_after`` is invalid.
         """
-        close = Close(CloseCode(code), reason[:_REASON_LIMIT], retry_after)
+        close = _close_message(code, reason, retry_after)
         self._go("reject")
         self._queue(close, None, now)
         self._events.append(Closed(close.code, close.reason, False, retry_after))
@@ -695,9 +713,10 @@ class Session:
             retry_after: seconds the peer should wait before reconnecting, or ``None``.
 
         Raises:
-            InvalidMessage: ``code``, ``reason`` or ``retry_after`` is not valid in a close.
+            InvalidMessage: ``code`` is not a CloseCode one may send (``PEER_DEAD`` and
+                ``CONNECTION_LOST`` are local), or ``reason`` / ``retry_after`` is invalid.
         """
-        close = Close(CloseCode(code), reason[:_REASON_LIMIT], retry_after)
+        close = _close_message(code, reason, retry_after)
         state = self._state
         if state is SessionState.OPEN:
             self._flush_ack(now)  # while acks may still be sent

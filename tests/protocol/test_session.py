@@ -614,3 +614,15 @@ def test_a_pending_message_that_does_not_encode_fails_at_connect() -> None:
 def test_next_seq_must_be_a_seq(next_seq) -> None:
     with pytest.raises(UsageError):
         Session(Role.CLIENT, now=0.0, next_seq=next_seq)
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "field"),
+    [(99, "", "code"), (CloseCode.PEER_DEAD, "", "code"), (CloseCode.NORMAL, None, "reason")],
+)
+def test_close_refuses_invalid_and_local_codes_before_changing_state(code, reason, field) -> None:
+    pair = open_pair()
+    with pytest.raises(InvalidMessage) as info:
+        pair.client.close(code, reason, pair.now)
+    assert info.value.field == field
+    assert pair.client.state is SessionState.OPEN and pair.client.data_to_send() == b""
