@@ -1,0 +1,51 @@
+"""Edge metrics on the hub: ingest, Prometheus exposition, node pressure, metrics.k8s.io.
+
+- :class:`EdgeMetricsStore` takes ``metrics_batch`` bodies (de-duplicated by batch
+  identity) and keeps the latest samples per node and container.
+- :class:`PodIndex`, fed from the pod informer, maps container keys back to names.
+- :class:`EdgeMetricsExposition` renders them for Prometheus (text format, cached per
+  node); :class:`EdgeMetricsCollector` is the same as a prometheus-client collector.
+- :func:`evaluate_pressure` gives the MemoryPressure / DiskPressure conditions.
+- :class:`ResourceMetricsAPI` builds NodeMetrics / PodMetrics for ``kubectl top``.
+"""
+
+from cloudhub.metrics.conditions import (
+    NodeUsage,
+    PressureState,
+    PressureThresholds,
+    evaluate_pressure,
+    node_usage,
+)
+from cloudhub.metrics.errors import BatchRejected, MetricsError, MetricsNotFound
+from cloudhub.metrics.exposition import FAMILIES, EdgeMetricsCollector, EdgeMetricsExposition
+from cloudhub.metrics.pods import ContainerName, PodIndex
+from cloudhub.metrics.resource_metrics import ResourceMetricsAPI
+from cloudhub.metrics.store import (
+    ContainerState,
+    EdgeMetricsStore,
+    IngestResult,
+    NodeState,
+    Rate,
+)
+
+__all__ = [
+    "FAMILIES",
+    "BatchRejected",
+    "ContainerName",
+    "ContainerState",
+    "EdgeMetricsCollector",
+    "EdgeMetricsExposition",
+    "EdgeMetricsStore",
+    "IngestResult",
+    "MetricsError",
+    "MetricsNotFound",
+    "NodeState",
+    "NodeUsage",
+    "PodIndex",
+    "PressureState",
+    "PressureThresholds",
+    "Rate",
+    "ResourceMetricsAPI",
+    "evaluate_pressure",
+    "node_usage",
+]
