@@ -872,11 +872,13 @@ class Session:
             return
         if exc.seq is not None:
             # Processed (by refusing it): ack it so the sender does not resend it forever.
-            # With manual_ack it is covered by the application's next release() of
-            # ``received_up_to``.
+            # With manual_ack it is released at once if everything before it is, else the
+            # application's release() of ``received_up_to`` covers it later.
             if exc.seq > self._received_up_to:
+                if self._released_up_to == self._received_up_to:
+                    self._released_up_to = exc.seq
                 self._received_up_to = exc.seq
-            if not self.config.manual_ack:
+            if not self.config.manual_ack or self._released_up_to >= exc.seq:
                 self._owe_ack(now)
         self._queue(Error(ErrorCode.UNKNOWN_KIND, str(exc)[:_REASON_LIMIT], exc.seq), None, now)
 

@@ -127,17 +127,33 @@ def test_close_acks_only_what_was_released() -> None:
     assert pair.server.data_to_send() == b""
 
 
+def unknown_kind(seq: int) -> bytes:
+    payload = msgpack.packb({"k": "from_the_future", "s": seq, "b": {}})
+    return len(payload).to_bytes(4, "big") + payload
+
+
 def test_unknown_kinds_are_covered_by_the_next_release() -> None:
     pair = open_pair(SessionConfig(manual_ack=True, ack_every=1, ack_delay=1.0))
     server = pair.server
     server.receive_data(encode(status(1), 1), pair.now)
-    payload = msgpack.packb({"k": "from_the_future", "s": 2, "b": {}})
-    server.receive_data(len(payload).to_bytes(4, "big") + payload, pair.now)
-    [error] = frames(server.data_to_send())  # the error reply, but no ack yet
+    server.receive_data(unknown_kind(2), pair.now)
+    [error] = frames(server.data_to_send())  # the error reply, but no ack: 1 is in progress
     assert error.kind == "error" and error.in_reply_to == 2
     assert server.received_up_to == 2
     server.release(server.received_up_to, pair.now)
     assert [m.up_to for m in frames(server.data_to_send())] == [2]
+
+
+def test_an_unknown_kind_after_everything_released_is_acked_at_once() -> None:
+    pair = open_pair(SessionConfig(manual_ack=True, ack_every=1, ack_delay=1.0))
+    server = pair.server
+    server.receive_data(encode(status(1), 1), pair.now)
+    server.release(1, pair.now)
+    assert [m.up_to for m in frames(server.data_to_send())] == [1]
+    server.receive_data(unknown_kind(2), pair.now)
+    error, ack = frames(server.data_to_send())
+    assert error.in_reply_to == 2 and ack == Ack(2)
+    assert server.acked_up_to == 2
 
 
 def test_release_misuse_is_a_usage_error() -> None:
