@@ -93,7 +93,9 @@ async def kube(cluster: Cluster) -> AsyncIterator[KubeClient]:
 async def namespace(kube: KubeClient) -> str:
     """A fresh namespace (left behind: the API is thrown away, or shared read-only)."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    await kube.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     return name
 
 
@@ -128,7 +130,9 @@ class Hubs:
         await hub.aclose()
         self.hubs.remove(hub)
 
-    def agent(self, name: str, *, transport: str = "websocket", start: bool = True, **kwargs: Any) -> SimAgent:
+    def agent(
+        self, name: str, *, transport: str = "websocket", start: bool = True, **kwargs: Any
+    ) -> SimAgent:
         assert self.hub is not None, "start a hub first"
         credentials = kwargs.pop("credentials", None) or node_credentials(self.pki.ca, name)
         agent = SimAgent(
