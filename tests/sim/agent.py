@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.backoff import backoff
-from protocol.errors import CloseCode, ConnectionClosed, TransportError
+from protocol.errors import CloseCode, ConnectionClosed, StateError, TransportError
 from protocol.messages import (
     PROTOCOL_VERSION,
     Error,
@@ -172,6 +172,11 @@ class SimAgent:
         """The current session's ``sync_done`` has arrived."""
         return self.connected and self._synced_in_session
 
+    @property
+    def all_acked(self) -> bool:
+        """Everything the agent wanted to send was sent and acknowledged."""
+        return not self.unacked and not self._waiting
+
     def holds(self, kind: str, namespace: str, name: str) -> dict | None:
         """The stored object of that kind and name, if any."""
         for ref, _, obj in self.store.values():
@@ -258,7 +263,7 @@ class SimAgent:
         try:
             while not self._stop.is_set():
                 try:
-                    link = await self._dial()
+                    link = await self.dial()
                 except TransportError as exc:
                     self.refusals.append(str(exc))
                     log.debug("%s: dial failed: %s", self.name, exc)
@@ -280,7 +285,12 @@ class SimAgent:
         except asyncio.TimeoutError:
             pass
 
-    async def _dial(self) -> Link:
+    async def dial(self) -> Link:
+        """Dial the hub once with the current inventory and outbox; return the open link.
+
+        Raises:
+            protocol.transport.TransportError: refused, unreachable or rejected.
+        """
         hello = Hello(
             min_version=PROTOCOL_VERSION,
             max_version=PROTOCOL_VERSION,
@@ -408,7 +418,7 @@ class SimAgent:
                 assert link is not None
                 try:
                     seq = await link.send(message)
-                except ConnectionClosed:
+                except (ConnectionClosed, StateError):  # closed or closing
                     self._waiting[key] = message  # sent next session
                     break
                 if seq is not None:

@@ -86,7 +86,7 @@ async def test_pod_is_delivered_with_its_configmap_and_secret_and_its_status_wri
     assert "running" in container["state"]
     assert {c["type"] for c in status["conditions"]} >= {"Ready", "ContainersReady"}
     # the status message was acknowledged once written
-    await agent.wait_for(lambda: not agent.unacked, DEADLINE)
+    await agent.wait_for(lambda: agent.all_acked, DEADLINE)
 
 
 async def test_a_pod_on_another_node_and_unreferenced_objects_are_not_sent(
@@ -163,7 +163,7 @@ async def test_pod_deleted_while_offline_is_deleted_at_reconnect(
     await eventually(lambda: _gone(kube, "doomed", namespace), "the pod removed from the API")
     await agent.wait_for(lambda: uid(doomed) not in agent.store, DEADLINE)
     assert uid(keep) in agent.store
-    await agent.wait_for(lambda: not agent.unacked, DEADLINE)
+    await agent.wait_for(lambda: agent.all_acked, DEADLINE)
 
 
 @pytest.mark.parametrize("cluster", BOTH, indirect=True)
@@ -221,4 +221,4 @@ async def test_pod_deleted_on_an_edge_that_is_not_terminating_is_refused(
         lambda: any(e.code is ErrorCode.INVALID_MESSAGE for e in agent.errors), DEADLINE
     )
     assert not await _gone(kube, "web", namespace)
-    await agent.wait_for(lambda: not agent.unacked, DEADLINE)  # refused, but acknowledged
+    await agent.wait_for(lambda: agent.all_acked, DEADLINE)  # refused, but acknowledged

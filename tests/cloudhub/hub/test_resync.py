@@ -37,7 +37,7 @@ async def test_hub_restart_every_node_resyncs_nothing_missing_or_duplicated(
         for j in range(2):
             await kube.create(PODS, pod(f"{agent.name}-{j}", namespace, agent.name, volumes=volume))
     for agent in agents:
-        await agent.wait_for(lambda a=agent: len(a.store) == 3 and not a.unacked, DEADLINE)
+        await agent.wait_for(lambda a=agent: len(a.store) == 3 and a.all_acked, DEADLINE)
     sessions = {a.name: a.sessions for a in agents}
 
     await hubs.stop(hub)
@@ -136,7 +136,7 @@ async def test_status_in_flight_when_the_link_is_cut_is_resent_and_written(
     agent = hubs.agent(name)
     await agent.wait_for(lambda: agent.synced, DEADLINE)
     a = await kube.create(PODS, pod("a", namespace, name))
-    await agent.wait_for(lambda: uid(a) in agent.store and not agent.unacked, DEADLINE)
+    await agent.wait_for(lambda: uid(a) in agent.store and agent.all_acked, DEADLINE)
     b = await kube.create(PODS, pod("b", namespace, name))
     await agent.wait_for(lambda: uid(b) in agent.store and bool(agent.unacked), DEADLINE)
     in_flight = dict(agent.unacked)
@@ -146,7 +146,7 @@ async def test_status_in_flight_when_the_link_is_cut_is_resent_and_written(
     agent.cut()
     await agent.wait_for(lambda: agent.sessions > sessions, DEADLINE)
     # resent with its seq in the new session, acknowledged once durable
-    await agent.wait_for(lambda: not agent.unacked, DEADLINE)
+    await agent.wait_for(lambda: agent.all_acked, DEADLINE)
     current = await kube.get(PODS, "b", namespace)
     assert current["status"]["phase"] == "Running"
     assert hub.metrics.registry.get_sample_value("edgefleet_hub_resends_total") >= len(in_flight)
@@ -161,7 +161,7 @@ async def test_status_pending_when_the_hub_stops_is_written_by_the_next_hub(
     agent = hubs.agent(name, transport="quic")
     await agent.wait_for(lambda: agent.synced, DEADLINE)
     a = await kube.create(PODS, pod("a", namespace, name))
-    await agent.wait_for(lambda: uid(a) in agent.store and not agent.unacked, DEADLINE)
+    await agent.wait_for(lambda: uid(a) in agent.store and agent.all_acked, DEADLINE)
     b = await kube.create(PODS, pod("b", namespace, name))
     await agent.wait_for(lambda: uid(b) in agent.store and bool(agent.unacked), DEADLINE)
     await eventually(_async(lambda: len(hub.pod_writer) == 1), "the status queued in the hub")
@@ -169,7 +169,7 @@ async def test_status_pending_when_the_hub_stops_is_written_by_the_next_hub(
     assert agent.unacked
     assert (await kube.get(PODS, "b", namespace)).get("status", {}).get("phase") != "Running"
     await hubs.start(ports)
-    await agent.wait_for(lambda: not agent.unacked, DEADLINE)
+    await agent.wait_for(lambda: agent.all_acked, DEADLINE)
     assert (await kube.get(PODS, "b", namespace))["status"]["phase"] == "Running"
 
 
