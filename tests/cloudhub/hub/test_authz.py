@@ -28,7 +28,13 @@ async def _two_nodes(hubs: Hubs, kube: KubeClient, namespace: str, unique):
     b_secret = await kube.create(SECRETS, secret("b-secret", namespace, {"token": "b"}))
     b_secret.setdefault("kind", "Secret")
     b_pod = await kube.create(
-        PODS, pod("b-pod", namespace, b.name, volumes=[{"name": "s", "secret": {"secretName": "b-secret"}}])
+        PODS,
+        pod(
+            "b-pod",
+            namespace,
+            b.name,
+            volumes=[{"name": "s", "secret": {"secretName": "b-secret"}}],
+        ),
     )
     b_pod.setdefault("kind", "Pod")
     await b.wait_for(lambda: uid(b_pod) in b.store and uid(b_secret) in b.store, DEADLINE)
@@ -39,7 +45,7 @@ async def test_naming_another_nodes_secret_or_pod_is_refused_and_the_session_sur
     hubs: Hubs, kube: KubeClient, namespace: str, unique
 ) -> None:
     hub = await hubs.start()
-    a, b, b_secret, b_pod = await _two_nodes(hubs, kube, namespace, unique)
+    a, _b, b_secret, b_pod = await _two_nodes(hubs, kube, namespace, unique)
     sessions = a.sessions
     # A asks about B's Secret (an event naming it) and claims B's pod's status
     a.send(
@@ -51,9 +57,7 @@ async def test_naming_another_nodes_secret_or_pod_is_refused_and_the_session_sur
             timestamp=time.time(),
         )
     )
-    a.send(
-        PodStatus(ref=ref_of(b_pod), status={"phase": "Failed"}, observed_at=time.time())
-    )
+    a.send(PodStatus(ref=ref_of(b_pod), status={"phase": "Failed"}, observed_at=time.time()))
     await a.wait_for(
         lambda: len([e for e in a.errors if e.code is ErrorCode.FORBIDDEN]) == 2, DEADLINE
     )
@@ -90,7 +94,7 @@ async def test_an_inventory_claiming_another_nodes_secret_gets_a_delete_not_the_
     hubs: Hubs, kube: KubeClient, namespace: str, unique
 ) -> None:
     await hubs.start()
-    a, b, b_secret, _ = await _two_nodes(hubs, kube, namespace, unique)
+    a, _b, b_secret, _ = await _two_nodes(hubs, kube, namespace, unique)
     await a.stop()
     # A reconnects claiming to hold B's Secret at an old resourceVersion
     a.store[uid(b_secret)] = (ref_of(b_secret), "1", {})
@@ -121,7 +125,7 @@ async def test_without_node_authorization_existing_objects_are_allowed(
     hubs: Hubs, kube: KubeClient, namespace: str, unique
 ) -> None:
     await hubs.start({"authorization.node_authorization": False})
-    a, b, _, b_pod = await _two_nodes(hubs, kube, namespace, unique)
+    a, _b, _, b_pod = await _two_nodes(hubs, kube, namespace, unique)
     a.send(
         PodStatus(
             ref=ref_of(b_pod),
