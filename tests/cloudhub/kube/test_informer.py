@@ -33,34 +33,31 @@ class Running:
     def __init__(self, informer: Informer) -> None:
         self.informer = informer
         self.events: list[tuple[str, str]] = []
-        self.changed = asyncio.Condition()
+        self.changed = asyncio.Event()
         informer.add_handler(self._on)
         self.task = asyncio.ensure_future(informer.run())
 
     def _on(self, kind: str, obj: dict, old: dict | None) -> None:
         self.events.append((kind, obj["metadata"]["name"]))
-        asyncio.ensure_future(self._notify())
-
-    async def _notify(self) -> None:
-        async with self.changed:
-            self.changed.notify_all()
+        self.changed.set()
 
     async def wait(self, predicate: Callable[[], bool], timeout: float = DEADLINE) -> None:
-        async def poll() -> None:
-            # handler events notify; relists and bookmarks are polled
-            while not predicate():
-                async with self.changed:
-                    try:
-                        await asyncio.wait_for(self.changed.wait(), 0.1)
-                    except asyncio.TimeoutError:
-                        pass
+        """Wait until ``predicate()``: woken by every handler call, and every 0.1 s for
+        what handlers do not see (relists, bookmarks, watch counts)."""
 
-        await asyncio.wait_for(poll(), timeout)
+        async def until() -> None:
+            while not predicate():
+                self.changed.clear()
+                try:
+                    await asyncio.wait_for(self.changed.wait(), 0.1)
+                except asyncio.TimeoutError:
+                    pass
+
+        await asyncio.wait_for(until(), timeout)
 
     async def stop(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
-        await asyncio.sleep(0)  # let pending notifications finish
 
 
 @pytest.fixture
