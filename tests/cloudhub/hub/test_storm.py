@@ -55,9 +55,7 @@ async def test_status_storm_from_200_reconnecting_nodes_stays_within_qps(
     await asyncio.gather(
         *(kube.create(PODS, pod(f"p{i}", namespace, a.name)) for i, a in enumerate(agents))
     )
-    await asyncio.gather(
-        *(a.wait_for(lambda a=a: len(a.store) == 1, 60.0) for a in agents)
-    )
+    await asyncio.gather(*(a.wait_for(lambda a=a: len(a.store) == 1, 60.0) for a in agents))
 
     # Watch every pod write from here on, on the API's own thread.
     writes: list[float] = []
