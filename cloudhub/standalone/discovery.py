@@ -117,6 +117,18 @@ def api_resource_list(
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        if rtype.scale is not None:
+            resources.append(
+                {
+                    "name": f"{rtype.plural}/scale",
+                    "singularName": "",
+                    "namespaced": rtype.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         if rtype.plural == "namespaces" and not rtype.group:
             resources.append(
                 {

@@ -1,16 +1,19 @@
-"""Exceptions of the embedded API server.
+"""Exceptions of the embedded API server, a branch of the hub's tree (``cloudhub.errors``).
 
-``StandaloneError`` is the root. ``ConfigurationError`` means the caller misused
-the server (bad settings); ``StorageError`` means the durable store failed (an
-``sqlite3`` or file error, chained with ``from``); ``StatusError`` is a request
-the API refuses, carried to the client as a Kubernetes ``Status`` object with the
-same code, reason, message and details kube-apiserver would send.
+``StandaloneError`` (a ``HubError``) is the root here. ``ConfigurationError`` (also
+a ``ConfigError``) means the caller misused the server (bad settings);
+``StorageError`` means the durable store failed (an ``sqlite3`` or file error,
+chained with ``from``); ``StatusError`` is a request the API refuses, carried to
+the client as a Kubernetes ``Status`` object with the same code, reason, message
+and details kube-apiserver would send.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from cloudhub.errors import ConfigError, HubError
 
 __all__ = [
     "ConfigurationError",
@@ -29,17 +32,18 @@ __all__ = [
     "method_not_allowed",
     "not_acceptable",
     "not_found",
+    "storage_refused",
     "too_large_resource_version",
     "unauthorized",
     "unsupported_media_type",
 ]
 
 
-class StandaloneError(Exception):
+class StandaloneError(HubError):
     """Root of every error the embedded API server raises."""
 
 
-class ConfigurationError(StandaloneError, ValueError):
+class ConfigurationError(StandaloneError, ConfigError, ValueError):
     """The server was configured or called wrongly (bad settings, bad arguments)."""
 
 
@@ -97,9 +101,10 @@ class StatusError(StandaloneError):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
-        if self.details:
+        if self.reason:
+            body["reason"] = self.reason
+        if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code
         return body
@@ -215,11 +220,13 @@ def too_large_resource_version(asked: int, current: int) -> StatusError:
 
 
 def method_not_allowed(verb: str, resource: str) -> StatusError:
-    """405 for a verb the resource does not support."""
+    """405 for a verb the resource does not support (``verb``/``resource`` for logs only:
+    kube-apiserver's message does not name them)."""
     return StatusError(
         405,
         "MethodNotAllowed",
-        f"the server does not allow this method on the requested resource ({verb} {resource})",
+        "the server does not allow this method on the requested resource",
+        {},
     )
 
 
@@ -228,11 +235,8 @@ def unsupported_media_type(content_type: str, allowed: list[str]) -> StatusError
     return StatusError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted media types include: "
-        f"{', '.join(allowed)}",
-        {"causes": [{"reason": "UnexpectedServerResponse", "message": content_type}]}
-        if content_type
-        else None,
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(allowed),
     )
 
 
@@ -243,6 +247,12 @@ def not_acceptable(accept: str) -> StatusError:
         "NotAcceptable",
         f"only the following media types are accepted: application/json, got {accept}",
     )
+
+
+def storage_refused(message: str) -> StatusError:
+    """500 with no reason, as the storage layer's own refusals come out of
+    kube-apiserver (e.g. a resourceVersion set on create)."""
+    return StatusError(500, "", message)
 
 
 def internal_error(message: str) -> StatusError:

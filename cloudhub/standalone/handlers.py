@@ -15,7 +15,6 @@ are ``Status`` objects with the code, reason and details kube-apiserver uses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from cloudhub.standalone import discovery, errors, openapi, patch, tables
+from cloudhub.standalone import discovery, errors, openapi, patch, protobuf, tables
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
@@ -40,7 +39,34 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 _PUBLIC = frozenset({"/healthz", "/livez", "/readyz", "/version"})
-_NOT_FOUND = StatusError(404, "NotFound", "the server could not find the requested resource")
+#: How often an idle watch checks that its client is still connected (seconds).
+_IDLE_CHECK_S = 15.0
+_BODY_TYPES = frozenset(
+    {
+        JSON,
+        "application/yaml",
+        "application/apply-patch+yaml",
+        "application/octet-stream",
+        *patch.PATCH_TYPES,
+    }
+)
+_NOT_FOUND = StatusError(404, "NotFound", "the server could not find the requested resource", {})
+_ROOT_PATHS = [
+    "/api",
+    "/api/v1",
+    "/apis",
+    "/healthz",
+    "/livez",
+    "/openapi/v2",
+    "/openapi/v3",
+    "/readyz",
+    "/version",
+]
+
+
+def _no_such_group() -> web.Response:
+    """What kube-apiserver answers for a group it does not serve: plain text."""
+    return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
 
 
 def _json_response(body: Any, status: int = 200) -> web.Response:
@@ -69,6 +95,32 @@ def _check_accept(accept: str) -> None:
     raise errors.not_acceptable(accept)
 
 
+class _Waker:
+    """Wakes one watch stream: when the store delivers events to it, at a deadline
+    (timeout, bookmark, idle check), or at shutdown. One future per wait and one
+    timer handle: cheaper than ``asyncio.wait_for`` on an Event, which makes a task."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_until(self, when: float) -> None:
+        """Return at ``when`` (event-loop time) or at the next :meth:`wake`."""
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        timer = self._loop.call_at(when, self.wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
 class APIHandler:
     """The aiohttp application serving one :class:`Registry`.
 
@@ -91,7 +143,7 @@ class APIHandler:
         self._token = ("Bearer " + token).encode()
         self._server_address = server_address
         self._stopping = asyncio.Event()
-        self._watches: set[asyncio.Event] = set()
+        self._watches: set[_Waker] = set()
         self.openapi = openapi.OpenAPI(registry)
 
     def server(self) -> web.Server:
@@ -117,8 +169,8 @@ class APIHandler:
     def stop_watches(self) -> None:
         """End every open watch stream (the server is shutting down)."""
         self._stopping.set()
-        for wake in list(self._watches):
-            wake.set()
+        for waker in list(self._watches):
+            waker.wake()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Authenticate, dispatch, and turn errors into Status responses."""
@@ -157,20 +209,7 @@ class APIHandler:
         parts = [p for p in path.split("/") if p]
         method = request.method
         if not parts:
-            return _json_response(
-                {
-                    "paths": [
-                        "/api",
-                        "/api/v1",
-                        "/apis",
-                        "/healthz",
-                        "/livez",
-                        "/openapi/v2",
-                        "/readyz",
-                        "/version",
-                    ]
-                }
-            )
+            return _json_response({"paths": _ROOT_PATHS})
         head = parts[0]
         if head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok", content_type="text/plain")
@@ -186,17 +225,19 @@ class APIHandler:
             types = self.registry.types()
             if len(parts) == 1:
                 return _json_response(discovery.api_group_list(types))
+            if discovery.api_group(types, parts[1]) is None:
+                return _no_such_group()
             if len(parts) == 2:
-                doc = discovery.api_group(types, parts[1])
-                if doc is None:
-                    raise _NOT_FOUND
-                return _json_response(doc)
+                return _json_response(discovery.api_group(types, parts[1]))
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise _NOT_FOUND
+            # kube-apiserver lists its root paths with the 404 of an unknown path.
+            return _json_response({"paths": _ROOT_PATHS}, 404)
         if not rest:
             doc = discovery.api_resource_list(self.registry.types(), group, version)
             if doc is None:
+                if group:
+                    return _no_such_group()
                 raise _NOT_FOUND
             return _json_response(doc)
         watch_prefix = rest[0] == "watch"
@@ -225,6 +266,7 @@ class APIHandler:
             raise _NOT_FOUND
         if sub and not (
             (sub == "status" and rtype.status_subresource)
+            or (sub == "scale" and rtype.scale is not None)
             or (sub == "finalize" and rtype.plural == "namespaces" and not rtype.group)
         ):
             raise _NOT_FOUND
@@ -246,6 +288,8 @@ class APIHandler:
         ns = namespace or ""
         if sub == "finalize" and method != "PUT":
             raise errors.method_not_allowed(method, rtype.qualified)
+        if sub == "scale":
+            return await self._scale(request, rtype, ns, name)
         if method == "GET":
             entry = await self.registry.get(rtype, ns, name)
             return self._object_response(request, rtype, entry)
@@ -262,10 +306,14 @@ class APIHandler:
     async def _body(self, request: web.BaseRequest) -> Any:
         raw = await request.read()
         ctype = request.content_type or JSON
-        if "protobuf" in ctype:
-            raise errors.unsupported_media_type(ctype, [JSON, "application/yaml"])
         if not raw:
             return None
+        if ctype == protobuf.CONTENT_TYPE:
+            return protobuf.decode_object(raw)
+        if ctype not in _BODY_TYPES:
+            raise errors.unsupported_media_type(
+                ctype, [JSON, "application/yaml", protobuf.CONTENT_TYPE]
+            )
         try:
             if ctype in ("application/yaml", "application/apply-patch+yaml"):
                 return yaml.safe_load(raw)
@@ -381,6 +429,35 @@ class APIHandler:
         entry = await self.registry.patch(rtype, ns, name, ctype, body, subresource=sub, opts=opts)
         return self._object_response(request, rtype, entry, 200, opts.warnings)
 
+    async def _scale(
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str
+    ) -> web.Response:
+        """The ``autoscaling/v1`` Scale subresource (``kubectl scale``)."""
+        _check_accept(request.headers.get("Accept", ""))
+        method = request.method
+        if method == "GET":
+            return _json_response(await self.registry.get_scale(rtype, ns, name))
+        if method not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed(method, f"{rtype.qualified}/scale")
+        ctype = request.content_type
+        if method == "PATCH" and ctype not in patch.PATCH_TYPES:
+            raise errors.unsupported_media_type(ctype, list(patch.PATCH_TYPES))
+        body = await self._body(request)
+
+        def change(scale: dict[str, Any]) -> Any:
+            if method == "PUT":
+                return body
+            if ctype == patch.JSON_PATCH:
+                return patch.apply_json_patch(scale, body)
+            if not isinstance(body, dict):
+                raise errors.bad_request("a merge patch must be a JSON object")
+            return patch.apply_merge_patch(scale, body)
+
+        scale = await self.registry.update_scale(
+            rtype, ns, name, change, self._write_options(request)
+        )
+        return _json_response(scale)
+
     async def _delete(
         self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str
     ) -> web.Response:
@@ -444,13 +521,13 @@ class APIHandler:
             await resp.write(dumps({"type": "ERROR", "object": exc.to_status()}) + b"\n")
             await resp.write_eof()
             return resp
-        wake = asyncio.Event()
-        watch.wakeup = wake.set
-        self._watches.add(wake)
+        waker = _Waker(asyncio.get_running_loop())
+        watch.wakeup = waker.wake
+        self._watches.add(waker)
         try:
-            return await self._stream(request, watch, wake, as_table)
+            return await self._stream(request, watch, waker, as_table)
         finally:
-            self._watches.discard(wake)
+            self._watches.discard(waker)
             self.registry.unwatch(watch)
 
     async def _start_stream(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -460,7 +537,7 @@ class APIHandler:
         return resp
 
     async def _stream(
-        self, request: web.BaseRequest, watch: Watch, wake: asyncio.Event, as_table: bool
+        self, request: web.BaseRequest, watch: Watch, waker: _Waker, as_table: bool
     ) -> web.StreamResponse:
         settings = self.settings
         loop = asyncio.get_running_loop()
@@ -533,12 +610,14 @@ class APIHandler:
                     if deadline - 2 > now:
                         next_bookmark = min(next_bookmark, deadline - 2)
                     continue
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the client went away while the watch was idle
                 wait_until = min(deadline, next_bookmark) if bookmarks else deadline
-                wake.clear()
-                if watch.queue or watch.ended:
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), max(0.0, wait_until - now))
+                wait_until = min(wait_until, now + _IDLE_CHECK_S)
+                # Nothing can be delivered between the checks above and this wait
+                # (both run on the event loop without yielding), so no wake-up is lost.
+                await waker.wait_until(wait_until)
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass

@@ -55,6 +55,7 @@ CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 NAMESPACES = "namespaces"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
+_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver name generator's alphabet
 _META_ORDER = (
     "name",
@@ -99,7 +100,6 @@ class Registry:
         for rtype in BUILTIN_TYPES:
             self._add_type(rtype)
         self.terminating_namespaces: set[str] = set()
-        self.on_types_changed: list[Callable[[], None]] = []
 
     # -- types -------------------------------------------------------------------
 
@@ -129,14 +129,10 @@ class Registry:
         self._unserve_crd(f"{spec['group']}/{spec['names']['plural']}")
         for rtype in schema.crd_types(crd):
             self._add_type(rtype)
-        for hook in self.on_types_changed:
-            hook()
 
     def _unserve_crd(self, storage_key: str) -> None:
         for rtype in self._by_key.pop(storage_key, []):
             self._types.pop((rtype.group, rtype.version, rtype.plural), None)
-        for hook in self.on_types_changed:
-            hook()
 
     def load(self, rows: Iterable[Any]) -> None:
         """Index rows loaded from the durable store (CRDs first, so their types exist)."""
@@ -446,7 +442,11 @@ class Registry:
             ]
             store.subscribe_now(rtype.storage_key, watch)
             watch.bounded = True
-            await store.sync()
+            try:
+                await store.sync()
+            except BaseException:
+                store.unsubscribe(rtype.storage_key, watch)
+                raise
             return watch
         try:
             since = int(rv)
@@ -495,7 +495,7 @@ class Registry:
         name = meta.get("name") or ""
         self._check_namespace(rtype, namespace, name, create=True)
         if meta.get("resourceVersion"):
-            raise errors.internal_error(
+            raise errors.storage_refused(
                 "resourceVersion should not be set on objects to be created"
             )
         if rtype.custom:
@@ -553,8 +553,11 @@ class Registry:
             if CRD_FINALIZER not in finalizers:
                 finalizers.append(CRD_FINALIZER)
             obj["status"] = self._crd_status(obj)
-        elif kind in ("Deployment", "DaemonSet", "ReplicaSet", "StatefulSet"):
-            obj["status"] = {}
+        elif kind in defaults.INITIAL_STATUS:
+            obj["status"] = copy.deepcopy(defaults.INITIAL_STATUS[kind])
+        if kind == "DaemonSet":
+            # What apps/v1 shows of the DaemonSet's templateGeneration.
+            obj["metadata"].setdefault("annotations", {})[_DS_TEMPLATE_GENERATION] = "1"
 
     def _crd_status(
         self, crd: dict[str, Any], old: Mapping[str, Any] | None = None
@@ -689,8 +692,6 @@ class Registry:
         obj: dict[str, Any],
         subresource: str,
         opts: WriteOptions,
-        *,
-        system: bool = False,
     ) -> Entry:
         store = self.store
         old = loads(current.data)
@@ -721,7 +722,7 @@ class Registry:
                 "finalizers"
             ) or []
             obj = new
-        elif rtype.status_subresource and not system:
+        elif rtype.status_subresource:
             if "status" in old:
                 obj["status"] = old["status"]
             else:
@@ -740,6 +741,17 @@ class Registry:
         if rtype.has_generation and self._generation_changed(rtype, obj, old):
             meta = obj["metadata"]
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
+        if rtype.kind == "DaemonSet" and not rtype.custom:
+            # The annotation shows the DaemonSet's template generation: it is the
+            # server's, whatever the client sent, and counts template changes.
+            old_generation = (old_meta.get("annotations") or {}).get(_DS_TEMPLATE_GENERATION, "1")
+            if not old_generation.isdigit():
+                old_generation = "1"
+            changed = (obj.get("spec") or {}).get("template") != (old.get("spec") or {}).get(
+                "template"
+            )
+            value = str(int(old_generation) + 1) if changed else old_generation
+            obj["metadata"].setdefault("annotations", {})[_DS_TEMPLATE_GENERATION] = value
         self._validate(rtype, obj, name, opts)
         self._fail_invalid(rtype, name, validation.validate_update(rtype, obj, old))
         obj = self._ordered(rtype, obj)
@@ -777,6 +789,83 @@ class Registry:
         if rtype.storage_key == NAMESPACES:
             self.terminating_namespaces.discard(name)
         return entry
+
+    # -- scale -------------------------------------------------------------------
+
+    def scale_of(self, rtype: ResourceType, entry: Entry) -> dict[str, Any]:
+        """The ``autoscaling/v1`` Scale of an object with a scale subresource."""
+        assert rtype.scale is not None
+        spec_path, status_path, selector_path = rtype.scale
+        obj = loads(entry.data)
+        meta = obj["metadata"]
+        scale_meta = {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        }
+        status: dict[str, Any] = {"replicas": int(_get_path(obj, status_path) or 0)}
+        selector = _selector_string(_get_path(obj, selector_path)) if selector_path else ""
+        if selector:
+            status["selector"] = selector
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_meta,
+            "spec": {"replicas": int(_get_path(obj, spec_path) or 0)},
+            "status": status,
+        }
+
+    async def get_scale(self, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        """GET ``<plural>/<name>/scale``. Raises StatusError 404 when missing."""
+        return self.scale_of(rtype, await self.get(rtype, namespace, name))
+
+    async def update_scale(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[dict[str, Any]], Any],
+        opts: WriteOptions | None = None,
+    ) -> dict[str, Any]:
+        """PUT or PATCH ``<plural>/<name>/scale``: ``change`` maps the current Scale
+        to the new one; only ``spec.replicas`` is written back to the object.
+
+        Raises:
+            StatusError: 404 when missing; 409 on a stale resourceVersion; 422 for
+                a negative or missing replica count.
+        """
+        assert rtype.scale is not None
+        opts = opts or WriteOptions()
+        ns = namespace if rtype.namespaced else ""
+        current = self.store.get(rtype.storage_key, ns, name)
+        if current is None:
+            raise errors.not_found(rtype.plural, rtype.group, name)
+        scale = change(self.scale_of(rtype, current))
+        if not isinstance(scale, dict):
+            raise errors.bad_request("a Scale must be a JSON object")
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                "autoscaling",
+                name,
+                [
+                    errors.StatusCause(
+                        "FieldValueInvalid",
+                        f"Invalid value: {replicas!r}: must be greater than or equal to 0",
+                        "spec.replicas",
+                    )
+                ],
+            )
+        asked = (scale.get("metadata") or {}).get("resourceVersion")
+        if asked and asked != str(current.rv):
+            raise errors.conflict(rtype.plural, rtype.group, name)
+        obj = loads(current.data)
+        _set_path(obj, rtype.scale[0], replicas)
+        obj["metadata"].pop("resourceVersion", None)
+        entry = self._update_now(rtype, ns, name, current, obj, "", opts)
+        await self.store.sync()
+        return self.scale_of(rtype, entry)
 
     # -- delete ------------------------------------------------------------------
 
@@ -831,7 +920,6 @@ class Registry:
                 return current, False
             if not meta.get("deletionTimestamp"):
                 meta["deletionTimestamp"] = now_rfc3339()
-                meta["deletionGracePeriodSeconds"] = 0
                 meta["finalizers"] = finalizers
                 obj.setdefault("status", {})["phase"] = "Terminating"
                 if not finalizers:
@@ -861,6 +949,11 @@ class Registry:
             return self._write_modified(rtype, ns, name, obj), False
         if options.dry_run:
             return current, True
+        if rtype.storage_key == "pods" and not meta.get("deletionTimestamp"):
+            # Pods are deleted through the graceful path even with no grace: their
+            # last state carries the deletion time and a grace period of 0.
+            meta["deletionTimestamp"] = now_rfc3339()
+            meta["deletionGracePeriodSeconds"] = 0
         return self._remove(rtype, ns, name, obj), True
 
     def _write_modified(
@@ -915,3 +1008,38 @@ class Registry:
 def _crd_gone(crd: Mapping[str, Any]) -> bool:
     meta = crd.get("metadata") or {}
     return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    for part in path.split(".") if path else ():
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    for part in parts[:-1]:
+        obj = obj.setdefault(part, {})
+    obj[parts[-1]] = value
+
+
+def _selector_string(selector: Any) -> str:
+    """A label selector object (matchLabels/matchExpressions) in its string form."""
+    if isinstance(selector, str):
+        return selector
+    if not isinstance(selector, dict):
+        return ""
+    terms = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        op, key, values = expr.get("operator"), expr.get("key"), expr.get("values") or []
+        if op == "In":
+            terms.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            terms.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            terms.append(str(key))
+        elif op == "DoesNotExist":
+            terms.append(f"!{key}")
+    return ",".join(terms)

@@ -64,6 +64,9 @@ class ResourceType:
         schema: For custom resources, the version's ``openAPIV3Schema`` (or None).
         printer_columns: For custom resources, the version's additionalPrinterColumns.
         storage_version: For custom resources, the version objects are stored in.
+        scale: When ``<plural>/scale`` exists (autoscaling/v1 Scale): the dotted paths
+            of the desired replicas, the observed replicas and the label selector
+            (empty when none), as a CRD's ``subresources.scale`` names them.
     """
 
     group: str
@@ -87,6 +90,7 @@ class ResourceType:
     schema: Mapping[str, Any] | None = None
     printer_columns: tuple[Mapping[str, Any], ...] = ()
     storage_version: str = ""
+    scale: tuple[str, str, str] | None = None
     verbs: tuple[str, ...] = ALL_VERBS
 
     @property
@@ -162,6 +166,7 @@ def _t(
     )
 
 
+_SCALE = ("spec.replicas", "status.replicas", "spec.selector")
 _POD_FIELDS = {
     "spec.nodeName": "spec.nodeName",
     "spec.restartPolicy": "spec.restartPolicy",
@@ -254,6 +259,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         has_generation=True,
         generation_counts_annotations=True,
         reset_status_on_create=True,
+        scale=_SCALE,
     ),
     _t(
         "apps",
@@ -279,6 +285,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         status_subresource=True,
         has_generation=True,
         reset_status_on_create=True,
+        scale=_SCALE,
     ),
     _t(
         "apps",
@@ -291,6 +298,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         status_subresource=True,
         has_generation=True,
         reset_status_on_create=True,
+        scale=_SCALE,
     ),
     _t(
         "apiextensions.k8s.io",

@@ -350,6 +350,19 @@ def crd_types(crd: Mapping[str, Any]) -> list[ResourceType]:
                 schema=(version.get("schema") or {}).get("openAPIV3Schema"),
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
                 storage_version=storage,
+                scale=_scale_paths(subresources.get("scale")),
             )
         )
     return out
+
+
+def _scale_paths(scale: Any) -> tuple[str, str, str] | None:
+    """(spec, status, selector) paths of a CRD's ``subresources.scale``, without the
+    leading dot of the JSON paths (``.spec.replicas`` -> ``spec.replicas``)."""
+    if not isinstance(scale, dict) or not scale.get("specReplicasPath"):
+        return None
+    return (
+        str(scale["specReplicasPath"]).lstrip("."),
+        str(scale.get("statusReplicasPath", "")).lstrip("."),
+        str(scale.get("labelSelectorPath", "")).lstrip("."),
+    )

@@ -1,4 +1,4 @@
-"""What a Kubernetes 1.20 API server does with each real manifest in shared/data/manifests.
+"""What a Kubernetes 1.20 API server does with each real manifest in tests/data/manifests.
 
 One entry per file: whether ``kubectl apply -f`` gets it served (every object created),
 partly served (some objects created, the rest refused) or not served, which objects it
@@ -15,10 +15,11 @@ refuses ``-n`` when a file names another namespace). Placeholders such as
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.data import MANIFESTS as CORPUS
 
 __all__ = [
     "MANIFESTS",
@@ -34,16 +35,13 @@ SERVED = "served"
 PARTLY = "partly served"
 NOT_SERVED = "not served"
 
-SHARED_DIR_ENV = "EDGEFLEET_SHARED_DIR"
-"""Environment variable naming the shared/ directory (default: found beside the repository)."""
-
 
 @dataclass(frozen=True)
 class Manifest:
     """The expected outcome of ``kubectl apply -f`` for one file.
 
     Attributes:
-        path: path below shared/data/manifests.
+        path: path below tests/data/manifests.
         verdict: ``SERVED``, ``PARTLY`` or ``NOT_SERVED``.
         objects: the objects apply creates, as kubectl names them (``deployment.apps/x``).
         error: a fragment of kubectl's error output when not everything is served.
@@ -341,23 +339,9 @@ MANIFESTS: tuple[Manifest, ...] = (
 )
 
 
-def manifests_dir() -> Path | None:
-    """The shared/data/manifests directory, or ``None`` when it cannot be found.
-
-    ``$EDGEFLEET_SHARED_DIR`` when set; otherwise the first ``shared/`` directory found
-    beside the repository or one of its parents (CI clones the repository with ``shared/``
-    beside it; developer worktrees sit one level further down).
-    """
-    configured = os.environ.get(SHARED_DIR_ENV)
-    if configured:
-        candidates = [Path(configured)]
-    else:
-        repo = Path(__file__).resolve().parents[2]
-        candidates = [parent / "shared" for parent in repo.parents]
-    for shared in candidates:
-        if (shared / "data" / "manifests").is_dir():
-            return shared / "data" / "manifests"
-    return None
+def manifests_dir() -> Path:
+    """The repository's copy of the shared manifests corpus (tests/data/manifests)."""
+    return CORPUS
 
 
 # `namespace: <valid name>` alone on a line (keeps indentation, trailing spaces and CR).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.fixtures import Backend, require
+from tests.k8s.fixtures import Backend
 from tests.k8s.manifests import MANIFESTS, NOT_SERVED, PARTLY, SERVED, Manifest, in_namespace
 from tests.k8s.manifests import manifests_dir as find_manifests_dir
 
@@ -64,12 +64,8 @@ class Kubectl:
 
 @pytest.fixture(scope="session")
 def manifests_dir() -> Path:
-    """shared/data/manifests (skipped, or failed under CI, when it cannot be found)."""
-    found = find_manifests_dir()
-    if found is None:
-        require("shared/data/manifests", "set $EDGEFLEET_SHARED_DIR to the shared/ directory")
-    assert found is not None
-    return found
+    """The repository's copy of the shared manifests (tests/data/manifests)."""
+    return find_manifests_dir()
 
 
 @pytest.fixture(scope="session")

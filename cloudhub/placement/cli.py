@@ -1,0 +1,189 @@
+"""``cloudhub placement`` commands: import foreign placement documents, explain a placement.
+
+The lead mounts :data:`placement` on the ``cloudhub`` command group::
+
+    cloudhub placement import policy.yaml deployment.yaml > placements.yaml
+    cloudhub placement explain web --fleet nodes.yaml --fleet placements.yaml
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import click
+import yaml
+
+from cloudhub.errors import ConfigError, KubeAPIError
+from cloudhub.kube import DAEMONSETS, DEPLOYMENTS, NODES, PODS, KubeClient
+from cloudhub.placement.errors import InvalidObject, InvalidSpec, TranslationError
+from cloudhub.placement.explain import explain, format_explanations
+from cloudhub.placement.importers import GROUP_LABEL, import_files, load_documents
+from cloudhub.placement.model import KIND, PlacementKey, parse_placement
+from cloudhub.placement.nodes import offline_since
+from cloudhub.placement.planner import Planner
+from cloudhub.placement.workloads import placement_from_workload, targets_edge
+
+__all__ = ["placement"]
+
+
+@click.group()
+def placement() -> None:
+    """Fleet-wide placement of workloads on edge nodes."""
+
+
+@placement.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--group-label",
+    default=GROUP_LABEL,
+    show_default=True,
+    help="Node label naming a Karmada member cluster's group.",
+)
+@click.option(
+    "--cluster-labels",
+    type=click.Path(dir_okay=False),
+    help="YAML mapping of Karmada cluster name to its labels.",
+)
+@click.option(
+    "--namespace",
+    default="default",
+    show_default=True,
+    help="Namespace of placements whose source has none.",
+)
+def import_command(
+    files: tuple[str, ...], group_label: str, cluster_labels: str | None, namespace: str
+) -> None:
+    """Translate Karmada, KubeEdge, OpenYurt and SuperEdge documents into EdgePlacements.
+
+    The EdgePlacements are written to stdout as YAML; what each document could
+    not translate is reported on stderr.
+    """
+    labels: dict[str, Any] = {}
+    if cluster_labels:
+        try:
+            with open(cluster_labels) as f:
+                labels = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise click.ClickException(f"{cluster_labels}: {exc}") from exc
+        if not isinstance(labels, dict):
+            raise click.ClickException(f"{cluster_labels}: must map cluster names to labels")
+    try:
+        results = import_files(
+            files, group_label=group_label, cluster_labels=labels, namespace=namespace
+        )
+    except TranslationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    placements = [p for r in results for p in r.placements]
+    if placements:
+        click.echo(yaml.safe_dump_all(placements, sort_keys=False), nl=False)
+    for result in results:
+        made = ", ".join(p["metadata"]["name"] for p in result.placements) or "no placement"
+        click.echo(f"{result.source}: {result.kind} {result.name} -> {made}", err=True)
+        for line in result.untranslated:
+            click.echo(f"  not translated: {line}", err=True)
+        for line in result.notes:
+            click.echo(f"  note: {line}", err=True)
+
+
+@placement.command("explain")
+@click.argument("name")
+@click.option("--namespace", "-n", default="default", show_default=True)
+@click.option(
+    "--kind",
+    default=KIND,
+    show_default=True,
+    help="EdgePlacement, or Deployment/DaemonSet placed on the embedded API.",
+)
+@click.option(
+    "--fleet",
+    "fleet_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="YAML/JSON files of Nodes, Pods and placements (e.g. kubectl get -o yaml).",
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    help="Read Nodes, Pods and placements from this cluster instead.",
+)
+def explain_command(
+    name: str, namespace: str, kind: str, fleet_files: tuple[str, ...], kubeconfig: str | None
+) -> None:
+    """For each node, why it was chosen or rejected for placement NAME."""
+    if bool(fleet_files) == bool(kubeconfig):
+        raise click.UsageError("give either --fleet files or --kubeconfig")
+    now = time.time()
+    try:
+        if kubeconfig:
+            items = asyncio.run(_from_api(kubeconfig, kind))
+        else:
+            items = []
+            for path in fleet_files:
+                with open(path) as f:
+                    for _, doc in load_documents(f.read(), path):
+                        is_list = str(doc.get("kind", "")).endswith("List")
+                        items.extend(doc.get("items") or [] if is_list else [doc])
+        planner = _planner(items, now)
+    except (
+        OSError,
+        TranslationError,
+        InvalidSpec,
+        InvalidObject,
+        KubeAPIError,
+        ConfigError,
+    ) as exc:
+        raise click.ClickException(str(exc)) from exc
+    key = PlacementKey(kind, namespace, name)
+    if planner.placement(key) is None:
+        raise click.ClickException(f"no {kind} {namespace}/{name} found")
+    planner.plan(now)
+    click.echo(format_explanations(explain(planner, key, now)))
+    status = planner.status(key)
+    if status is not None:
+        for condition in status.conditions:
+            click.echo(
+                f"{condition.type}={condition.status} ({condition.reason}): {condition.message}"
+            )
+
+
+async def _from_api(kubeconfig: str, kind: str) -> list[dict[str, Any]]:
+    from cloudhub.placement.controller import EDGEPLACEMENTS
+
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        items: list[dict[str, Any]] = []
+        resources = [NODES, EDGEPLACEMENTS, PODS]
+        if kind != KIND:
+            resources.append(DEPLOYMENTS if kind == "Deployment" else DAEMONSETS)
+        for resource in resources:
+            found, _ = await client.list(resource)
+            items.extend(found)
+        return items
+    finally:
+        await client.close()
+
+
+def _planner(items: list[dict[str, Any]], now: float) -> Planner:
+    """A planner holding the given objects, fed in the controller's order."""
+    planner = Planner()
+    for obj in items:
+        if obj.get("kind") == "Node":
+            planner.upsert_node(obj, offline_since=offline_since(obj, now))
+    for obj in items:
+        if obj.get("kind") == KIND:
+            planner.upsert_placement(parse_placement(obj))
+        elif obj.get("kind") in ("Deployment", "DaemonSet") and targets_edge(
+            (obj.get("spec") or {}).get("template") or {}
+        ):
+            planner.upsert_placement(placement_from_workload(obj))
+    for obj in items:
+        if obj.get("kind") == "Pod":
+            planner.upsert_pod(obj)
+    return planner
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(placement())

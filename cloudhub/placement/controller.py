@@ -1,0 +1,423 @@
+"""The placement controller: informers in, planner in the middle, rate-limited writes out.
+
+It watches EdgePlacements, Nodes and Pods (and, on the embedded API,
+Deployments and DaemonSets whose template targets edge nodes), feeds them to
+a :class:`~cloudhub.placement.planner.Planner`, and writes what each plan
+decides: Pods bound to nodes, deletions, and status subresources.
+
+Writes go through a queue served by a few workers under a token bucket
+(``writes_per_second``, ``write_burst``), so a plan of thousands of pods does
+not flood the API; the planner already counts them, so planning continues
+while they are written. A failed create or delete is handed back to the
+planner and the next plan is delayed with backoff (full jitter).
+
+Node connectivity is read from the Node's ``Ready`` condition and its
+heartbeat (:func:`cloudhub.placement.nodes.offline_since`) until the hub
+reports it directly; nodes are re-evaluated every ``resync_s`` so that a
+heartbeat that stops is noticed.
+
+Start it with::
+
+    client = await KubeClient.from_kubeconfig(path)
+    controller = PlacementController(client, ControllerSettings(place_workloads=embedded))
+    await controller.run()          # until cancelled
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pathlib
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
+from cloudhub.kube import (
+    CRDS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NODES,
+    PODS,
+    Informer,
+    KubeClient,
+    ResourceType,
+    TokenBucket,
+)
+from cloudhub.placement.errors import InvalidObject, InvalidSpec
+from cloudhub.placement.model import API_GROUP, KIND, PLURAL, PlacementKey, parse_placement
+from cloudhub.placement.nodes import offline_since
+from cloudhub.placement.plan import PlacementStatus, Plan, PodCreate, PodDelete
+from cloudhub.placement.planner import Planner
+from cloudhub.placement.workloads import placement_from_workload, targets_edge
+from protocol.backoff import backoff
+
+__all__ = ["CRD_PATH", "EDGEPLACEMENTS", "ControllerSettings", "PlacementController"]
+
+log = logging.getLogger(__name__)
+
+CRD_PATH = pathlib.Path(__file__).with_name("crd.yaml")
+"""The EdgePlacement CRD (the same file as ``deploy/crds/``)."""
+
+EDGEPLACEMENTS = ResourceType(API_GROUP, "v1alpha1", PLURAL, KIND, True)
+"""The EdgePlacement resource type."""
+
+_RESOURCES = {KIND: EDGEPLACEMENTS, "Deployment": DEPLOYMENTS, "DaemonSet": DAEMONSETS}
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """How the controller runs.
+
+    Attributes:
+        namespace: the namespace whose placements it handles, or None for all.
+        place_workloads: also place Deployments and DaemonSets that target edge
+            nodes. Only on the embedded API: a real cluster has its own
+            scheduler and controllers for them.
+        install_crd: create the EdgePlacement CRD at start when it is missing.
+        writes_per_second: sustained API writes (pod creates and deletes,
+            status patches); 100/s keeps a 100,000-pod fleet's initial
+            placement under 20 minutes without starving other clients.
+        write_burst: writes allowed at once before the rate applies.
+        write_concurrency: requests in flight at once.
+        settle_s: pause after a change before planning, so that a burst of
+            events (a relist, a node with many pods) makes one plan.
+        resync_s: how often node connectivity is re-read from heartbeats.
+        heartbeat_grace_s: how old a Ready node's heartbeat may be (the node
+            lifecycle controller's 40 s).
+    """
+
+    namespace: str | None = None
+    place_workloads: bool = False
+    install_crd: bool = True
+    writes_per_second: float = 100.0
+    write_burst: int = 200
+    write_concurrency: int = 8
+    settle_s: float = 0.05
+    resync_s: float = 5.0
+    heartbeat_grace_s: float = 40.0
+
+
+class PlacementController:
+    """Runs placement against a Kubernetes API (see the module docstring).
+
+    Args:
+        client: the API client (not closed by the controller).
+        settings: how to run.
+
+    Attributes:
+        planner: the planner (read-only use: explain, status).
+    """
+
+    def __init__(self, client: KubeClient, settings: ControllerSettings | None = None) -> None:
+        self.client = client
+        self.settings = settings or ControllerSettings()
+        self.planner = Planner()
+        self._wake = asyncio.Event()
+        self._queue: asyncio.Queue[PodCreate | PodDelete | PlacementKey] = asyncio.Queue()
+        self._statuses: dict[PlacementKey, PlacementStatus] = {}
+        self._invalid: dict[PlacementKey, str] = {}
+        self._status_pending: set[PlacementKey] = set()
+        self._nodes: dict[str, Mapping[str, Any]] = {}
+        self._reported: dict[str, float | None] = {}
+        self._bucket = TokenBucket(self.settings.writes_per_second, self.settings.write_burst)
+        self._delays = _delays()
+        self._retry_at = 0.0
+        self._informers: list[Informer] = []
+        self.plans = 0
+
+    # --- running -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch, plan and write until cancelled.
+
+        Raises:
+            KubeAPIError: the CRD cannot be installed (other API errors are retried).
+        """
+        if self.settings.install_crd:
+            await self._install_crd()
+        ns = self.settings.namespace
+        watched = [
+            (NODES, None, self._on_node),
+            (EDGEPLACEMENTS, ns, self._on_placement),
+            (PODS, None, self._on_pod),
+        ]
+        if self.settings.place_workloads:
+            watched += [(DEPLOYMENTS, ns, self._on_workload), (DAEMONSETS, ns, self._on_workload)]
+        self._informers = []
+        for rt, namespace, handler in watched:
+            informer = Informer(self.client, rt, namespace=namespace)
+            informer.add_handler(handler)
+            self._informers.append(informer)
+        tasks = [
+            asyncio.create_task(i.run(), name=f"placement-informer-{i.rt.plural}")
+            for i in self._informers
+        ]
+        tasks += [
+            asyncio.create_task(self._writer(), name=f"placement-writer-{n}")
+            for n in range(self.settings.write_concurrency)
+        ]
+        tasks.append(asyncio.create_task(self._loop(), name="placement-loop"))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _install_crd(self) -> None:
+        crd = yaml.safe_load(CRD_PATH.read_text())
+        try:
+            await self.client.create(CRDS, crd)
+            log.info("installed CRD %s", crd["metadata"]["name"])
+        except KubeConflict:
+            pass  # AlreadyExists
+        deadline = time.monotonic() + 30
+        while True:  # wait until the new type is served
+            try:
+                await self.client.list(EDGEPLACEMENTS, limit=1)
+                return
+            except KubeNotFound:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def _loop(self) -> None:
+        for informer in self._informers:
+            await informer.synced.wait()
+        last_resync = time.monotonic()
+        while True:
+            now = time.time()
+            if time.monotonic() - last_resync >= self.settings.resync_s:
+                self._refresh_connectivity(now)
+                last_resync = time.monotonic()
+            plan = self.planner.plan(now)
+            self.plans += 1
+            self._submit(plan)
+            deadline = self.planner.next_deadline()
+            timeout = self.settings.resync_s
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - now, 0.0) + 0.01)
+            timeout = max(timeout, self._retry_at - time.monotonic())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            await asyncio.sleep(max(self.settings.settle_s, self._retry_at - time.monotonic()))
+
+    def report_connectivity(self, node: str, offline_since_s: float | None) -> None:
+        """The hub's word on a node's connection, which wins over the Node's heartbeat.
+
+        Args:
+            node: the node name.
+            offline_since_s: when its session ended (epoch seconds), or None
+                while it is connected.
+        """
+        self._reported[node] = offline_since_s
+        self.planner.set_connectivity(node, offline_since_s)
+        self._wake.set()
+
+    def _offline_since(self, name: str, node: Mapping[str, Any], now: float) -> float | None:
+        if name in self._reported:
+            return self._reported[name]
+        return offline_since(node, now, self.settings.heartbeat_grace_s)
+
+    def _refresh_connectivity(self, now: float) -> None:
+        for name, node in self._nodes.items():
+            self.planner.set_connectivity(name, self._offline_since(name, node, now))
+
+    # --- inputs ----------------------------------------------------------------------
+
+    def _on_node(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if kind == "DELETED":
+            self._nodes.pop(name, None)
+            self._reported.pop(name, None)
+            self.planner.remove_node(name)
+        else:
+            self._nodes[name] = obj
+            since = self._offline_since(name, obj, time.time())
+            try:
+                self.planner.upsert_node(obj, offline_since=since)
+            except InvalidObject as exc:
+                log.warning("ignoring node: %s", exc)
+        self._wake.set()
+
+    def _on_pod(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self.planner.remove_pod(meta.get("namespace") or "default", meta.get("name"))
+        else:
+            try:
+                self.planner.upsert_pod(obj)
+            except InvalidObject as exc:
+                log.warning("ignoring pod: %s", exc)
+        self._wake.set()
+
+    def _on_placement(
+        self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
+        meta = obj.get("metadata") or {}
+        key = PlacementKey(KIND, meta.get("namespace") or "default", meta.get("name") or "")
+        if kind == "DELETED":
+            self._invalid.pop(key, None)
+            self.planner.remove_placement(key)
+        else:
+            try:
+                self.planner.upsert_placement(parse_placement(obj))
+                if self._invalid.pop(key, None) is not None:
+                    self._queue_status(key)
+            except InvalidSpec as exc:
+                # Keep running the last valid spec (a typo must not tear pods down).
+                log.warning("EdgePlacement %s/%s is invalid: %s", key.namespace, key.name, exc)
+                self._invalid[key] = str(exc)
+                self._queue_status(key)
+        self._wake.set()
+
+    def _on_workload(
+        self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
+        meta = obj.get("metadata") or {}
+        key = PlacementKey(
+            str(obj.get("kind")), meta.get("namespace") or "default", meta.get("name") or ""
+        )
+        template = (obj.get("spec") or {}).get("template") or {}
+        if kind == "DELETED" or not targets_edge(template):
+            self.planner.remove_placement(key)
+        else:
+            try:
+                self.planner.upsert_placement(placement_from_workload(obj))
+            except InvalidSpec as exc:
+                log.warning("%s %s/%s not placed: %s", key.kind, key.namespace, key.name, exc)
+        self._wake.set()
+
+    # --- outputs ---------------------------------------------------------------------
+
+    def _submit(self, plan: Plan) -> None:
+        for create in plan.creates:
+            self._queue.put_nowait(create)
+        for delete in plan.deletes:
+            self._queue.put_nowait(delete)
+        for key, status in plan.statuses.items():
+            self._statuses[key] = status
+            self._queue_status(key)
+
+    def _queue_status(self, key: PlacementKey) -> None:
+        if key not in self._status_pending:  # latest wins: one write per placement queued
+            self._status_pending.add(key)
+            self._queue.put_nowait(key)
+
+    async def _writer(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                await self._bucket.acquire()
+                if isinstance(item, PodCreate):
+                    await self._create(item)
+                elif isinstance(item, PodDelete):
+                    await self._delete(item)
+                else:
+                    await self._write_status(item)
+            finally:
+                self._queue.task_done()
+
+    def _failed(self, what: str, exc: KubeAPIError) -> None:
+        delay = next(self._delays)
+        self._retry_at = time.monotonic() + delay
+        log.warning("%s failed (%s); next plan in %.1f s", what, exc, delay)
+        self._wake.set()
+
+    async def _create(self, create: PodCreate) -> None:
+        try:
+            await self.client.create(PODS, create.render(), create.namespace)
+            self._delays = _delays()
+        except KubeConflict as exc:  # AlreadyExists: the informer reports it
+            self.planner.pod_create_failed(create.namespace, create.name)
+            if exc.reason != "AlreadyExists":
+                self._failed(f"creating pod {create.namespace}/{create.name}", exc)
+            self._wake.set()
+        except KubeAPIError as exc:
+            self.planner.pod_create_failed(create.namespace, create.name)
+            self._failed(f"creating pod {create.namespace}/{create.name}", exc)
+
+    async def _delete(self, delete: PodDelete) -> None:
+        try:
+            await self.client.delete(
+                PODS,
+                delete.name,
+                delete.namespace,
+                uid=delete.uid or None,
+                grace_period_seconds=0 if delete.force else None,
+            )
+            log.info("deleted pod %s/%s: %s", delete.namespace, delete.name, delete.reason)
+        except KubeNotFound:
+            self.planner.remove_pod(delete.namespace, delete.name)
+            self._wake.set()
+        except KubeConflict:
+            pass  # another pod of that name now: the informer reports it
+        except KubeAPIError as exc:
+            self.planner.pod_delete_failed(delete.namespace, delete.name)
+            self._failed(f"deleting pod {delete.namespace}/{delete.name}", exc)
+
+    async def _write_status(self, key: PlacementKey) -> None:
+        self._status_pending.discard(key)
+        resource = _RESOURCES[key.kind]
+        status = self._statuses.get(key)
+        body: dict[str, Any]
+        if key.kind == KIND:
+            body = status.to_json() if status is not None else {}
+            conditions = list(body.get("conditions") or [])
+            invalid = self._invalid.get(key)
+            conditions.append(
+                {
+                    "type": "SpecValid",
+                    "status": "False" if invalid else "True",
+                    "reason": "InvalidSpec" if invalid else "Valid",
+                    "message": invalid or "the spec is valid",
+                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            )
+            body["conditions"] = conditions
+        elif status is None:
+            return
+        elif key.kind == "Deployment":
+            body = {
+                "observedGeneration": status.observed_generation,
+                "replicas": status.placed,
+                "updatedReplicas": status.updated,
+                "readyReplicas": status.ready,
+                "availableReplicas": status.ready,
+                "unavailableReplicas": max(status.desired - status.ready, 0),
+            }
+        else:
+            body = {
+                "observedGeneration": status.observed_generation,
+                "desiredNumberScheduled": status.desired,
+                "currentNumberScheduled": status.placed,
+                "numberMisscheduled": 0,
+                "numberReady": status.ready,
+                "updatedNumberScheduled": status.updated,
+                "numberAvailable": status.ready,
+                "numberUnavailable": max(status.desired - status.ready, 0),
+            }
+        try:
+            await self.client.patch(
+                resource, key.name, {"status": body}, key.namespace, subresource="status"
+            )
+        except KubeNotFound:
+            pass
+        except KubeAPIError as exc:
+            self._failed(f"writing the status of {key}", exc)
+
+    async def drained(self) -> None:
+        """Wait until every queued write has been attempted."""
+        await self._queue.join()
+
+
+def _delays():
+    """Delays before the next plan after failed writes (full jitter, 0.2 s to 30 s)."""
+    return backoff(uniform=random.uniform, base=0.2, cap=30.0)

@@ -1,0 +1,106 @@
+"""Kubernetes resource quantities ("250m", "1.5Gi", "2e3") as integers.
+
+The grammar is the API's ``resource.Quantity``: an optional sign, a decimal
+number, then either a binary suffix (Ki Mi Gi Ti Pi Ei), a decimal suffix
+(n u m "" k M G T P E) or a decimal exponent (``e3``, ``E-2``).
+
+Placement compares requests with allocatable in fixed integer units so that
+sums never drift: CPU in millicores, every other resource (memory and
+ephemeral-storage in bytes, extended resources such as ``nvidia.com/gpu`` in
+units) rounded up to a whole number, as the scheduler does.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from functools import lru_cache
+
+from cloudhub.placement.errors import InvalidSpec
+
+__all__ = ["CPU", "MEMORY", "PODS", "parse_quantity", "to_units"]
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(
+    r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))"
+    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
+)
+
+
+@lru_cache(maxsize=4096)
+def parse_quantity(text: str | int | float) -> Fraction:
+    """Parse a quantity into an exact fraction of its base unit.
+
+    Args:
+        text: the quantity as the API writes it (``"100m"``, ``"64Mi"``), or a
+            JSON number (YAML turns ``cpu: 2`` into an int).
+
+    Returns:
+        The exact value (cores for CPU, bytes for memory).
+
+    Raises:
+        InvalidSpec: the text is not a quantity (path left empty for the
+            caller to fill in through :func:`to_units`).
+    """
+    if isinstance(text, bool):
+        raise InvalidSpec("", f"not a quantity: {text!r}")
+    if isinstance(text, int):
+        return Fraction(text)
+    if isinstance(text, float):
+        return Fraction(str(text))
+    if not isinstance(text, str):
+        raise InvalidSpec("", f"not a quantity: {text!r}")
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise InvalidSpec("", f"not a quantity: {text!r}")
+    value = Fraction(match["num"])
+    if match["bin"]:
+        value *= _BINARY[match["bin"]]
+    elif match["exp"]:
+        value *= Fraction(10) ** int(match["exp"][1:])
+    else:
+        value *= _DECIMAL[match["dec"] or ""]
+    return value
+
+
+def to_units(resource: str, text: str | int | float, path: str = "") -> int:
+    """Convert a quantity of ``resource`` to placement's integer unit.
+
+    Args:
+        resource: the resource name (``"cpu"``, ``"memory"``, ``"nvidia.com/gpu"``).
+        text: the quantity.
+        path: the JSON path of the value, used in the error.
+
+    Returns:
+        Millicores for ``cpu``; for everything else the value rounded up to a
+        whole unit (bytes for memory and storage).
+
+    Raises:
+        InvalidSpec: the quantity is malformed or negative.
+    """
+    try:
+        value = parse_quantity(text)
+    except InvalidSpec as exc:
+        raise InvalidSpec(path, exc.reason) from None
+    if value < 0:
+        raise InvalidSpec(path, f"quantity must not be negative: {text!r}")
+    if resource == CPU:
+        value *= 1000
+    whole = value.numerator // value.denominator
+    return whole if whole == value else whole + 1
