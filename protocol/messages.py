@@ -402,7 +402,7 @@ class Welcome(Message):
     """The highest edge seq the hub has processed (0 if unknown); the edge drops its
     pending messages up to it and resends the rest."""
     heartbeat_interval: float
-    """Seconds; the edge pings after this long without traffic (overrides its own
+    """Seconds; the edge pings after this long (plus 5%) without traffic (overrides its own
     ``ping_interval``, so the hub can tune the load of 10,000 idle nodes)."""
 
     def _check(self) -> None:

@@ -25,7 +25,8 @@ Rules (docs/protocol.md, "Session"):
   after the welcome it drops what ``welcome.received_up_to`` covers and resends the rest
   with their original seqs. It never reuses a seq the hub has seen.
 - Liveness: the client pings when it has sent nothing for the ping interval, or heard
-  nothing for the ping interval since its last ping; either side declares the peer dead
+  nothing for the ping interval since it last asked for an answer (its last ping, or its
+  oldest message still waiting for an ack), both plus 5%; either side declares the peer dead
   (``PeerDead``, then ``Closed(PEER_DEAD)``) when nothing arrived for ``liveness_timeout``,
   without waiting for the transport to notice.
 - Close: ``close()`` sends ``close`` and waits up to ``close_timeout`` for the peer's;
@@ -174,6 +175,7 @@ _CONTROL_EVENTS: dict[type[Message], str] = {
 }
 
 _REASON_LIMIT = 1024  # characters of a close reason we put on the wire
+_PING_SLACK = 1.05  # the client's ping rules wait ping_interval x this (see _next_ping_at)
 
 
 _LOCAL_CODES = frozenset({CloseCode.PEER_DEAD, CloseCode.CONNECTION_LOST})
@@ -224,8 +226,9 @@ class SessionConfig:
     ``WindowFull``. 256 x 1 KiB keeps a 100 ms path busy at 2.5 MB/s while bounding what a
     reconnect may have to resend."""
     ping_interval: float = 20.0
-    """Client: ping after this long without sending, or without hearing anything since the
-    last ping. The hub's ``welcome.heartbeat_interval`` overrides it. 20 s stays below the
+    """Client: ping after this long (plus 5%) without sending, or without hearing anything
+    since the last ping or the oldest unacknowledged message. The hub's
+    ``welcome.heartbeat_interval`` overrides it. 20 s (21 with the slack) stays below the
     30 s idle timeout of common NAT UDP mappings, so QUIC paths stay open."""
     liveness_timeout: float = 60.0
     """Declare the peer dead after this long without receiving a byte (3 ping intervals:
@@ -380,6 +383,7 @@ class Session:
     __slots__ = (
         "_ack_deadline",
         "_acked_up_to",
+        "_acks_awaited_since",
         "_acks_owed",
         "_close_code",
         "_close_deadline",
@@ -424,6 +428,9 @@ class Session:
         self._next_seq = next_seq
         self._unacked: list[tuple[int, Message]] = []
         self._acked_up_to = 0
+        # When the oldest message still unacknowledged was sent (None: nothing is): an ack
+        # is an answer on its way, so the client does not ping while waiting for it.
+        self._acks_awaited_since: float | None = None
         self._pending: list[tuple[int, Message, bytes]] = []  # client, until the welcome
         # receiving side
         self._received_up_to = 0
@@ -586,6 +593,8 @@ class Session:
             if seq > up_to:
                 self._out.append(frame)
                 self._unacked.append((seq, message))
+        if self._unacked:
+            self._acks_awaited_since = now
         self._last_sent = now
 
     # --- server ----------------------------------------------------------------------------
@@ -690,6 +699,8 @@ class Session:
                 raise UsageError("sequence numbers exhausted")
             self._out.append(encode(message, seq, self.config.max_frame_size))
             self._next_seq = seq + 1
+            if not self._unacked:
+                self._acks_awaited_since = now
             self._unacked.append((seq, message))
             self._last_sent = now
             return seq
@@ -832,6 +843,8 @@ class Session:
             done += 1
         if done:
             del unacked[:done]
+            if not unacked:
+                self._acks_awaited_since = None
         self._events.append(Acked(up_to))
 
     def _on_close(self, close: Close, now: float) -> None:
@@ -922,9 +935,23 @@ class Session:
         return deadline
 
     def _next_ping_at(self) -> float:
-        interval = self._ping_interval
-        keep_fed = self._last_sent + interval  # the hub hears from us at least this often
-        probe = max(self._last_received, self._last_ping) + interval  # is the hub still there?
+        # Both rules wait the interval plus 5% (_PING_SLACK). The slack keeps an application
+        # that sends every N intervals (metrics every 60 s, pings every 20 s) from tying
+        # with the N-th ping, which would then go out just before the application's message
+        # and be wasted: each ping slips by the slack, so the N-th comes after the message
+        # whichever of two timers due at the same moment runs first.
+        wait = self._ping_interval * _PING_SLACK
+        # The hub (and the NATs on the way) hear from us at least this often.
+        keep_fed = self._last_sent + wait
+        # Is the hub still there? Probe when nothing was heard for as long since we last
+        # asked for an answer: our last ping, or our oldest unacknowledged message (its ack
+        # is an answer on its way; pinging before it is due would cost a ping per message).
+        asked = self._last_ping
+        awaited = self._acks_awaited_since
+        if awaited is not None and awaited > asked:
+            asked = awaited
+        heard = self._last_received
+        probe = (heard if heard > asked else asked) + wait
         return keep_fed if keep_fed < probe else probe
 
     def handle_timer(self, now: float) -> None:
