@@ -399,6 +399,7 @@ class Session:
         "_moves",
         "_next_seq",
         "_out",
+        "_out_bytes",
         "_pending",
         "_ping_interval",
         "_ping_nonce",
@@ -423,6 +424,7 @@ class Session:
         self._moves = _MOVES[role][SessionState.IDLE]
         self._decoder = FrameDecoder(config.max_frame_size)
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._events: list[SessionEvent] = []
         # sending side
         self._next_seq = next_seq
@@ -473,6 +475,12 @@ class Session:
         return self._received_up_to
 
     @property
+    def bytes_to_send(self) -> int:
+        """Bytes waiting in ``data_to_send()`` / ``frames_to_send()`` (a transport that
+        defers its writes flushes once this grows large)."""
+        return self._out_bytes
+
+    @property
     def window_free(self) -> int:
         """How many more numbered messages ``send()`` takes before ``WindowFull`` (>= 0)."""
         return max(0, self.config.window - len(self._unacked))
@@ -496,15 +504,18 @@ class Session:
 
     def data_to_send(self) -> bytes:
         """Drain the bytes to write to a stream transport (QUIC stream 0), frames back to back."""
-        if not self._out:
+        out = self._out
+        if not out:
             return b""
-        data = b"".join(self._out)
-        self._out.clear()
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
         return data
 
     def frames_to_send(self) -> list[bytes]:
-        """Drain the frames to send one per message (a WebSocket binary message each)."""
+        """Drain the frames as a list (to pack whole frames into WebSocket messages)."""
         frames, self._out = self._out, []
+        self._out_bytes = 0
         return frames
 
     def unacked(self) -> list[tuple[int, Message]]:
@@ -516,7 +527,9 @@ class Session:
         return [*((seq, message) for seq, message, _ in self._pending), *self._unacked]
 
     def _queue(self, message: Message, seq: int | None, now: float) -> None:
-        self._out.append(encode(message, seq))
+        frame = encode(message, seq)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
         self._last_sent = now
 
     # --- client ----------------------------------------------------------------------------
@@ -567,6 +580,7 @@ class Session:
         self._pending = checked
         self._hello_range = (hello.min_version, hello.max_version)
         self._out.append(frame)
+        self._out_bytes += len(frame)
         self._last_sent = now
 
     def _on_welcome(self, welcome: Welcome, now: float) -> None:
@@ -592,6 +606,7 @@ class Session:
         for seq, message, frame in pending:
             if seq > up_to:
                 self._out.append(frame)
+                self._out_bytes += len(frame)
                 self._unacked.append((seq, message))
         if self._unacked:
             self._acks_awaited_since = now
@@ -697,14 +712,18 @@ class Session:
             seq = self._next_seq
             if seq > MAX_SEQ:  # pragma: no cover - 2**64 messages
                 raise UsageError("sequence numbers exhausted")
-            self._out.append(encode(message, seq, self.config.max_frame_size))
+            frame = encode(message, seq, self.config.max_frame_size)
+            self._out.append(frame)
+            self._out_bytes += len(frame)
             self._next_seq = seq + 1
             if not self._unacked:
                 self._acks_awaited_since = now
             self._unacked.append((seq, message))
             self._last_sent = now
             return seq
-        self._out.append(encode(message, None, self.config.max_frame_size))
+        frame = encode(message, None, self.config.max_frame_size)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
         self._last_sent = now
         return None
 

@@ -47,16 +47,23 @@ class _Backend(Protocol):
     """What a link needs from its transport adapter."""
 
     message_based: bool
-    """True: frames go one per transport message (WebSocket); False: a byte stream (QUIC)."""
+    """True: whole frames go in transport messages (WebSocket); False: a byte stream (QUIC)."""
+
+    writing_paused: bool
+    """True while the transport's write buffer is over its high-water mark."""
 
     def write(self, data: bytes) -> None:
-        """Queue stream bytes (whole frames, back to back) for the peer; never blocks."""
+        """Stream transports: queue bytes (whole frames, back to back); never blocks.
+
+        What is written during one event-loop iteration leaves together at its end."""
 
     def write_frames(self, frames: list[bytes]) -> None:
-        """Queue frames, one per transport message; never blocks."""
+        """Message-based transports: queue whole frames; never blocks.
 
-    async def send_frames(self, frames: list[bytes]) -> None:
-        """Message-based transports: queue frames and send them from the calling task."""
+        What is written during one event-loop iteration leaves together at its end."""
+
+    async def wait_writable(self) -> None:
+        """Wait until ``writing_paused`` is False (or the transport has ended)."""
 
     async def aclose(self, timeout: float) -> None:
         """Close the transport, cleanly if it can within ``timeout`` s, else abort it."""
@@ -134,20 +141,22 @@ class Link:
                 else:
                     self._dispatch(event)
             self._event_ready.set()
-        backend = self._backend
-        if backend is not None:
-            if backend.message_based:
-                frames = session.frames_to_send()
-                if frames:
-                    backend.write_frames(frames)
-            else:
-                data = session.data_to_send()
-                if data:
-                    backend.write(data)
+        self._write()
         if session.state is SessionState.CLOSED:
             self._finish()
         else:
             self._arm_timer(session.get_timer())
+
+    def _write(self) -> None:
+        """Hand what the session has to send to the transport."""
+        session = self._session
+        backend = self._backend
+        if backend is None or not session.bytes_to_send:
+            return
+        if backend.message_based:
+            backend.write_frames(session.frames_to_send())
+        else:
+            backend.write(session.data_to_send())
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, Acked):
@@ -280,31 +289,35 @@ class Link:
     async def send(self, message: Message) -> int | None:
         """Queue a message for the peer, waiting while the unacknowledged window is full.
 
+        The message leaves with everything else sent in the same event-loop iteration, at
+        its end. If the transport's write buffer is over its high-water mark, the call
+        then waits for it to drain (back-pressure).
+
         Returns:
             The message's sequence number if it needs an ack, else ``None``.
 
         Raises:
             protocol.errors.ConnectionClosed: the link is closed, or closes while waiting.
         """
+        session = self._session
         while True:
             if self._ended.is_set():
                 self._raise_closed()
             try:
-                seq = self._session.send(message, self.now())
+                seq = session.send(message, self._loop.time())
+                break
             except WindowFull:
                 self._window_open.clear()
                 await self._window_open.wait()
-                continue
-            # send() makes frames and nothing else: no events, and a timer that can only
-            # move later (handled lazily), so skip the rest of the pump.
-            backend = self._backend
-            if backend is None:
-                return seq
-            if backend.message_based:
-                await backend.send_frames(self._session.frames_to_send())
-            else:
-                backend.write(self._session.data_to_send())
-            return seq
+        # send() makes a frame and nothing else: no events, and a timer that can only move
+        # later (handled lazily), so no pump. The transport coalesces what is written in
+        # one loop iteration (one round of QUIC datagrams, one WebSocket message).
+        backend = self._backend
+        if backend is not None:
+            self._write()
+            if backend.writing_paused:  # back-pressure: wait for the buffer to drain
+                await backend.wait_writable()
+        return seq
 
     def __aiter__(self) -> Link:
         return self

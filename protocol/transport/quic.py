@@ -203,6 +203,7 @@ class _QuicEndpoint:
 
     # bytes out
     message_based = False
+    writing_paused = False  # aioquic buffers stream data; the session's window bounds it
 
     def write_frames(self, frames: list[bytes]) -> None:  # pragma: no cover - stream-based
         self.write(b"".join(frames))
@@ -212,6 +213,9 @@ class _QuicEndpoint:
         if self.termination is None:
             self.quic.send_stream_data(STREAM_ID, data)
             self.schedule_transmit()
+
+    async def wait_writable(self) -> None:  # pragma: no cover - never paused
+        return
 
     def schedule_transmit(self) -> None:
         # Coalesce the writes of one loop iteration into one round of datagrams; a
