@@ -44,12 +44,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
+from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, decode_payload, encode
 from protocol.errors import (
     CloseCode,
     DecodeError,
     ErrorCode,
-    FrameTooLarge,
     InvalidMessage,
     SettingsError,
     StateError,
@@ -62,6 +61,7 @@ from protocol.messages import (
     MAX_PROTOCOL_VERSION,
     MAX_SEQ,
     MIN_PROTOCOL_VERSION,
+    REGISTRY,
     Ack,
     Close,
     Error,
@@ -172,6 +172,16 @@ _CONTROL_EVENTS: dict[type[Message], str] = {
     Pong: "recv_pong",
     Error: "recv_error",
     Close: "recv_close",
+}
+
+# Per role: every kind the peer may send -> the table event a received one is.
+_KINDS_IN: dict[Role, dict[type[Message], str]] = {
+    role: {
+        cls: _CONTROL_EVENTS.get(cls, "recv_message")
+        for cls in REGISTRY.values()
+        if (cls.from_hub if role is Role.CLIENT else cls.from_edge)
+    }
+    for role in Role
 }
 
 _REASON_LIMIT = 1024  # characters of a close reason we put on the wire
@@ -393,6 +403,7 @@ class Session:
         "_events",
         "_hello_range",
         "_is_client",
+        "_kinds_in",
         "_last_ping",
         "_last_received",
         "_last_sent",
@@ -420,6 +431,7 @@ class Session:
         self.role = role
         self.config = config = config if config is not None else _DEFAULT_CONFIG
         self._is_client = role is Role.CLIENT
+        self._kinds_in = _KINDS_IN[role]
         self._state = SessionState.IDLE
         self._moves = _MOVES[role][SessionState.IDLE]
         self._decoder = FrameDecoder(config.max_frame_size)
@@ -778,27 +790,21 @@ class Session:
         if self._state is SessionState.CLOSED or not data:
             return
         self._last_received = now
-        decoder = self._decoder
-        decoder.feed(data)
+        payloads, too_large = self._decoder.feed_frames(data)
         events = self._events
-        while True:
+        kinds = self._kinds_in
+        for payload in payloads:
             try:
-                frame = decoder.next_frame()
+                seq, message = decode_payload(payload)
             except UnknownKind as exc:
                 self._on_unknown_kind(exc, now)
                 continue
-            except FrameTooLarge as exc:
-                self._fail(CloseCode.FRAME_TOO_LARGE, str(exc), now)
-                return
             except DecodeError as exc:
                 self._fail(CloseCode.PROTOCOL_ERROR, str(exc), now)
                 return
-            if frame is None:
-                break
-            seq, message = frame
             cls = message.__class__
-            event = _CONTROL_EVENTS.get(cls, "recv_message")
-            if not (cls.from_hub if self._is_client else cls.from_edge):
+            event = kinds.get(cls)
+            if event is None:
                 sender = "hub" if self._is_client else "edge"
                 self._fail(CloseCode.PROTOCOL_ERROR, f"the {sender} may not send {cls.kind}", now)
                 return
@@ -822,6 +828,9 @@ class Session:
                 self._on_control(event, message, now)
                 if self._state is SessionState.CLOSED:
                     return
+        if too_large is not None:
+            self._fail(CloseCode.FRAME_TOO_LARGE, str(too_large), now)
+            return
         if self._acks_owed >= self.config.ack_every:
             self._flush_ack(now)
 
