@@ -531,6 +531,17 @@ def test_a_frame_over_the_limit_closes_with_frame_too_large() -> None:
     assert closed.code is CloseCode.FRAME_TOO_LARGE and closed.by_peer
 
 
+def test_frames_before_an_oversized_one_in_the_same_read_are_delivered_and_acked() -> None:
+    pair = open_pair(server_config=SessionConfig(max_frame_size=1024))
+    data = encode(status(1), 1) + encode(status(2), 2) + (10**6).to_bytes(4, "big")
+    pair.server.receive_data(data, pair.now)
+    first, second, closed = pair.server.events_received()
+    assert (first.seq, second.seq) == (1, 2)
+    assert closed.code is CloseCode.FRAME_TOO_LARGE
+    ack, close = frames(pair.server.data_to_send())
+    assert ack == Ack(2) and close.code is CloseCode.FRAME_TOO_LARGE
+
+
 def test_send_refuses_a_frame_over_the_limit_without_using_a_seq() -> None:
     pair = open_pair(client_config=SessionConfig(max_frame_size=1024))
     with pytest.raises(InvalidMessage):
