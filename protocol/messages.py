@@ -118,24 +118,33 @@ class ObjectRef:
                     raise InvalidMessage(field_name, f"expected str, got {got}")
                 if not value and field_name != "namespace":
                     raise InvalidMessage(field_name, "must not be empty")
-        _set = object.__setattr__
-        _set(self, "kind", kind)
-        _set(self, "namespace", namespace)
-        _set(self, "name", name)
-        _set(self, "uid", uid)
+        _ref_kind(self, kind)  # the slots, set as the frozen dataclass __init__ would
+        _ref_namespace(self, namespace)
+        _ref_name(self, name)
+        _ref_uid(self, uid)
 
     def _to_wire(self) -> dict[str, str]:
         return {"kind": self.kind, "namespace": self.namespace, "name": self.name, "uid": self.uid}
 
 
+# ObjectRef's slots, set directly by ObjectRef() and the decoders once the values are checked.
+_REF_SETTERS = {f"_ref_{n}": ObjectRef.__dict__[n].__set__ for n in ObjectRef.__slots__}
+_ref_kind = _REF_SETTERS["_ref_kind"]
+_ref_namespace = _REF_SETTERS["_ref_namespace"]
+_ref_name = _REF_SETTERS["_ref_name"]
+_ref_uid = _REF_SETTERS["_ref_uid"]
+
+
 # --- field checks and wire mapping, generated once per class ---------------------------------
 #
 # Each message class gets three functions compiled from its annotations when it is
-# registered: ``__post_init__`` (type checks, then the class's ``_check()`` value rules),
-# ``_to_body`` and ``_from_body``. They are generated, as dataclasses generates
-# ``__init__``, because this is the per-message cost of the whole layer (the goal is at most
-# 1.3x the bare transport's cost per 1 KiB message): straight-line code with the checks
-# inlined runs several times faster than a loop over field descriptors.
+# registered: ``__init__`` (replacing the dataclass one: type checks on the arguments, the
+# slots set, then the class's ``_check()`` value rules), ``_to_body`` and ``_from_body``.
+# They are generated, as dataclasses generates ``__init__``, because this is the
+# per-message cost of the whole layer (the goal is at most 1.3x the bare transport's cost
+# per 1 KiB message): straight-line code with the checks inlined runs several times faster
+# than a loop over field descriptors, and checking before storing saves reading every field
+# back as a ``__post_init__`` would.
 
 _MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "<missing>"})()
 _INT_MIN = -(2**63)
@@ -182,11 +191,12 @@ def _bad(cls: type[Message], name: str, value: object) -> InvalidMessage:
 
 
 def _compile(cls: type[Message]) -> None:
-    """Generate ``__post_init__``, ``_to_body`` and ``_from_body`` for a message class.
+    """Generate ``__init__``, ``_to_body`` and ``_from_body`` for a message class.
 
-    ``_from_body`` runs exactly the checks ``__post_init__`` runs (the same expressions,
-    on the decoded values), then builds the instance from its slots without going through
-    ``__init__``/``__post_init__`` again: decoding validates every field once, not twice.
+    ``__init__`` keeps the dataclass signature (field order, defaults, default factories).
+    ``_from_body`` runs exactly the checks ``__init__`` runs (the same expressions, on the
+    decoded values), then builds the instance from its slots without going through
+    ``__init__`` again: decoding validates every field once, not twice.
     A nested ``ObjectRef`` map is checked as ``ObjectRef()`` checks it and built the same
     way; anything unusual about it takes ``ObjectRef()`` itself, for the same error.
     """
@@ -209,7 +219,7 @@ def _compile(cls: type[Message]) -> None:
         "_new": object.__new__,
         **_REF_SETTERS,
     }
-    checks, to_body, to_body_refs, decode_lines, sets = [], [], [], [], []
+    params, init_lines, to_body, to_body_refs, decode_lines, sets = [], [], [], [], [], []
     expected: dict[str, str] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         name, hint = f.name, hints[f.name]
@@ -224,7 +234,6 @@ def _compile(cls: type[Message]) -> None:
             expr, words = f"v is None or ({expr})", f"{words} or nil"
         expected[name] = words
         check = f"if not ({expr}):\n        raise _bad(cls, {name!r}, v)"
-        checks.append(f"    v = self.{name}\n    {check}")
         # wire form: ObjectRef as a map; enums are ints and pack as such
         if hint is ObjectRef:
             to_body_refs.append(f"    {name}_ = self.{name}")
@@ -235,12 +244,17 @@ def _compile(cls: type[Message]) -> None:
         else:
             to_body.append(f"{name!r}: self.{name}")
         value = f"get({name!r}, _MISSING)"
+        params.append(name)
         if f.default is not dataclasses.MISSING:
             env[f"_default_{name}"] = f.default
             value = f"get({name!r}, _default_{name})"
+            params[-1] = f"{name}=_default_{name}"
         elif f.default_factory is not dataclasses.MISSING:
             env[f"_factory_{name}"] = f.default_factory
             value = f"_or_new(get({name!r}, _MISSING), _factory_{name})"
+            params[-1] = f"{name}=_MISSING"
+            init_lines.append(f"    if {name} is _MISSING:\n        {name} = _factory_{name}()")
+        init_lines.append(f"    v = {name}\n    {check}")
         decode_lines.append(f"        v = {value}")
         if hint is ObjectRef:  # a map on the wire; its own errors name ``<field>.<key>``
             decode_lines += [
@@ -275,13 +289,14 @@ def _compile(cls: type[Message]) -> None:
         decode_lines.append(f"        {check}".replace("\n", "\n    "))
         decode_lines.append(f"        {name}_ = v")
         env[f"_set_{name}"] = cls.__dict__[name].__set__  # the slot, as __init__ sets it
-        sets.append(f"        _set_{name}(self, {name}_)")
+        sets.append(name)
     has_rules = cls._check is not Message._check  # only classes with value rules pay
     source = "\n".join(
         [
-            "def __post_init__(self):",
-            *checks,
-            "    self._check()" if has_rules else "    pass",
+            f"def __init__(self, {', '.join(params)}):",
+            *init_lines,
+            *(f"    _set_{n}(self, {n})" for n in sets),
+            *(["    self._check()"] if has_rules else []),
             "def _to_body(self):",
             *to_body_refs,
             f"    return {{{', '.join(to_body)}}}",
@@ -290,7 +305,7 @@ def _compile(cls: type[Message]) -> None:
             "    try:",
             *decode_lines,
             "        self = _new(cls)",
-            *sets,
+            *(f"        _set_{n}(self, {n}_)" for n in sets),
             *(["        self._check()"] if has_rules else []),
             "    except InvalidMessage as exc:",
             "        raise DecodeError('b.' + exc.field, exc.reason, cls.kind) from exc",
@@ -298,14 +313,12 @@ def _compile(cls: type[Message]) -> None:
         ]
     )
     exec(compile(source, f"<protocol.messages {cls.__name__}>", "exec"), env)
-    cls.__post_init__ = env["__post_init__"]  # type: ignore[method-assign]
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
     cls._to_body = env["_to_body"]  # type: ignore[method-assign]
     cls._from_body = staticmethod(env["_from_body"])  # type: ignore[method-assign,assignment]
     cls._expected = expected
-
-
-# ObjectRef's slots, set directly by the decoders once they have checked the values.
-_REF_SETTERS = {f"_ref_{n}": ObjectRef.__dict__[n].__set__ for n in ObjectRef.__slots__}
 
 
 # --- the message base class ------------------------------------------------------------------
@@ -334,9 +347,6 @@ class Message:
     control: ClassVar[bool] = False
     """Sent by the session itself; ``Session.send()`` refuses it."""
     _expected: ClassVar[dict[str, str]] = {}
-
-    def __post_init__(self) -> None:  # replaced per class by _compile
-        self._check()
 
     def _check(self) -> None:
         """Value rules beyond the field types; subclasses override."""
