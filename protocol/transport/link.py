@@ -46,21 +46,15 @@ after the session has ended, before it is aborted."""
 class _Backend(Protocol):
     """What a link needs from its transport adapter."""
 
-    message_based: bool
-    """True: whole frames go in transport messages (WebSocket); False: a byte stream (QUIC)."""
-
     writing_paused: bool
     """True while the transport's write buffer is over its high-water mark."""
 
-    def write(self, data: bytes) -> None:
-        """Stream transports: queue bytes (whole frames, back to back); never blocks.
+    def data_ready(self) -> None:
+        """The session has bytes to send; never blocks.
 
-        What is written during one event-loop iteration leaves together at its end."""
-
-    def write_frames(self, frames: list[bytes]) -> None:
-        """Message-based transports: queue whole frames; never blocks.
-
-        What is written during one event-loop iteration leaves together at its end."""
+        The adapter takes them (``data_to_send()`` or ``frames_to_send()``) at the end of
+        this event-loop iteration, so that everything made in one iteration leaves
+        together, or at once if much is waiting."""
 
     async def wait_writable(self) -> None:
         """Wait until ``writing_paused`` is False (or the transport has ended)."""
@@ -141,22 +135,12 @@ class Link:
                 else:
                     self._dispatch(event)
             self._event_ready.set()
-        self._write()
+        if session.bytes_to_send and self._backend is not None:
+            self._backend.data_ready()
         if session.state is SessionState.CLOSED:
             self._finish()
         else:
             self._arm_timer(session.get_timer())
-
-    def _write(self) -> None:
-        """Hand what the session has to send to the transport."""
-        session = self._session
-        backend = self._backend
-        if backend is None or not session.bytes_to_send:
-            return
-        if backend.message_based:
-            backend.write_frames(session.frames_to_send())
-        else:
-            backend.write(session.data_to_send())
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, Acked):
@@ -314,7 +298,7 @@ class Link:
         # one loop iteration (one round of QUIC datagrams, one WebSocket message).
         backend = self._backend
         if backend is not None:
-            self._write()
+            backend.data_ready()
             if backend.writing_paused:  # back-pressure: wait for the buffer to drain
                 await backend.wait_writable()
         return seq

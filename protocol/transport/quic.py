@@ -202,17 +202,11 @@ class _QuicEndpoint:
             self._on_done(self)
 
     # bytes out
-    message_based = False
     writing_paused = False  # aioquic buffers stream data; the session's window bounds it
 
-    def write_frames(self, frames: list[bytes]) -> None:  # pragma: no cover - stream-based
-        self.write(b"".join(frames))
-
-    def write(self, data: bytes) -> None:
-        """Link → QUIC stream 0 (transmitted at the end of this loop iteration)."""
-        if self.termination is None:
-            self.quic.send_stream_data(STREAM_ID, data)
-            self.schedule_transmit()
+    def data_ready(self) -> None:
+        """The link's session has bytes: take them at the end of this loop iteration."""
+        self.schedule_transmit()
 
     async def wait_writable(self) -> None:  # pragma: no cover - never paused
         return
@@ -230,8 +224,17 @@ class _QuicEndpoint:
         if self._transmit_needed:
             self.transmit()
 
+    def _take_session_data(self) -> None:
+        """The session's bytes → QUIC stream 0, in one write per round of datagrams."""
+        link = self.link
+        if link is not None and self.termination is None:
+            data = link.session.data_to_send()
+            if data:
+                self.quic.send_stream_data(STREAM_ID, data)
+
     def transmit(self) -> None:
         self._transmit_needed = False
+        self._take_session_data()
         now = self._loop.time()
         for data, addr in self.quic.datagrams_to_send(now=now):
             self._send(data, addr)
@@ -257,6 +260,7 @@ class _QuicEndpoint:
         """Send CONNECTION_CLOSE; wait up to ``timeout`` s for it to go out, then drop."""
         try:
             if self.termination is None:
+                self._take_session_data()  # e.g. the session's close, before the connection's
                 self.quic.close(error_code=_APPLICATION_CLOSE, reason_phrase="session closed")
                 self.transmit()
                 try:

@@ -175,10 +175,8 @@ class _WebSocketConnection(asyncio.Protocol):
     The upgrade outcome is ``opened`` (a future: ``None``, or ``ConnectFailed`` on the
     client); ``on_open`` (server) is called once the upgrade is accepted. The link is
     attached with :meth:`attach`; from then on WebSocket messages feed its session, and
-    the link writes its frames with :meth:`write_frames`.
+    :meth:`data_ready` says the link's session has frames to send.
     """
-
-    message_based = True
 
     def __init__(
         self,
@@ -210,8 +208,6 @@ class _WebSocketConnection(asyncio.Protocol):
         self.link: Link | None = None
         self._early: list[bytes] = []
         self._text = False  # inside a text message (a violation: ends the connection)
-        self._queued: list[bytes] = []  # frames waiting for the end of the iteration
-        self._queued_bytes = 0
         self._flush_scheduled = False
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
@@ -380,19 +376,12 @@ class _WebSocketConnection(asyncio.Protocol):
         else:
             self.link.data_received(data)
 
-    def write(self, data: bytes) -> None:  # pragma: no cover - the link uses write_frames
-        self.write_frames([data])
-
-    def write_frames(self, frames: list[bytes]) -> None:
-        """Queue whole frames; they leave at the end of this loop iteration, packed into
-        binary messages of at most ``BATCH_BYTES`` (at once if that much is waiting)."""
-        queued = self._queued
-        queued += frames
-        size = self._queued_bytes
-        for frame in frames:
-            size += len(frame)
-        self._queued_bytes = size
-        if size >= BATCH_BYTES:
+    def data_ready(self) -> None:
+        """The link's session has frames: they leave at the end of this loop iteration,
+        packed into binary messages of at most ``BATCH_BYTES`` (at once if that much is
+        waiting)."""
+        link = self.link
+        if link is not None and link.session.bytes_to_send >= BATCH_BYTES:
             self.flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
@@ -403,8 +392,11 @@ class _WebSocketConnection(asyncio.Protocol):
         self.flush()
 
     def flush(self) -> None:
-        """Send the queued frames now."""
-        frames, self._queued, self._queued_bytes = self._queued, [], 0
+        """Send the session's frames now."""
+        link = self.link
+        if link is None:
+            return
+        frames = link.session.frames_to_send()
         ws = self._ws
         if not frames or ws.state is not _OPEN or self.transport is None:
             return  # closing: the session said its last word already, or cannot any more
