@@ -1,8 +1,9 @@
 """The WebSocket adapter on the wire, seen from a plain websockets client (real mutual TLS).
 
 Whole frames only, one or more per binary message, batched per event-loop iteration and
-capped at BATCH_BYTES; a text message, a wrong path and a client that never upgrades each
-end the connection; a reader that stops reading holds the hub's sends back instead of
+capped at BATCH_BYTES; a text message, a message over the size limit, a wrong path and a
+client that never upgrades each end the connection, and a refused upgrade is a clear
+ConnectFailed; a reader that stops reading holds the hub's sends back instead of
 making it buffer without bound, and loses nothing.
 """
 
@@ -20,7 +21,15 @@ from protocol.codec import FrameDecoder, encode
 from protocol.errors import CloseCode
 from protocol.messages import KubeEvent, ObjectRef, ObjectUpsert, Welcome
 from protocol.session import Closed, MessageReceived
-from protocol.transport import Link, client_ssl_context, serve_websocket
+from protocol.transport import (
+    ConnectFailed,
+    HandshakeTimeout,
+    Link,
+    client_ssl_context,
+    connect_websocket,
+    serve_websocket,
+    server_ssl_context,
+)
 from protocol.transport.websocket import BATCH_BYTES, PATH
 from tests.protocol.transport.conftest import hello, welcome
 
@@ -242,3 +251,47 @@ async def test_a_reader_that_stops_holds_sends_back_and_loses_nothing(hub, test_
         while len(got) < total:
             got += [int(m.resource_version) for _, m in await client.frames()]
     assert got == list(range(total))
+
+
+async def test_a_message_over_the_size_limit_closes_with_1009(hub, test_pki) -> None:
+    async def behaviour(link: Link) -> None:
+        async for _ in link:
+            pass
+
+    hub.behaviour = behaviour
+    async with raw_connect(test_pki, hub.port) as ws:
+        await RawClient(ws).open_session()
+        await ws.send(b"\x00" * (5 * 1024 * 1024))  # over max(4 MiB + 4, 64 KiB)
+        with pytest.raises(ConnectionClosed) as info:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert info.value.rcvd is not None and info.value.rcvd.code == 1009
+    await asyncio.wait_for(hub.done.wait(), 10)
+    assert hub.links[0].close_event.code is CloseCode.CONNECTION_LOST
+
+
+async def test_an_upgrade_refused_by_the_server_is_connect_failed(test_pki) -> None:
+    async def not_a_hub(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(
+        not_a_hub, "127.0.0.1", 0, ssl=server_ssl_context(test_pki.server)
+    )
+    try:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(ConnectFailed) as info:
+            await connect_websocket(
+                "127.0.0.1",
+                port,
+                credentials=test_pki.client,
+                hello=hello(),
+                server_name="localhost",
+                timeout=10.0,
+            )
+        assert not isinstance(info.value, HandshakeTimeout)
+        assert "404" in str(info.value)
+    finally:
+        server.close()
+        await server.wait_closed()
