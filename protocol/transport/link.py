@@ -107,9 +107,10 @@ class Link:
 
     def data_received(self, data: bytes) -> None:
         """Feed bytes that arrived from the peer (adapters call this)."""
-        if self._session.state is SessionState.CLOSED:
+        session = self._session
+        if session.state is SessionState.CLOSED:
             return
-        self._session.receive_data(data, self.now())
+        session.receive_data(data, self._loop.time())
         self._pump()
 
     def connection_lost(self, reason: str) -> None:

@@ -249,12 +249,14 @@ class _WebSocketConnection(asyncio.Protocol):
         ws = self._ws
         ws.receive_data(data)
         chunks: list[bytes] = []
+        control = False  # anything but data: websockets may have something to send
         for event in ws.events_received():
             if event.__class__ is Frame:
                 opcode = event.opcode
                 if opcode is _BINARY or (opcode is _CONT and not self._text):
                     chunks.append(event.data)
-                elif opcode is _TEXT:
+                    continue
+                if opcode is _TEXT:
                     self._text = True
                 elif opcode is _CLOSE:
                     _done(self._close_done)
@@ -262,13 +264,15 @@ class _WebSocketConnection(asyncio.Protocol):
                 self._upgrade_requested(event)
             elif isinstance(event, Response):
                 self._upgrade_answered()
+            control = True
         if chunks:
             self._deliver(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         if self._text and ws.state is _OPEN:
             ws.fail(_UNSUPPORTED_DATA, "binary messages only")
             if self.link is not None:
                 self.link.connection_lost("the peer sent a text message")
-        self._send_pending()
+        if control or ws.state is not _OPEN:  # a pong, a close, an error, the upgrade
+            self._send_pending()
         if ws.close_rcvd is not None and self.link is not None:
             self.link.connection_lost(self._closed_reason())
 
