@@ -84,7 +84,9 @@ class Link:
         self._loop = asyncio.get_running_loop()
         self._backend: _Backend | None = None
         self._events: deque[Any] = deque()
-        self._event_ready = asyncio.Event()
+        # Woken when events arrive: a bare future from our loop (asyncio.Event.wait() looks
+        # the running loop up on every wait, a getpid() system call on Python 3.11).
+        self._event_waiter: asyncio.Future[None] | None = None
         self._window_open = asyncio.Event()
         self._ended = asyncio.Event()
         self._opened: asyncio.Future[Any] = self._loop.create_future()
@@ -135,13 +137,20 @@ class Link:
                     self._events.append(event)
                 else:
                     self._dispatch(event)
-            self._event_ready.set()
+            self._wake()
         if session.bytes_to_send and self._backend is not None:
             self._backend.data_ready()
         if session.state is SessionState.CLOSED:
             self._finish()
         else:
             self._arm_timer(session.get_timer())
+
+    def _wake(self) -> None:
+        waiter = self._event_waiter
+        if waiter is not None:
+            self._event_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, Acked):
@@ -180,7 +189,7 @@ class Link:
         self._ended.set()
         self._arm_timer(None)
         self._window_open.set()
-        self._event_ready.set()
+        self._wake()
         if not self._opened.done():
             self._opened.set_result(None)
         if self._backend is not None and self._closing_task is None:
@@ -313,8 +322,10 @@ class Link:
         while not self._events:
             if self._ended.is_set():
                 raise StopAsyncIteration
-            self._event_ready.clear()
-            await self._event_ready.wait()
+            waiter = self._event_waiter
+            if waiter is None or waiter.done():  # done: a cancelled earlier wait
+                waiter = self._event_waiter = self._loop.create_future()
+            await waiter
         return self._events.popleft()
 
     async def close(self, code: CloseCode = CloseCode.NORMAL, reason: str = "") -> None:
