@@ -193,6 +193,56 @@ class FrameDecoder:
             self._pos = 0
         self._buf += data
 
+    def feed_frames(
+        self, data: bytes | bytearray | memoryview
+    ) -> tuple[list[bytes | bytearray | memoryview], FrameTooLarge | None]:
+        """Buffer bytes and take the payload of every frame they complete, in one call.
+
+        The session's receive path: one call per transport read instead of ``feed()`` then
+        ``next_frame()`` until ``None``. Decode each payload with :func:`decode_payload`
+        (errors are per frame, as from ``next_frame()``). When nothing is buffered, the
+        payloads are views of ``data`` (no copy): decode them before ``data`` changes.
+
+        Returns:
+            ``(payloads, too_large)``: the payloads of the complete frames, oldest first,
+            and ``FrameTooLarge`` if a length prefix over ``max_frame_size`` followed them
+            (the stream is then broken, as with ``next_frame()``), else ``None``.
+        """
+        limit = self.max_frame_size
+        if self._too_large is not None:
+            return [], FrameTooLarge(self._too_large, limit)
+        buf = self._buf
+        if buf:  # a partial frame is waiting: complete it in the buffer (slices copy)
+            if self._pos:
+                del buf[: self._pos]
+                self._pos = 0
+            buf += data
+            src: bytes | bytearray | memoryview = buf
+        else:
+            src = memoryview(data)  # the common case: whole frames, no copy
+        payloads: list[bytes | bytearray | memoryview] = []
+        pos, have = 0, len(src)
+        unpack = _HEADER.unpack_from
+        while have - pos >= HEADER_SIZE:
+            (size,) = unpack(src, pos)
+            if size > limit:
+                self._too_large = size
+                buf.clear()
+                return payloads, FrameTooLarge(size, limit)
+            end = pos + HEADER_SIZE + size
+            if end > have:
+                break
+            payloads.append(src[pos + HEADER_SIZE : end])
+            pos = end
+        if src is buf:
+            if pos == have:
+                buf.clear()  # also gives the memory back: an idle session holds no buffer
+            elif pos:
+                del buf[:pos]
+        elif pos < have:
+            buf += src[pos:]  # the start of a frame: keep a copy until the rest comes
+        return payloads, None
+
     def next_frame(self) -> tuple[int | None, Message] | None:
         """Decode the next complete frame.
 

@@ -118,24 +118,33 @@ class ObjectRef:
                     raise InvalidMessage(field_name, f"expected str, got {got}")
                 if not value and field_name != "namespace":
                     raise InvalidMessage(field_name, "must not be empty")
-        _set = object.__setattr__
-        _set(self, "kind", kind)
-        _set(self, "namespace", namespace)
-        _set(self, "name", name)
-        _set(self, "uid", uid)
+        _ref_kind(self, kind)  # the slots, set as the frozen dataclass __init__ would
+        _ref_namespace(self, namespace)
+        _ref_name(self, name)
+        _ref_uid(self, uid)
 
     def _to_wire(self) -> dict[str, str]:
         return {"kind": self.kind, "namespace": self.namespace, "name": self.name, "uid": self.uid}
 
 
+# ObjectRef's slots, set directly by ObjectRef() and the decoders once the values are checked.
+_REF_SETTERS = {f"_ref_{n}": ObjectRef.__dict__[n].__set__ for n in ObjectRef.__slots__}
+_ref_kind = _REF_SETTERS["_ref_kind"]
+_ref_namespace = _REF_SETTERS["_ref_namespace"]
+_ref_name = _REF_SETTERS["_ref_name"]
+_ref_uid = _REF_SETTERS["_ref_uid"]
+
+
 # --- field checks and wire mapping, generated once per class ---------------------------------
 #
 # Each message class gets three functions compiled from its annotations when it is
-# registered: ``__post_init__`` (type checks, then the class's ``_check()`` value rules),
-# ``_to_body`` and ``_from_body``. They are generated, as dataclasses generates
-# ``__init__``, because this is the per-message cost of the whole layer (the goal is at most
-# 1.3x the bare transport's cost per 1 KiB message): straight-line code with the checks
-# inlined runs several times faster than a loop over field descriptors.
+# registered: ``__init__`` (replacing the dataclass one: type checks on the arguments, the
+# slots set, then the class's ``_check()`` value rules), ``_to_body`` and ``_from_body``.
+# They are generated, as dataclasses generates ``__init__``, because this is the
+# per-message cost of the whole layer (the goal is at most 1.3x the bare transport's cost
+# per 1 KiB message): straight-line code with the checks inlined runs several times faster
+# than a loop over field descriptors, and checking before storing saves reading every field
+# back as a ``__post_init__`` would.
 
 _MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "<missing>"})()
 _INT_MIN = -(2**63)
@@ -182,7 +191,15 @@ def _bad(cls: type[Message], name: str, value: object) -> InvalidMessage:
 
 
 def _compile(cls: type[Message]) -> None:
-    """Generate ``__post_init__``, ``_to_body`` and ``_from_body`` for a message class."""
+    """Generate ``__init__``, ``_to_body`` and ``_from_body`` for a message class.
+
+    ``__init__`` keeps the dataclass signature (field order, defaults, default factories).
+    ``_from_body`` runs exactly the checks ``__init__`` runs (the same expressions, on the
+    decoded values), then builds the instance from its slots without going through
+    ``__init__`` again: decoding validates every field once, not twice.
+    A nested ``ObjectRef`` map is checked as ``ObjectRef()`` checks it and built the same
+    way; anything unusual about it takes ``ObjectRef()`` itself, for the same error.
+    """
     hints = typing.get_type_hints(cls)
     env: dict[str, Any] = {
         "ObjectRef": ObjectRef,
@@ -199,8 +216,11 @@ def _compile(cls: type[Message]) -> None:
         "cls": cls,
         "InvalidMessage": InvalidMessage,
         "DecodeError": DecodeError,
+        "_new": object.__new__,
+        **_REF_SETTERS,
     }
-    checks, to_body, args, decode_lines, expected = [], [], [], [], {}
+    params, init_lines, to_body, to_body_refs, decode_lines, sets = [], [], [], [], [], []
+    expected: dict[str, str] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         name, hint = f.name, hints[f.name]
         hint_args = typing.get_args(hint)
@@ -213,64 +233,89 @@ def _compile(cls: type[Message]) -> None:
         if optional:
             expr, words = f"v is None or ({expr})", f"{words} or nil"
         expected[name] = words
-        checks.append(
-            f"    v = self.{name}\n    if not ({expr}):\n        raise _bad(cls, {name!r}, v)"
-        )
+        check = f"if not ({expr}):\n        raise _bad(cls, {name!r}, v)"
         # wire form: ObjectRef as a map; enums are ints and pack as such
-        to_body.append(
-            f"{name!r}: self.{name}._to_wire()" if hint is ObjectRef else f"{name!r}: self.{name}"
-        )
+        if hint is ObjectRef:
+            to_body_refs.append(f"    {name}_ = self.{name}")
+            to_body.append(
+                f"{name!r}: {{'kind': {name}_.kind, 'namespace': {name}_.namespace, "
+                f"'name': {name}_.name, 'uid': {name}_.uid}}"
+            )
+        else:
+            to_body.append(f"{name!r}: self.{name}")
         value = f"get({name!r}, _MISSING)"
+        params.append(name)
         if f.default is not dataclasses.MISSING:
             env[f"_default_{name}"] = f.default
             value = f"get({name!r}, _default_{name})"
+            params[-1] = f"{name}=_default_{name}"
         elif f.default_factory is not dataclasses.MISSING:
             env[f"_factory_{name}"] = f.default_factory
             value = f"_or_new(get({name!r}, _MISSING), _factory_{name})"
-        decode_lines.append(f"    {name}_ = {value}")
+            params[-1] = f"{name}=_MISSING"
+            init_lines.append(f"    if {name} is _MISSING:\n        {name} = _factory_{name}()")
+        init_lines.append(f"    v = {name}\n    {check}")
+        decode_lines.append(f"        v = {value}")
         if hint is ObjectRef:  # a map on the wire; its own errors name ``<field>.<key>``
             decode_lines += [
-                f"    if {name}_.__class__ is dict:",
-                f"        r = {name}_.get",
-                "        try:",
-                f"            {name}_ = ObjectRef(r('kind', _MISSING), r('namespace', ''), "
-                "r('name', _MISSING), r('uid', _MISSING))",
-                "        except InvalidMessage as exc:",
-                f"            raise DecodeError('b.{name}.' + exc.field, exc.reason, cls.kind)"
-                " from exc",
+                "        if v.__class__ is dict:",
+                "            r = v.get",
+                "            k, ns, n, u = r('kind', _MISSING), r('namespace', ''), "
+                "r('name', _MISSING), r('uid', _MISSING)",
+                "            if (k.__class__ is str and ns.__class__ is str and n.__class__ is str"
+                " and u.__class__ is str and k and n and u):",  # ObjectRef's own rules
+                "                v = _new(ObjectRef)",
+                "                _ref_kind(v, k); _ref_namespace(v, ns); _ref_name(v, n); "
+                "_ref_uid(v, u)",
+                "            else:",
+                "                try:",
+                "                    v = ObjectRef(k, ns, n, u)",
+                "                except InvalidMessage as exc:",
+                f"                    raise DecodeError('b.{name}.' + exc.field, exc.reason, "
+                "cls.kind) from exc",
             ]
         elif hint in (CloseCode, ErrorCode):
             env[f"_enum_{name}"] = hint
             decode_lines += [
-                f"    if {name}_.__class__ is int:",
-                "        try:",
-                f"            {name}_ = _enum_{name}({name}_)",
-                "        except ValueError:",
-                f"            raise DecodeError('b.{name}', 'unknown {hint.__name__} value ' "
-                f"+ str({name}_), cls.kind) from None",
+                "        if v.__class__ is int:",
+                "            try:",
+                f"                v = _enum_{name}(v)",
+                "            except ValueError:",
+                f"                raise DecodeError('b.{name}', 'unknown {hint.__name__} value ' "
+                "+ str(v), cls.kind) from None",
             ]
         elif hint == tuple[str, ...]:
-            decode_lines.append(f"    if {name}_.__class__ is list: {name}_ = tuple({name}_)")
-        args.append(f"{name}_")
+            decode_lines.append("        if v.__class__ is list: v = tuple(v)")
+        decode_lines.append(f"        {check}".replace("\n", "\n    "))
+        decode_lines.append(f"        {name}_ = v")
+        env[f"_set_{name}"] = cls.__dict__[name].__set__  # the slot, as __init__ sets it
+        sets.append(name)
+    has_rules = cls._check is not Message._check  # only classes with value rules pay
     source = "\n".join(
         [
-            "def __post_init__(self):",
-            *checks,
-            # only classes with value rules pay for the call
-            "    self._check()" if cls._check is not Message._check else "    pass",
+            f"def __init__(self, {', '.join(params)}):",
+            *init_lines,
+            *(f"    _set_{n}(self, {n})" for n in sets),
+            *(["    self._check()"] if has_rules else []),
             "def _to_body(self):",
+            *to_body_refs,
             f"    return {{{', '.join(to_body)}}}",
             "def _from_body(body):",
             "    get = body.get",
-            *decode_lines,
             "    try:",
-            f"        return cls({', '.join(args)})",
+            *decode_lines,
+            "        self = _new(cls)",
+            *(f"        _set_{n}(self, {n}_)" for n in sets),
+            *(["        self._check()"] if has_rules else []),
             "    except InvalidMessage as exc:",
             "        raise DecodeError('b.' + exc.field, exc.reason, cls.kind) from exc",
+            "    return self",
         ]
     )
     exec(compile(source, f"<protocol.messages {cls.__name__}>", "exec"), env)
-    cls.__post_init__ = env["__post_init__"]  # type: ignore[method-assign]
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
     cls._to_body = env["_to_body"]  # type: ignore[method-assign]
     cls._from_body = staticmethod(env["_from_body"])  # type: ignore[method-assign,assignment]
     cls._expected = expected
@@ -302,9 +347,6 @@ class Message:
     control: ClassVar[bool] = False
     """Sent by the session itself; ``Session.send()`` refuses it."""
     _expected: ClassVar[dict[str, str]] = {}
-
-    def __post_init__(self) -> None:  # replaced per class by _compile
-        self._check()
 
     def _check(self) -> None:
         """Value rules beyond the field types; subclasses override."""
@@ -340,11 +382,6 @@ def _register(cls: type[M]) -> type[M]:
     return cls
 
 
-def _require(ok: bool, name: str, reason: str) -> None:
-    if not ok:
-        raise InvalidMessage(name, reason)
-
-
 # --- handshake -------------------------------------------------------------------------------
 
 
@@ -374,13 +411,17 @@ class Hello(Message):
     ``nodeInfo``, ``addresses``."""
 
     def _check(self) -> None:
-        _require(self.min_version >= 1, "min_version", "must be >= 1")
-        _require(self.max_version >= self.min_version, "max_version", "must be >= min_version")
-        _require(
-            len(self.node_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.node_name) is not None,
-            "node_name",
-            f"{self.node_name!r} is not an RFC 1123 subdomain (a Kubernetes Node name)",
-        )
+        if not (self.min_version >= 1):
+            raise InvalidMessage("min_version", "must be >= 1")
+        if not (self.max_version >= self.min_version):
+            raise InvalidMessage("max_version", "must be >= min_version")
+        if not (
+            len(self.node_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.node_name) is not None
+        ):
+            raise InvalidMessage(
+                "node_name",
+                f"{self.node_name!r} is not an RFC 1123 subdomain (a Kubernetes Node name)",
+            )
 
 
 @_register
@@ -402,14 +443,18 @@ class Welcome(Message):
     """The highest edge seq the hub has processed (0 if unknown); the edge drops its
     pending messages up to it and resends the rest."""
     heartbeat_interval: float
-    """Seconds; the edge pings after this long without traffic (overrides its own
+    """Seconds; the edge pings after this long (plus 5%) without traffic (overrides its own
     ``ping_interval``, so the hub can tune the load of 10,000 idle nodes)."""
 
     def _check(self) -> None:
-        _require(self.version >= 1, "version", "must be >= 1")
-        _require(bool(self.session_id), "session_id", "must not be empty")
-        _require(0 <= self.received_up_to <= MAX_SEQ, "received_up_to", "must be >= 0")
-        _require(self.heartbeat_interval > 0, "heartbeat_interval", "must be > 0 seconds")
+        if not (self.version >= 1):
+            raise InvalidMessage("version", "must be >= 1")
+        if not self.session_id:
+            raise InvalidMessage("session_id", "must not be empty")
+        if not (0 <= self.received_up_to <= MAX_SEQ):
+            raise InvalidMessage("received_up_to", "must be >= 0")
+        if not (self.heartbeat_interval > 0):
+            raise InvalidMessage("heartbeat_interval", "must be > 0 seconds")
 
 
 # --- level-based object state (hub -> edge) ---------------------------------------------------
@@ -465,7 +510,8 @@ class SyncDone(Message):
     """How many objects the edge should now hold (a cross-check, >= 0)."""
 
     def _check(self) -> None:
-        _require(self.inventory_size >= 0, "inventory_size", "must be >= 0")
+        if not (self.inventory_size >= 0):
+            raise InvalidMessage("inventory_size", "must be >= 0")
 
 
 # --- streams and status (edge -> hub) ---------------------------------------------------------
@@ -488,7 +534,8 @@ class PodStatus(Message):
     """Seconds since the Unix epoch when the edge observed it."""
 
     def _check(self) -> None:
-        _require(self.ref.kind == "Pod", "ref.kind", "must be 'Pod'")
+        if not (self.ref.kind == "Pod"):
+            raise InvalidMessage("ref.kind", "must be 'Pod'")
 
     def coalesce_key(self) -> Hashable | None:
         """The pod uid: a newer status (or the deletion) replaces an unsent one."""
@@ -508,7 +555,8 @@ class PodDeleted(Message):
     """The pod (``kind == "Pod"``)."""
 
     def _check(self) -> None:
-        _require(self.ref.kind == "Pod", "ref.kind", "must be 'Pod'")
+        if not (self.ref.kind == "Pod"):
+            raise InvalidMessage("ref.kind", "must be 'Pod'")
 
     def coalesce_key(self) -> Hashable | None:
         """The pod uid, shared with ``PodStatus``: the deletion replaces an unsent status."""
@@ -531,7 +579,8 @@ class TwinDesired(Message):
     """Property name -> desired value."""
 
     def _check(self) -> None:
-        _require(self.version >= 0, "version", "must be >= 0")
+        if not (self.version >= 0):
+            raise InvalidMessage("version", "must be >= 0")
 
     def coalesce_key(self) -> Hashable | None:
         """The device uid: the newest desired state replaces an unsent one."""
@@ -559,8 +608,10 @@ class TwinReported(Message):
     """Seconds since the Unix epoch when the mapper reported it."""
 
     def _check(self) -> None:
-        _require(bool(self.property), "property", "must not be empty")
-        _require(self.version >= 0, "version", "must be >= 0")
+        if not self.property:
+            raise InvalidMessage("property", "must not be empty")
+        if not (self.version >= 0):
+            raise InvalidMessage("version", "must be >= 0")
 
     def coalesce_key(self) -> Hashable | None:
         """(device uid, property): a newer value of the same property replaces an unsent one."""
@@ -606,9 +657,12 @@ class KubeEvent(Message):
     """How many times it occurred (>= 1), as Kubernetes aggregates repeats."""
 
     def _check(self) -> None:
-        _require(self.type in ("Normal", "Warning"), "type", "must be 'Normal' or 'Warning'")
-        _require(bool(self.reason), "reason", "must not be empty")
-        _require(self.count >= 1, "count", "must be >= 1")
+        if self.type not in ("Normal", "Warning"):
+            raise InvalidMessage("type", "must be 'Normal' or 'Warning'")
+        if not self.reason:
+            raise InvalidMessage("reason", "must not be empty")
+        if not (self.count >= 1):
+            raise InvalidMessage("count", "must be >= 1")
 
 
 # --- session control -------------------------------------------------------------------------
@@ -628,7 +682,8 @@ class Ack(Message):
     """Every seq <= ``up_to`` has been received and processed."""
 
     def _check(self) -> None:
-        _require(0 <= self.up_to <= MAX_SEQ, "up_to", "must be in 0..2**64-1")
+        if not (0 <= self.up_to <= MAX_SEQ):
+            raise InvalidMessage("up_to", "must be in 0..2**64-1")
 
 
 @_register
@@ -645,7 +700,8 @@ class Ping(Message):
     """Echoed by the pong (0..2**64-1)."""
 
     def _check(self) -> None:
-        _require(0 <= self.nonce <= MAX_SEQ, "nonce", "must be in 0..2**64-1")
+        if not (0 <= self.nonce <= MAX_SEQ):
+            raise InvalidMessage("nonce", "must be in 0..2**64-1")
 
 
 @_register
@@ -662,7 +718,8 @@ class Pong(Message):
     """The ping's nonce."""
 
     def _check(self) -> None:
-        _require(0 <= self.nonce <= MAX_SEQ, "nonce", "must be in 0..2**64-1")
+        if not (0 <= self.nonce <= MAX_SEQ):
+            raise InvalidMessage("nonce", "must be in 0..2**64-1")
 
 
 # --- certificates -----------------------------------------------------------------------------
@@ -682,8 +739,10 @@ class CertRenewRequest(Message):
     """A PEM PKCS#10 CSR for a key generated on the device (the key never leaves it)."""
 
     def _check(self) -> None:
-        _require(bool(self.request_id), "request_id", "must not be empty")
-        _require(bool(self.csr_pem), "csr_pem", "must not be empty")
+        if not self.request_id:
+            raise InvalidMessage("request_id", "must not be empty")
+        if not self.csr_pem:
+            raise InvalidMessage("csr_pem", "must not be empty")
 
 
 @_register
@@ -704,13 +763,13 @@ class CertRenewResponse(Message):
     """Why the request was refused, or ``None`` on success."""
 
     def _check(self) -> None:
-        _require(bool(self.request_id), "request_id", "must not be empty")
+        if not self.request_id:
+            raise InvalidMessage("request_id", "must not be empty")
         issued = self.certificate_pem is not None and self.ca_pem is not None
-        _require(
-            issued != (self.error is not None),
-            "error",
-            "exactly one of (certificate_pem and ca_pem) or error must be set",
-        )
+        if not (issued != (self.error is not None)):
+            raise InvalidMessage(
+                "error", "exactly one of (certificate_pem and ca_pem) or error must be set"
+            )
 
 
 # --- errors and close -------------------------------------------------------------------------
@@ -733,11 +792,8 @@ class Error(Message):
     """The seq of the offending message, or ``None`` when it had none."""
 
     def _check(self) -> None:
-        _require(
-            self.in_reply_to is None or 1 <= self.in_reply_to <= MAX_SEQ,
-            "in_reply_to",
-            "must be a seq (1..2**64-1) or nil",
-        )
+        if not (self.in_reply_to is None or 1 <= self.in_reply_to <= MAX_SEQ):
+            raise InvalidMessage("in_reply_to", "must be a seq (1..2**64-1) or nil")
 
 
 @_register
@@ -759,8 +815,5 @@ class Close(Message):
     ``GOING_AWAY``), or ``None``."""
 
     def _check(self) -> None:
-        _require(
-            self.retry_after is None or self.retry_after >= 0,
-            "retry_after",
-            "must be >= 0 seconds or nil",
-        )
+        if not (self.retry_after is None or self.retry_after >= 0):
+            raise InvalidMessage("retry_after", "must be >= 0 seconds or nil")

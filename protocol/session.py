@@ -27,7 +27,8 @@ Rules (docs/protocol.md, "Session"):
   after the welcome it drops what ``welcome.received_up_to`` covers and resends the rest
   with their original seqs. It never reuses a seq the hub has seen.
 - Liveness: the client pings when it has sent nothing for the ping interval, or heard
-  nothing for the ping interval since its last ping; either side declares the peer dead
+  nothing for the ping interval since it last asked for an answer (its last ping, or its
+  oldest message still waiting for an ack), both plus 5%; either side declares the peer dead
   (``PeerDead``, then ``Closed(PEER_DEAD)``) when nothing arrived for ``liveness_timeout``,
   without waiting for the transport to notice.
 - Close: ``close()`` sends ``close`` and waits up to ``close_timeout`` for the peer's;
@@ -45,12 +46,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
+from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, decode_payload, encode
 from protocol.errors import (
     CloseCode,
     DecodeError,
     ErrorCode,
-    FrameTooLarge,
     InvalidMessage,
     SettingsError,
     StateError,
@@ -63,6 +63,7 @@ from protocol.messages import (
     MAX_PROTOCOL_VERSION,
     MAX_SEQ,
     MIN_PROTOCOL_VERSION,
+    REGISTRY,
     Ack,
     Close,
     Error,
@@ -175,7 +176,18 @@ _CONTROL_EVENTS: dict[type[Message], str] = {
     Close: "recv_close",
 }
 
+# Per role: every kind the peer may send -> the table event a received one is.
+_KINDS_IN: dict[Role, dict[type[Message], str]] = {
+    role: {
+        cls: _CONTROL_EVENTS.get(cls, "recv_message")
+        for cls in REGISTRY.values()
+        if (cls.from_hub if role is Role.CLIENT else cls.from_edge)
+    }
+    for role in Role
+}
+
 _REASON_LIMIT = 1024  # characters of a close reason we put on the wire
+_PING_SLACK = 1.05  # the client's ping rules wait ping_interval x this (see _next_ping_at)
 
 
 _LOCAL_CODES = frozenset({CloseCode.PEER_DEAD, CloseCode.CONNECTION_LOST})
@@ -226,8 +238,9 @@ class SessionConfig:
     ``WindowFull``. 256 x 1 KiB keeps a 100 ms path busy at 2.5 MB/s while bounding what a
     reconnect may have to resend."""
     ping_interval: float = 20.0
-    """Client: ping after this long without sending, or without hearing anything since the
-    last ping. The hub's ``welcome.heartbeat_interval`` overrides it. 20 s stays below the
+    """Client: ping after this long (plus 5%) without sending, or without hearing anything
+    since the last ping or the oldest unacknowledged message. The hub's
+    ``welcome.heartbeat_interval`` overrides it. 20 s (21 with the slack) stays below the
     30 s idle timeout of common NAT UDP mappings, so QUIC paths stay open."""
     liveness_timeout: float = 60.0
     """Declare the peer dead after this long without receiving a byte (3 ping intervals:
@@ -389,6 +402,7 @@ class Session:
     __slots__ = (
         "_ack_deadline",
         "_acked_up_to",
+        "_acks_awaited_since",
         "_acks_owed",
         "_close_code",
         "_close_deadline",
@@ -398,12 +412,14 @@ class Session:
         "_events",
         "_hello_range",
         "_is_client",
+        "_kinds_in",
         "_last_ping",
         "_last_received",
         "_last_sent",
         "_moves",
         "_next_seq",
         "_out",
+        "_out_bytes",
         "_pending",
         "_ping_interval",
         "_ping_nonce",
@@ -425,15 +441,20 @@ class Session:
         self.role = role
         self.config = config = config if config is not None else _DEFAULT_CONFIG
         self._is_client = role is Role.CLIENT
+        self._kinds_in = _KINDS_IN[role]
         self._state = SessionState.IDLE
         self._moves = _MOVES[role][SessionState.IDLE]
         self._decoder = FrameDecoder(config.max_frame_size)
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._events: list[SessionEvent] = []
         # sending side
         self._next_seq = next_seq
         self._unacked: list[tuple[int, Message]] = []
         self._acked_up_to = 0
+        # When the oldest message still unacknowledged was sent (None: nothing is): an ack
+        # is an answer on its way, so the client does not ping while waiting for it.
+        self._acks_awaited_since: float | None = None
         self._pending: list[tuple[int, Message, bytes]] = []  # client, until the welcome
         # receiving side
         self._received_up_to = 0
@@ -483,6 +504,12 @@ class Session:
         return self._released_up_to if self.config.manual_ack else self._received_up_to
 
     @property
+    def bytes_to_send(self) -> int:
+        """Bytes waiting in ``data_to_send()`` / ``frames_to_send()`` (a transport that
+        defers its writes flushes once this grows large)."""
+        return self._out_bytes
+
+    @property
     def window_free(self) -> int:
         """How many more numbered messages ``send()`` takes before ``WindowFull`` (>= 0)."""
         return max(0, self.config.window - len(self._unacked))
@@ -506,15 +533,18 @@ class Session:
 
     def data_to_send(self) -> bytes:
         """Drain the bytes to write to a stream transport (QUIC stream 0), frames back to back."""
-        if not self._out:
+        out = self._out
+        if not out:
             return b""
-        data = b"".join(self._out)
-        self._out.clear()
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_bytes = 0
         return data
 
     def frames_to_send(self) -> list[bytes]:
-        """Drain the frames to send one per message (a WebSocket binary message each)."""
+        """Drain the frames as a list (to pack whole frames into WebSocket messages)."""
         frames, self._out = self._out, []
+        self._out_bytes = 0
         return frames
 
     def unacked(self) -> list[tuple[int, Message]]:
@@ -526,7 +556,9 @@ class Session:
         return [*((seq, message) for seq, message, _ in self._pending), *self._unacked]
 
     def _queue(self, message: Message, seq: int | None, now: float) -> None:
-        self._out.append(encode(message, seq))
+        frame = encode(message, seq)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
         self._last_sent = now
 
     # --- client ----------------------------------------------------------------------------
@@ -577,6 +609,7 @@ class Session:
         self._pending = checked
         self._hello_range = (hello.min_version, hello.max_version)
         self._out.append(frame)
+        self._out_bytes += len(frame)
         self._last_sent = now
 
     def _on_welcome(self, welcome: Welcome, now: float) -> None:
@@ -602,7 +635,10 @@ class Session:
         for seq, message, frame in pending:
             if seq > up_to:
                 self._out.append(frame)
+                self._out_bytes += len(frame)
                 self._unacked.append((seq, message))
+        if self._unacked:
+            self._acks_awaited_since = now
         self._last_sent = now
 
     # --- server ----------------------------------------------------------------------------
@@ -705,12 +741,18 @@ class Session:
             seq = self._next_seq
             if seq > MAX_SEQ:  # pragma: no cover - 2**64 messages
                 raise UsageError("sequence numbers exhausted")
-            self._out.append(encode(message, seq, self.config.max_frame_size))
+            frame = encode(message, seq, self.config.max_frame_size)
+            self._out.append(frame)
+            self._out_bytes += len(frame)
             self._next_seq = seq + 1
+            if not self._unacked:
+                self._acks_awaited_since = now
             self._unacked.append((seq, message))
             self._last_sent = now
             return seq
-        self._out.append(encode(message, None, self.config.max_frame_size))
+        frame = encode(message, None, self.config.max_frame_size)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
         self._last_sent = now
         return None
 
@@ -765,27 +807,21 @@ class Session:
         if self._state is SessionState.CLOSED or not data:
             return
         self._last_received = now
-        decoder = self._decoder
-        decoder.feed(data)
+        payloads, too_large = self._decoder.feed_frames(data)
         events = self._events
-        while True:
+        kinds = self._kinds_in
+        for payload in payloads:
             try:
-                frame = decoder.next_frame()
+                seq, message = decode_payload(payload)
             except UnknownKind as exc:
                 self._on_unknown_kind(exc, now)
                 continue
-            except FrameTooLarge as exc:
-                self._fail(CloseCode.FRAME_TOO_LARGE, str(exc), now)
-                return
             except DecodeError as exc:
                 self._fail(CloseCode.PROTOCOL_ERROR, str(exc), now)
                 return
-            if frame is None:
-                break
-            seq, message = frame
             cls = message.__class__
-            event = _CONTROL_EVENTS.get(cls, "recv_message")
-            if not (cls.from_hub if self._is_client else cls.from_edge):
+            event = kinds.get(cls)
+            if event is None:
                 sender = "hub" if self._is_client else "edge"
                 self._fail(CloseCode.PROTOCOL_ERROR, f"the {sender} may not send {cls.kind}", now)
                 return
@@ -812,6 +848,9 @@ class Session:
                 self._on_control(event, message, now)
                 if self._state is SessionState.CLOSED:
                     return
+        if too_large is not None:
+            self._fail(CloseCode.FRAME_TOO_LARGE, str(too_large), now)
+            return
         if self._acks_owed >= self.config.ack_every:
             self._flush_ack(now)
 
@@ -852,6 +891,8 @@ class Session:
             done += 1
         if done:
             del unacked[:done]
+            if not unacked:
+                self._acks_awaited_since = None
         self._events.append(Acked(up_to))
 
     def _on_close(self, close: Close, now: float) -> None:
@@ -983,9 +1024,23 @@ class Session:
         return deadline
 
     def _next_ping_at(self) -> float:
-        interval = self._ping_interval
-        keep_fed = self._last_sent + interval  # the hub hears from us at least this often
-        probe = max(self._last_received, self._last_ping) + interval  # is the hub still there?
+        # Both rules wait the interval plus 5% (_PING_SLACK). The slack keeps an application
+        # that sends every N intervals (metrics every 60 s, pings every 20 s) from tying
+        # with the N-th ping, which would then go out just before the application's message
+        # and be wasted: each ping slips by the slack, so the N-th comes after the message
+        # whichever of two timers due at the same moment runs first.
+        wait = self._ping_interval * _PING_SLACK
+        # The hub (and the NATs on the way) hear from us at least this often.
+        keep_fed = self._last_sent + wait
+        # Is the hub still there? Probe when nothing was heard for as long since we last
+        # asked for an answer: our last ping, or our oldest unacknowledged message (its ack
+        # is an answer on its way; pinging before it is due would cost a ping per message).
+        asked = self._last_ping
+        awaited = self._acks_awaited_since
+        if awaited is not None and awaited > asked:
+            asked = awaited
+        heard = self._last_received
+        probe = (heard if heard > asked else asked) + wait
         return keep_fed if keep_fed < probe else probe
 
     def handle_timer(self, now: float) -> None:

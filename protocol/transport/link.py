@@ -46,17 +46,18 @@ after the session has ended, before it is aborted."""
 class _Backend(Protocol):
     """What a link needs from its transport adapter."""
 
-    message_based: bool
-    """True: frames go one per transport message (WebSocket); False: a byte stream (QUIC)."""
+    writing_paused: bool
+    """True while the transport's write buffer is over its high-water mark."""
 
-    def write(self, data: bytes) -> None:
-        """Queue stream bytes (whole frames, back to back) for the peer; never blocks."""
+    def data_ready(self) -> None:
+        """The session has bytes to send; never blocks.
 
-    def write_frames(self, frames: list[bytes]) -> None:
-        """Queue frames, one per transport message; never blocks."""
+        The adapter takes them (``data_to_send()`` or ``frames_to_send()``) at the end of
+        this event-loop iteration, so that everything made in one iteration leaves
+        together, or at once if much is waiting."""
 
-    async def send_frames(self, frames: list[bytes]) -> None:
-        """Message-based transports: queue frames and send them from the calling task."""
+    async def wait_writable(self) -> None:
+        """Wait until ``writing_paused`` is False (or the transport has ended)."""
 
     async def aclose(self, timeout: float) -> None:
         """Close the transport, cleanly if it can within ``timeout`` s, else abort it."""
@@ -83,7 +84,9 @@ class Link:
         self._loop = asyncio.get_running_loop()
         self._backend: _Backend | None = None
         self._events: deque[Any] = deque()
-        self._event_ready = asyncio.Event()
+        # Woken when events arrive: a bare future from our loop (asyncio.Event.wait() looks
+        # the running loop up on every wait, a getpid() system call on Python 3.11).
+        self._event_waiter: asyncio.Future[None] | None = None
         self._window_open = asyncio.Event()
         self._ended = asyncio.Event()
         self._opened: asyncio.Future[Any] = self._loop.create_future()
@@ -110,10 +113,11 @@ class Link:
 
     def data_received(self, data: bytes) -> None:
         """Feed bytes that arrived from the peer (adapters call this)."""
-        if self._session.state is SessionState.CLOSED:
+        session = self._session
+        if session.state is SessionState.CLOSED:
             return
         self.bytes_in += len(data)
-        self._session.receive_data(data, self.now())
+        session.receive_data(data, self._loop.time())
         self._pump()
 
     def connection_lost(self, reason: str) -> None:
@@ -138,23 +142,20 @@ class Link:
                     self._events.append(event)
                 else:
                     self._dispatch(event)
-            self._event_ready.set()
-        backend = self._backend
-        if backend is not None:
-            if backend.message_based:
-                frames = session.frames_to_send()
-                if frames:
-                    self.bytes_out += sum(map(len, frames))
-                    backend.write_frames(frames)
-            else:
-                data = session.data_to_send()
-                if data:
-                    self.bytes_out += len(data)
-                    backend.write(data)
+            self._wake()
+        if session.bytes_to_send and self._backend is not None:
+            self._backend.data_ready()
         if session.state is SessionState.CLOSED:
             self._finish()
         else:
             self._arm_timer(session.get_timer())
+
+    def _wake(self) -> None:
+        waiter = self._event_waiter
+        if waiter is not None:
+            self._event_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, Acked):
@@ -193,7 +194,7 @@ class Link:
         self._ended.set()
         self._arm_timer(None)
         self._window_open.set()
-        self._event_ready.set()
+        self._wake()
         if not self._opened.done():
             self._opened.set_result(None)
         if self._backend is not None and self._closing_task is None:
@@ -300,35 +301,35 @@ class Link:
     async def send(self, message: Message) -> int | None:
         """Queue a message for the peer, waiting while the unacknowledged window is full.
 
+        The message leaves with everything else sent in the same event-loop iteration, at
+        its end. If the transport's write buffer is over its high-water mark, the call
+        then waits for it to drain (back-pressure).
+
         Returns:
             The message's sequence number if it needs an ack, else ``None``.
 
         Raises:
             protocol.errors.ConnectionClosed: the link is closed, or closes while waiting.
         """
+        session = self._session
         while True:
             if self._ended.is_set():
                 self._raise_closed()
             try:
-                seq = self._session.send(message, self.now())
+                seq = session.send(message, self._loop.time())
+                break
             except WindowFull:
                 self._window_open.clear()
                 await self._window_open.wait()
-                continue
-            # send() makes frames and nothing else: no events, and a timer that can only
-            # move later (handled lazily), so skip the rest of the pump.
-            backend = self._backend
-            if backend is None:
-                return seq
-            if backend.message_based:
-                frames = self._session.frames_to_send()
-                self.bytes_out += sum(map(len, frames))
-                await backend.send_frames(frames)
-            else:
-                data = self._session.data_to_send()
-                self.bytes_out += len(data)
-                backend.write(data)
-            return seq
+        # send() makes a frame and nothing else: no events, and a timer that can only move
+        # later (handled lazily), so no pump. The transport coalesces what is written in
+        # one loop iteration (one round of QUIC datagrams, one WebSocket message).
+        backend = self._backend
+        if backend is not None:
+            backend.data_ready()
+            if backend.writing_paused:  # back-pressure: wait for the buffer to drain
+                await backend.wait_writable()
+        return seq
 
     def __aiter__(self) -> Link:
         return self
@@ -339,8 +340,10 @@ class Link:
         while not self._events:
             if self._ended.is_set():
                 raise StopAsyncIteration
-            self._event_ready.clear()
-            await self._event_ready.wait()
+            waiter = self._event_waiter
+            if waiter is None or waiter.done():  # done: a cancelled earlier wait
+                waiter = self._event_waiter = self._loop.create_future()
+            await waiter
         return self._events.popleft()
 
     async def close(self, code: CloseCode = CloseCode.NORMAL, reason: str = "") -> None:

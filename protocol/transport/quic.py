@@ -18,6 +18,17 @@ data reaches a session; a connection whose certificate is missing or rejected is
 the TLS alert as QUIC crypto error (``certificate_required``, ``bad_certificate``). Both
 private names are read in this module only, and the rejection tests fail if aioquic
 changes them.
+
+Acknowledgement delay: aioquic acknowledges a 1-RTT packet 1 ms after it arrives, unless
+the ACK can ride on data already due, so under load nearly every millisecond of traffic
+costs each side an ACK-only packet, and every packet is tens of microseconds of pure-Python
+work on both ends (measured, 64 messages of 1 KiB in flight: one ACK-only packet for every
+five messages). Once the handshake is done we set the connection's ``_ack_delay`` (no
+public setting) to ``ACK_DELAY``, 5 ms: well inside the 25 ms ``max_ack_delay`` aioquic
+advertises (RFC 9000 section 13.2.1), so the peer's loss detection already allows for it,
+and one ACK then covers five times as many packets (measured: -13% client instructions
+per echoed message). Handshake packets keep aioquic's prompt acknowledgement, as
+RFC 9000 asks. A test fails if aioquic renames the attribute.
 """
 
 from __future__ import annotations
@@ -63,6 +74,9 @@ STREAM_ID = 0
 _BAD_CERTIFICATE = 0x100 + 42
 _CERTIFICATE_REQUIRED = 0x100 + 116
 _APPLICATION_CLOSE = 0x0
+
+ACK_DELAY = 0.005
+"""Seconds before a received 1-RTT packet is acknowledged (aioquic's own: 0.001)."""
 
 
 def _configuration(
@@ -164,6 +178,7 @@ class _QuicEndpoint:
                 link.connection_lost("the peer ended the QUIC stream")
 
     def _handshake_completed(self) -> None:
+        self.quic._ack_delay = ACK_DELAY  # no public setting, see module docstring
         if self.credentials is not None:  # server: verify the client certificate
             tls = self.quic.tls
             cert = tls._peer_certificate  # no public accessor, see module docstring
@@ -202,16 +217,14 @@ class _QuicEndpoint:
             self._on_done(self)
 
     # bytes out
-    message_based = False
+    writing_paused = False  # aioquic buffers stream data; the session's window bounds it
 
-    def write_frames(self, frames: list[bytes]) -> None:  # pragma: no cover - stream-based
-        self.write(b"".join(frames))
+    def data_ready(self) -> None:
+        """The link's session has bytes: take them at the end of this loop iteration."""
+        self.schedule_transmit()
 
-    def write(self, data: bytes) -> None:
-        """Link → QUIC stream 0 (transmitted at the end of this loop iteration)."""
-        if self.termination is None:
-            self.quic.send_stream_data(STREAM_ID, data)
-            self.schedule_transmit()
+    async def wait_writable(self) -> None:  # pragma: no cover - never paused
+        return
 
     def schedule_transmit(self) -> None:
         # Coalesce the writes of one loop iteration into one round of datagrams; a
@@ -226,8 +239,18 @@ class _QuicEndpoint:
         if self._transmit_needed:
             self.transmit()
 
+    def _take_session_data(self) -> None:
+        """The session's bytes → QUIC stream 0, in one write per round of datagrams."""
+        link = self.link
+        if link is not None and self.termination is None:
+            data = link.session.data_to_send()
+            if data:
+                link.bytes_out += len(data)
+                self.quic.send_stream_data(STREAM_ID, data)
+
     def transmit(self) -> None:
         self._transmit_needed = False
+        self._take_session_data()
         now = self._loop.time()
         for data, addr in self.quic.datagrams_to_send(now=now):
             self._send(data, addr)
@@ -253,6 +276,7 @@ class _QuicEndpoint:
         """Send CONNECTION_CLOSE; wait up to ``timeout`` s for it to go out, then drop."""
         try:
             if self.termination is None:
+                self._take_session_data()  # e.g. the session's close, before the connection's
                 self.quic.close(error_code=_APPLICATION_CLOSE, reason_phrase="session closed")
                 self.transmit()
                 try:

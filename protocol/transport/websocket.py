@@ -1,22 +1,34 @@
-"""WebSocket transport (websockets' asyncio API), client and server, with mutual TLS.
+"""WebSocket transport (websockets' Sans-I/O layer), client and server, with mutual TLS.
 
-Each binary WebSocket message carries exactly one frame, length prefix included, so the
-session code is the same as over QUIC. Per connection, one :class:`TaskScope` owns a reader
-(messages → the link's session) and a writer (the session's frames → ``send()``, which
-waits when the socket's write buffer is full); nothing outlives the connection.
+Like the QUIC adapter, this one drives two sans-I/O state machines directly and runs no
+task per connection: websockets' ``ClientProtocol`` / ``ServerProtocol`` (the HTTP upgrade
+and the WebSocket framing) and the link's ``Session``. Bytes in (the asyncio protocol's
+``data_received``) → WebSocket frames → the session → what the session has to send →
+binary WebSocket messages → the TLS transport. websockets' own asyncio API is built on the
+same Sans-I/O layer and adds, per connection, a reader task, a message queue and a
+coroutine per send; for 1 KiB messages those cost as much as the whole protocol layer
+(measured: see tests/bench/bench_protocol.py), so the adapter goes one level down, as
+STYLE.md §2 describes.
+
+Messages (docs/protocol.md): each binary WebSocket message carries one or more whole
+frames, length prefix included, so the session code is the same as over QUIC. The link
+flushes what the session has ready once per event-loop iteration, and this adapter packs
+those frames into messages of at most ``BATCH_BYTES`` (a larger frame goes alone); a
+receiver accepts messages up to ``max(max_frame_size + 4, BATCH_BYTES)`` bytes. Messages
+are fed to the session as they come; a text message ends the connection.
 
 WebSocket keepalive pings and compression are off: the session has its own ping/liveness
 deadline, and permessage-deflate would cost ~64 KiB of zlib state per connection.
+websockets still answers a peer's WebSocket ping, as RFC 6455 requires.
 
 TLS read buffer. asyncio's TLS layer (``asyncio.sslproto.SSLProtocol``) allocates and
 touches a 256 KiB read buffer per connection, which alone is four times our per-connection
 budget on the hub (10,000 WebSocket sessions at ≤ 64 KiB each): measured, a bare websockets
 server with mutual TLS holds ~300 KiB per idle connection. So we do not hand ``ssl=`` to
-asyncio; the connection classes below start TLS themselves on the accepted (or connected)
-TCP transport, exactly as ``loop.start_tls()`` does, with an ``SSLProtocol`` that reads
-through one ``TLS_READ_BUFFER`` (16 KiB, the largest TLS record) shared by every connection
-of the thread (see :class:`_LeanSSLProtocol`). Measured: ~46 KiB per idle connection for
-the bare library this way, ~63 KiB with a 16 KiB buffer per connection.
+asyncio; each connection starts TLS itself on its TCP transport, exactly as
+``loop.start_tls()`` does, with an ``SSLProtocol`` that reads through one
+``TLS_READ_BUFFER`` (16 KiB, the largest TLS record) shared by every connection of the
+thread (see :class:`_LeanSSLProtocol`).
 """
 
 from __future__ import annotations
@@ -27,20 +39,19 @@ import ssl
 import sys
 import threading
 from asyncio import sslproto
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as ws_connect
-from websockets.asyncio.server import ServerConnection
-from websockets.asyncio.server import serve as ws_serve
-from websockets.exceptions import ConnectionClosed as WSConnectionClosed
-from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidURI
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidURI
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+from websockets.uri import parse_uri
 
 from protocol.errors import CloseCode
 from protocol.session import Established, Role, Session, SessionConfig
-from protocol.transport._tasks import TaskScope
 from protocol.transport.errors import ConnectFailed, HandshakeTimeout, TransportError
 from protocol.transport.link import TRANSPORT_CLOSE_BOUND, Link
 from protocol.transport.quic import _rejection
@@ -54,7 +65,14 @@ from protocol.transport.tls import (
 if TYPE_CHECKING:
     from protocol.messages import Hello, Message
 
-__all__ = ["PATH", "TLS_READ_BUFFER", "WebSocketServer", "connect_websocket", "serve_websocket"]
+__all__ = [
+    "BATCH_BYTES",
+    "PATH",
+    "TLS_READ_BUFFER",
+    "WebSocketServer",
+    "connect_websocket",
+    "serve_websocket",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +82,20 @@ PATH = "/edgefleet/v1"
 TLS_READ_BUFFER = 16 * 1024
 """Bytes of TLS read buffer per connection (asyncio's default is 256 KiB)."""
 
+BATCH_BYTES = 64 * 1024
+"""Largest WebSocket message (bytes) made by joining frames; a larger frame goes alone.
+64 KiB already spreads websockets' and TLS's per-message cost over 60 1-KiB frames."""
+
 _LENGTH = 4
+_OPEN = State.OPEN
+_BINARY, _TEXT, _CONT, _CLOSE = Opcode.BINARY, Opcode.TEXT, Opcode.CONT, Opcode.CLOSE
+_NORMAL_CLOSURE = 1000
+_POLICY_VIOLATION = 1008
+_UNSUPPORTED_DATA = 1003
+
+
+def _max_message(config: SessionConfig) -> int:
+    return max(config.max_frame_size + _LENGTH, BATCH_BYTES)
 
 
 _scratch = threading.local()
@@ -133,170 +164,328 @@ def _start_tls(
     return waiter
 
 
-class _TLSServerConnection(ServerConnection):
-    """A websockets server connection that starts its own lean TLS on the TCP transport."""
-
-    tls_context: ssl.SSLContext
-    tls_handshake_timeout: float
-    _tls_waiter: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self._tls_waiter is None:
-            self._tls_waiter = _start_tls(
-                self,
-                transport,
-                self.tls_context,
-                server_side=True,
-                server_hostname=None,
-                handshake_timeout=self.tls_handshake_timeout,
-            )
-            # A failed handshake only closes the TCP connection; mark it retrieved.
-            self._tls_waiter.add_done_callback(_retrieve)
-        else:
-            super().connection_made(transport)
+def _done(future: asyncio.Future[Any], result: Any = None) -> None:
+    if not future.done():
+        future.set_result(result)
 
 
-class _TLSClientConnection(ClientConnection):
-    """A websockets client connection that starts its own lean TLS on the TCP transport."""
+class _WebSocketConnection(asyncio.Protocol):
+    """One TCP connection: lean TLS, then websockets' Sans-I/O protocol, then one link.
 
-    tls_context: ssl.SSLContext
-    tls_server_hostname: str
-    tls_handshake_timeout: float
-    _tls_waiter: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self._tls_waiter is None:
-            self.transport = transport  # type: ignore[assignment]  # to abort until TLS is up
-            self._tls_waiter = _start_tls(
-                self,
-                transport,
-                self.tls_context,
-                server_side=False,
-                server_hostname=self.tls_server_hostname,
-                handshake_timeout=self.tls_handshake_timeout,
-            )
-        else:
-            super().connection_made(transport)
-
-    tls_error: ssl.SSLError | None = None
-    """The TLS error that ended the connection, if one did (e.g. the hub's alert)."""
-
-    async def handshake(self, *args: Any, **kwargs: Any) -> None:
-        assert self._tls_waiter is not None
-        await self._tls_waiter  # raises the TLS error, if any
-        await super().handshake(*args, **kwargs)
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-class _WebSocketEndpoint:
-    """One WebSocket connection bound to one link: reader and writer in one task scope.
-
-    Frames the application sends go out from its own task (``Link.send`` awaits
-    :meth:`flush`, which waits when the socket's write buffer is full: back-pressure, and
-    one task switch less per message). Frames the session makes by itself (acks, pings,
-    its close) are sent by the writer task, which is woken only for them. One flusher at a
-    time, from one queue, so frames keep their order.
+    The upgrade outcome is ``opened`` (a future: ``None``, or ``ConnectFailed`` on the
+    client); ``on_open`` (server) is called once the upgrade is accepted. The link is
+    attached with :meth:`attach`; from then on WebSocket messages feed its session, and
+    :meth:`data_ready` says the link's session has frames to send.
     """
 
-    message_based = True
-
-    def __init__(self, ws: ClientConnection | ServerConnection, link: Link) -> None:
+    def __init__(
+        self,
+        ws: ClientProtocol | ServerProtocol,
+        context: ssl.SSLContext,
+        *,
+        where: str,
+        server_hostname: str | None,
+        handshake_timeout: float,
+        on_open: Callable[[_WebSocketConnection], None] | None = None,
+        on_done: Callable[[_WebSocketConnection], None] | None = None,
+    ) -> None:
         self._ws = ws
-        self._link = link
-        self._out: deque[bytes] = deque()
-        self._wake = asyncio.Event()
-        self._kick_scheduled = False
-        self._flushing = False
-        self._flushed = asyncio.Event()
-        self._flushed.set()
-        self._scope = TaskScope()
+        self._client = isinstance(ws, ClientProtocol)
+        self._context = context
+        self._where = where
+        self._server_hostname = server_hostname
+        self._handshake_timeout = handshake_timeout
+        self._on_open = on_open
+        self._on_done = on_done
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self.lost: asyncio.Future[None] = loop.create_future()
+        self._close_done: asyncio.Future[None] = loop.create_future()  # close frame or lost
+        self._tcp: asyncio.Transport | None = None
+        self.transport: asyncio.Transport | None = None  # the TLS transport, once up
+        self.tls_error: ssl.SSLError | None = None
+        self.link: Link | None = None
+        self._early: list[bytes] = []
+        self._text = False  # inside a text message (a violation: ends the connection)
+        self._flush_scheduled = False
+        self._paused = False
+        self._writable: asyncio.Future[None] | None = None
+        self.peer_node_name: str | None = None
 
-    def start(self) -> None:
-        self._scope.create_task(self._reader(), name="ws-reader")
-        self._scope.create_task(self._writer(), name="ws-writer")
+    # -- connection life ----------------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:  # pragma: no cover - the link uses write_frames
-        raise NotImplementedError("WebSocket links write frames, one per message")
-
-    def write_frames(self, frames: list[bytes]) -> None:
-        self._out.extend(frames)
-        self._flushed.clear()
-        if not self._kick_scheduled:
-            # Wake the writer at the end of this loop iteration, unless an application
-            # send has flushed these frames inline by then.
-            self._kick_scheduled = True
-            asyncio.get_running_loop().call_soon(self._kick)
-
-    def _kick(self) -> None:
-        self._kick_scheduled = False
-        if self._out and not self._flushing:
-            self._wake.set()
-
-    async def send_frames(self, frames: list[bytes]) -> None:
-        """Queue frames and send them from the calling task (the application's send)."""
-        if frames:
-            self._out.extend(frames)
-            self._flushed.clear()
-            await self.flush()
-
-    async def flush(self) -> None:
-        """Send the queued frames from the calling task (no-op if another task is).
-
-        A closed connection is not an error here: the reader reports it to the link.
-        """
-        if self._flushing:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._tcp is None:  # TCP is up: start TLS on it
+            self._tcp = transport  # type: ignore[assignment]
+            waiter = _start_tls(
+                self,
+                transport,
+                self._context,
+                server_side=not self._client,
+                server_hostname=self._server_hostname,
+                handshake_timeout=self._handshake_timeout,
+            )
+            waiter.add_done_callback(self._tls_done)
             return
-        ws, out = self._ws, self._out
-        self._flushing = True
-        try:
-            while out:
-                await ws.send(out.popleft())
-        except WSConnectionClosed:
-            out.clear()
-        finally:
-            self._flushing = False
-            if not out:
-                self._flushed.set()
+        self.transport = transport  # type: ignore[assignment]
+        if self._client:  # TLS is up: ask for the upgrade
+            ws = self._ws
+            assert isinstance(ws, ClientProtocol)
+            ws.send_request(ws.connect())
+            self._send_pending()
 
-    async def _reader(self) -> None:
-        ws, link = self._ws, self._link
-        reason = "the WebSocket connection closed"
-        try:
-            while True:
-                message = await ws.recv()
-                if isinstance(message, str):
-                    reason = "the peer sent a text message"
-                    break
-                link.data_received(message)
-        except WSConnectionClosed as exc:
-            rcvd = exc.rcvd
-            if rcvd is not None:
-                reason = f"WebSocket closed: {rcvd.code} {rcvd.reason}".rstrip()
-        link.connection_lost(reason)
+    def _tls_done(self, waiter: asyncio.Future[None]) -> None:
+        exc = None if waiter.cancelled() else waiter.exception()
+        if exc is None and not waiter.cancelled():
+            return
+        # The handshake failed or timed out: asyncio has closed the TCP connection and
+        # will not call connection_lost() on us, since TLS never came up.
+        detail = f"TLS: {exc}" if exc is not None else "TLS handshake cancelled"
+        self._fail_open(ConnectFailed(f"{self._where}: {detail}"))
+        self._ended()
 
-    async def _writer(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            await self.flush()
+    def data_received(self, data: bytes) -> None:
+        ws = self._ws
+        ws.receive_data(data)
+        chunks: list[bytes] = []
+        control = False  # anything but data: websockets may have something to send
+        for event in ws.events_received():
+            if event.__class__ is Frame:
+                opcode = event.opcode
+                if opcode is _BINARY or (opcode is _CONT and not self._text):
+                    chunks.append(event.data)
+                    continue
+                if opcode is _TEXT:
+                    self._text = True
+                elif opcode is _CLOSE:
+                    _done(self._close_done)
+            elif isinstance(event, Request):
+                self._upgrade_requested(event)
+            elif isinstance(event, Response):
+                self._upgrade_answered()
+            control = True
+        if chunks:
+            self._deliver(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        if self._text and ws.state is _OPEN:
+            ws.fail(_UNSUPPORTED_DATA, "binary messages only")
+            if self.link is not None:
+                self.link.connection_lost("the peer sent a text message")
+        if control or ws.state is not _OPEN:  # a pong, a close, an error, the upgrade
+            self._send_pending()
+        if ws.close_rcvd is not None and self.link is not None:
+            self.link.connection_lost(self._closed_reason())
+
+    def eof_received(self) -> bool | None:
+        self._ws.receive_eof()
+        self._send_pending()
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ws.receive_eof()
+        if exc is None and self.tls_error is not None:
+            exc = self.tls_error
+        if not self.opened.done():
+            if self.tls_error is not None:
+                detail = f"TLS: {self.tls_error}"
+            elif not self._client:
+                detail = "the connection closed before the WebSocket upgrade"
+            else:
+                # asyncio's TLS server drops a client it rejects without sending the alert.
+                detail = (
+                    "the hub closed the connection before the WebSocket upgrade: "
+                    "our client certificate was probably rejected"
+                )
+            self._fail_open(ConnectFailed(f"{self._where}: {detail}"))
+        if self.link is not None:
+            reason = self._closed_reason()
+            if exc is not None and self._ws.close_rcvd is None:
+                reason = f"{reason}: {exc}"
+            self.link.connection_lost(reason)
+        self._ended()
+
+    def _ended(self) -> None:
+        _done(self.lost)
+        _done(self._close_done)
+        self._wake_writers()
+        if self._on_done is not None:
+            on_done, self._on_done = self._on_done, None
+            on_done(self)
+
+    def _closed_reason(self) -> str:
+        rcvd = self._ws.close_rcvd
+        if rcvd is not None:
+            return f"WebSocket closed: {rcvd.code} {rcvd.reason}".rstrip()
+        return "the WebSocket connection closed"
+
+    def abort(self) -> None:
+        """Drop the connection at once (no close handshake)."""
+        if self.transport is not None:
+            self.transport.abort()
+        elif self._tcp is not None:
+            self._tcp.abort()
+
+    # -- the upgrade --------------------------------------------------------------------------
+
+    def _upgrade_requested(self, request: Request) -> None:
+        ws = self._ws
+        assert isinstance(ws, ServerProtocol)
+        if request.path != PATH:
+            ws.send_response(ws.reject(404, f"no endpoint at {request.path}\n"))
+            return
+        response = ws.accept(request)
+        ws.send_response(response)
+        if response.status_code != 101:
+            return  # an invalid upgrade request: the response says why, then EOF
+        assert self.transport is not None
+        ssl_object = self.transport.get_extra_info("ssl_object")
+        try:
+            self.peer_node_name = peer_node_name(ssl_object.getpeercert(binary_form=True))
+        except TransportError as exc:
+            ws.send_close(_POLICY_VIOLATION, str(exc)[:120])
+            self._send_pending()
+            self.transport.close()
+            return
+        _done(self.opened)
+        if self._on_open is not None:
+            self._on_open(self)
+
+    def _upgrade_answered(self) -> None:
+        exc = self._ws.handshake_exc
+        if exc is not None:
+            self._fail_open(ConnectFailed(f"{self._where}: the WebSocket upgrade failed: {exc}"))
+            if self.transport is not None:
+                self.transport.close()
+            return
+        _done(self.opened)
+
+    def _fail_open(self, exc: Exception) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(exc)
+            self.opened.exception()  # retrieved: nobody may be waiting any more
+
+    # -- bytes in and out ---------------------------------------------------------------------
+
+    def attach(self, link: Link) -> None:
+        """Bind the link: from now on binary messages feed its session."""
+        self.link = link
+        link.attach(self)
+        early, self._early = self._early, []
+        for data in early:
+            link.data_received(data)
+
+    def _deliver(self, data: bytes) -> None:
+        if self.link is None:
+            self._early.append(data)  # before attach(): kept for the link
+        else:
+            self.link.data_received(data)
+
+    def data_ready(self) -> None:
+        """The link's session has frames: they leave at the end of this loop iteration,
+        packed into binary messages of at most ``BATCH_BYTES`` (at once if that much is
+        waiting)."""
+        link = self.link
+        if link is not None and link.session.bytes_to_send >= BATCH_BYTES:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Send the session's frames now."""
+        link = self.link
+        if link is None:
+            return
+        frames = link.session.frames_to_send()
+        ws = self._ws
+        if not frames or ws.state is not _OPEN or self.transport is None:
+            return  # closing: the session said its last word already, or cannot any more
+        link.bytes_out += sum(map(len, frames))
+        send = ws.send_binary
+        if len(frames) == 1:
+            send(frames[0])
+        else:
+            batch: list[bytes] = []
+            size = 0
+            for frame in frames:
+                n = len(frame)
+                if batch and size + n > BATCH_BYTES:
+                    send(batch[0] if len(batch) == 1 else b"".join(batch))
+                    batch, size = [], 0
+                batch.append(frame)
+                size += n
+            send(batch[0] if len(batch) == 1 else b"".join(batch))
+        self._send_pending()
+
+    def _send_pending(self) -> None:
+        writes = self._ws.data_to_send()
+        transport = self.transport
+        if not writes or transport is None or transport.is_closing():
+            return
+        if writes[-1]:
+            transport.write(writes[0] if len(writes) == 1 else b"".join(writes))
+            return
+        # websockets asks to end the stream (b"" last): TLS cannot half-close, so close.
+        data = b"".join(writes)
+        if data:
+            transport.write(data)
+        transport.close()
+
+    # flow control: the TLS transport's buffer over / under its high-water mark
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        if self._writable is not None:
+            _done(self._writable)
+            self._writable = None
+
+    @property
+    def writing_paused(self) -> bool:
+        """True while the transport's write buffer is over its high-water mark."""
+        return self._paused and not self.lost.done()
+
+    async def wait_writable(self) -> None:
+        """Wait until the write buffer drains below its low-water mark, or the end."""
+        while self.writing_paused:
+            if self._writable is None:
+                self._writable = self._loop.create_future()
+            await asyncio.shield(self._writable)
 
     async def aclose(self, timeout: float) -> None:
-        """Flush what is queued (e.g. our ``close``), close the WebSocket; abort at ``timeout``."""
+        """Close the WebSocket (close frame, then TLS and TCP); abort at ``timeout``."""
+        deadline = self._loop.time() + timeout
         try:
-            await asyncio.wait_for(self._close_cleanly(), timeout)
-        except (asyncio.TimeoutError, OSError, WSConnectionClosed):
+            self.flush()  # e.g. the session's close
+            ws = self._ws
+            if ws.state is _OPEN and self.transport is not None:
+                ws.send_close(_NORMAL_CLOSURE)
+                self._send_pending()
+            if not self.lost.done() and self.transport is not None:
+                # The peer echoes our close frame (or sent its own); then TCP closes.
+                await asyncio.wait_for(asyncio.shield(self._close_done), timeout)
+                if not self.lost.done():
+                    self.transport.close()  # TLS close_notify, then FIN
+                    remaining = max(deadline - self._loop.time(), 0.0)
+                    await asyncio.wait_for(asyncio.shield(self.lost), remaining)
+        except (asyncio.TimeoutError, OSError):
             pass
         finally:
-            self._ws.transport.abort()
-            await self._scope.aclose()
-
-    async def _close_cleanly(self) -> None:
-        await self._flushed.wait()
-        await self._ws.close()
+            if not self.lost.done():
+                self.abort()
+                try:
+                    await asyncio.wait_for(asyncio.shield(self.lost), 0.1)
+                except asyncio.TimeoutError:
+                    _done(self.lost)
 
 
 # -- client ---------------------------------------------------------------------------------
@@ -340,58 +529,43 @@ async def connect_websocket(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     context = client_ssl_context(credentials)
-    hostname = server_name or host
-
-    created: list[_TLSClientConnection] = []
-
-    def create_connection(*args: Any, **kwargs: Any) -> _TLSClientConnection:
-        connection = _TLSClientConnection(*args, **kwargs)
-        created.append(connection)
-        connection.tls_context = context
-        connection.tls_server_hostname = hostname
-        connection.tls_handshake_timeout = timeout
-        return connection
-
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     where = f"wss://{netloc}{PATH}"
     try:
-        ws = await ws_connect(
-            f"ws://{netloc}{PATH}",  # TLS is started by _TLSClientConnection itself
-            create_connection=create_connection,
-            open_timeout=timeout,
-            ping_interval=None,
-            compression=None,
-            max_size=config.max_frame_size + _LENGTH,
-            close_timeout=TRANSPORT_CLOSE_BOUND,
-            proxy=None,
-        )
+        uri = parse_uri(where)
+    except InvalidURI as exc:
+        raise ConnectFailed(f"{where}: {exc}") from exc
+    conn = _WebSocketConnection(
+        ClientProtocol(uri, max_size=_max_message(config)),
+        context,
+        where=where,
+        server_hostname=server_name or host,
+        handshake_timeout=timeout,
+    )
+
+    async def open_connection() -> None:
+        await loop.create_connection(lambda: conn, host, port)
+        await conn.opened
+
+    try:
+        await asyncio.wait_for(open_connection(), timeout)
     except asyncio.TimeoutError:
+        conn.abort()
         raise HandshakeTimeout(
             f"{where}: not connected within {timeout} s", timeout=timeout
         ) from None
-    except (OSError, InvalidHandshake, InvalidURI, WSConnectionClosed) as exc:
-        # With TLS 1.3 a certificate the hub rejects surfaces as a TLS alert while the
-        # upgrade response is read: name the alert, not only "no valid HTTP response".
-        tls_error = created[-1].tls_error if created else None
-        if tls_error is not None:
-            detail = f"TLS: {tls_error}"
-        elif isinstance(exc, InvalidMessage):
-            # asyncio's TLS server drops a rejected client without sending the alert.
-            detail = (
-                f"the hub closed the connection before the WebSocket upgrade ({exc}): "
-                "our client certificate was probably rejected"
-            )
-        else:
-            detail = str(exc)
-        raise ConnectFailed(f"{where}: {detail}") from exc
+    except OSError as exc:
+        conn.abort()
+        raise ConnectFailed(f"{where}: {exc}") from exc
+    except BaseException:
+        conn.abort()
+        raise
     link = Link(
         "websocket",
         Session(role=Role.CLIENT, config=config, now=loop.time(), next_seq=next_seq),
         peer_node_name=None,
     )
-    endpoint = _WebSocketEndpoint(ws, link)
-    link.attach(endpoint)
-    endpoint.start()
+    conn.attach(link)
     try:
         link.start_client(hello, pending)
         try:
@@ -415,16 +589,35 @@ Handler = Callable[[Link], Awaitable[None]]
 
 
 class WebSocketServer:
-    """A WebSocket listener (see :func:`serve_websocket`)."""
+    """A WebSocket listener (see :func:`serve_websocket`).
 
-    def __init__(self) -> None:
-        self._server: Any = None
+    Each accepted connection whose client certificate names a node and whose upgrade and
+    hello arrive within ``hello_timeout`` is handed to the handler as a :class:`Link`; the
+    link is closed when the handler returns.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        credentials: TLSCredentials,
+        config: SessionConfig,
+        hello_timeout: float,
+    ) -> None:
+        self._handler = handler
+        self._context = server_ssl_context(credentials)
+        self._config = config
+        self._hello_timeout = hello_timeout
+        self._server: asyncio.Server | None = None
+        self._connections: set[_WebSocketConnection] = set()
         self._links: set[Link] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     @property
     def port(self) -> int:
         """The TCP port the server listens on."""
+        assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
 
     @property
@@ -432,18 +625,83 @@ class WebSocketServer:
         """Links currently open (hello received, handler running)."""
         return len(self._links)
 
+    def _connection(self) -> _WebSocketConnection:
+        """A new TCP connection (the listener's protocol factory)."""
+        conn = _WebSocketConnection(
+            ServerProtocol(max_size=_max_message(self._config)),
+            self._context,
+            where="websocket client",
+            server_hostname=None,
+            handshake_timeout=self._hello_timeout,
+            on_open=self._opened,
+            on_done=self._connections.discard,
+        )
+        self._connections.add(conn)
+        # TLS and the upgrade together get hello_timeout; the hello gets it again.
+        timer = asyncio.get_running_loop().call_later(
+            self._hello_timeout, self._upgrade_timed_out, conn
+        )
+        conn.opened.add_done_callback(lambda _: timer.cancel())
+        conn.lost.add_done_callback(lambda _: timer.cancel())
+        return conn
+
+    def _upgrade_timed_out(self, conn: _WebSocketConnection) -> None:
+        if not conn.opened.done():
+            logger.debug("WebSocket client: no upgrade within %s s", self._hello_timeout)
+            conn.abort()
+
+    def _opened(self, conn: _WebSocketConnection) -> None:
+        """The upgrade was accepted: make the link and run the handler for it."""
+        if self._closing:
+            conn.abort()
+            return
+        loop = asyncio.get_running_loop()
+        link = Link(
+            "websocket",
+            Session(role=Role.SERVER, config=self._config, now=loop.time(), next_seq=1),
+            peer_node_name=conn.peer_node_name,
+        )
+        conn.attach(link)
+        self._links.add(link)
+        task = loop.create_task(self._serve(link), name="ws-conn")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, link: Link) -> None:
+        """One link: hello, handler, close (owned by the server)."""
+        try:
+            try:
+                opened = await link.wait_opened(self._hello_timeout)
+            except asyncio.TimeoutError:
+                return
+            if opened is None or link.closed:
+                return
+            try:
+                await self._handler(link)
+            except Exception:
+                logger.exception("WebSocket link handler failed (node %s)", link.peer_node_name)
+                await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
+        finally:
+            self._links.discard(link)
+            await link.close()
+
     async def aclose(self) -> None:
         """Close every link (GOING_AWAY, bounded), stop accepting, wait for every handler."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
         await asyncio.gather(
             *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in self._links),
             return_exceptions=True,
         )
-        self._server.close()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._server.wait_closed()
+        for conn in list(self._connections):  # still in TLS or the upgrade
+            conn.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
 
     async def __aenter__(self) -> WebSocketServer:
         return self
@@ -472,7 +730,8 @@ async def serve_websocket(
         port: TCP port (0 picks a free one: read ``server.port``).
         credentials: the hub CA and the hub's server certificate and key.
         config: session settings; defaults if omitted.
-        hello_timeout: seconds for the TLS handshake, then the upgrade, then the hello.
+        hello_timeout: seconds for the TLS handshake and the upgrade, then again for
+            the hello.
         backlog: the listen backlog (connections not yet accepted).
 
     Returns:
@@ -482,79 +741,12 @@ async def serve_websocket(
         TransportError: the address cannot be bound or the credentials do not load.
     """
     config = config if config is not None else SessionConfig()
-    context = server_ssl_context(credentials)
-
-    def create_connection(*args: Any, **kwargs: Any) -> _TLSServerConnection:
-        connection = _TLSServerConnection(*args, **kwargs)
-        connection.tls_context = context
-        connection.tls_handshake_timeout = hello_timeout
-        return connection
-
-    result = WebSocketServer()
-
-    async def serve_one(ws: ServerConnection) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        result._tasks.add(task)
-        try:
-            await _serve_one(ws)
-        finally:
-            result._tasks.discard(task)
-
-    async def _serve_one(ws: ServerConnection) -> None:
-        loop = asyncio.get_running_loop()
-        ssl_object = ws.transport.get_extra_info("ssl_object")
-        try:
-            node = peer_node_name(ssl_object.getpeercert(binary_form=True))
-        except TransportError as exc:
-            await ws.close(1008, str(exc)[:120])
-            return
-        link = Link(
-            "websocket",
-            Session(role=Role.SERVER, config=config, now=loop.time(), next_seq=1),
-            peer_node_name=node,
-        )
-        endpoint = _WebSocketEndpoint(ws, link)
-        link.attach(endpoint)
-        endpoint.start()
-        result._links.add(link)
-        try:
-            try:
-                opened = await link.wait_opened(hello_timeout)
-            except asyncio.TimeoutError:
-                return
-            if opened is None or link.closed:
-                return
-            try:
-                await handler(link)
-            except Exception:
-                logger.exception("WebSocket link handler failed (node %s)", node)
-                await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
-        finally:
-            result._links.discard(link)
-            await link.close()
-
-    def process_request(connection: ServerConnection, request: Any) -> Any:
-        if request.path != PATH:
-            return connection.respond(404, f"no endpoint at {request.path}\n")
-        return None
-
+    result = WebSocketServer(
+        handler, credentials=credentials, config=config, hello_timeout=hello_timeout
+    )
+    loop = asyncio.get_running_loop()
     try:
-        server = await ws_serve(
-            serve_one,
-            host,
-            port,
-            create_connection=create_connection,
-            process_request=process_request,
-            open_timeout=hello_timeout,
-            ping_interval=None,
-            compression=None,
-            max_size=config.max_frame_size + _LENGTH,
-            max_queue=4,
-            close_timeout=TRANSPORT_CLOSE_BOUND,
-            backlog=backlog,
-        )
+        result._server = await loop.create_server(result._connection, host, port, backlog=backlog)
     except OSError as exc:
         raise TransportError(f"cannot listen on tcp {host}:{port}: {exc}") from exc
-    result._server = server
     return result

@@ -76,6 +76,52 @@ def test_length_prefix_over_the_limit_fails_before_the_payload_arrives() -> None
         decoder.next_frame()
 
 
+def test_feed_frames_takes_every_complete_payload_of_a_read() -> None:
+    messages = [status(i) for i in range(5)]
+    stream = b"".join(encode(m, i + 1) for i, m in enumerate(messages))
+    decoder = FrameDecoder()
+    # whole frames plus the start of the next, then the rest of it
+    cut = len(stream) - 7
+    payloads, too_large = decoder.feed_frames(stream[:cut])
+    assert too_large is None and len(payloads) == 4
+    assert all(isinstance(p, memoryview) for p in payloads)  # views of the read, no copy
+    assert [decode_payload(p) for p in payloads] == [(i + 1, m) for i, m in enumerate(messages[:4])]
+    assert decoder.buffered == len(stream[:cut]) - sum(len(p) + 4 for p in payloads)
+    payloads, too_large = decoder.feed_frames(stream[cut:])
+    assert too_large is None and [decode_payload(p) for p in payloads] == [(5, messages[4])]
+    assert decoder.buffered == 0
+    assert decoder.feed_frames(b"") == ([], None)
+
+
+def test_feed_frames_split_at_every_byte_gives_the_same_frames() -> None:
+    messages = sample_messages()
+    stream = b"".join(encode(m, i + 1 if m.needs_ack else None) for i, m in enumerate(messages))
+    decoder = FrameDecoder()
+    got = []
+    for i in range(len(stream)):
+        payloads, too_large = decoder.feed_frames(stream[i : i + 1])
+        assert too_large is None
+        got += [decode_payload(p)[1] for p in payloads]
+    assert got == messages
+    decoder.check_eof()
+
+
+def test_feed_frames_reports_an_oversized_prefix_after_the_frames_before_it() -> None:
+    decoder = FrameDecoder(max_frame_size=1024)
+    good = encode(status(1), 1)
+    payloads, too_large = decoder.feed_frames(good + (4096).to_bytes(4, "big") + b"x" * 10)
+    assert [decode_payload(p) for p in payloads] == [(1, status(1))]
+    assert isinstance(too_large, FrameTooLarge) and (too_large.size, too_large.limit) == (
+        4096,
+        1024,
+    )
+    assert decoder.buffered == 0  # nothing of the oversized frame is kept
+    payloads, too_large = decoder.feed_frames(good)  # broken for good
+    assert payloads == [] and isinstance(too_large, FrameTooLarge)
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frame()
+
+
 def test_a_frame_of_exactly_the_limit_is_accepted() -> None:
     message = MetricsBatch("edge-1", {"blob": ["x" * 200]})
     data = encode(message, 1)
