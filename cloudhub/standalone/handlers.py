@@ -1,0 +1,598 @@
+"""HTTP front of the embedded API: Kubernetes REST paths on aiohttp.
+
+Paths: ``/api/v1/...`` and ``/apis/<group>/<version>/...``, collection
+(``[namespaces/<ns>/]<plural>``), object (``.../<name>``) and subresource
+(``.../<name>/status``, ``namespaces/<name>/finalize``); the deprecated
+``/watch/`` prefix; discovery, ``/version``, ``/healthz``, ``/livez``, ``/readyz``
+and ``/openapi/v2`` (see :mod:`openapi`). Every request but the health and version
+endpoints needs ``Authorization: Bearer <token>``.
+
+Bodies are JSON (``application/json``; YAML is accepted too). Responses are JSON,
+or a ``meta.k8s.io/v1`` Table when the client asks for one (kubectl get). Errors
+are ``Status`` objects with the code, reason and details kube-apiserver uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from cloudhub.standalone import discovery, errors, openapi, patch, protobuf, tables
+from cloudhub.standalone.encoding import dumps, loads
+from cloudhub.standalone.errors import StatusError, StorageError
+from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
+from cloudhub.standalone.registry import Registry
+from cloudhub.standalone.resources import ResourceType
+from cloudhub.standalone.settings import APIServerSettings
+from cloudhub.standalone.store import DELETED, Entry
+from cloudhub.standalone.watch import PREV_DELETED, Watch
+
+__all__ = ["APIHandler"]
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+_PUBLIC = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+_BODY_TYPES = frozenset(
+    {
+        JSON,
+        "application/yaml",
+        "application/apply-patch+yaml",
+        "application/octet-stream",
+        *patch.PATCH_TYPES,
+    }
+)
+_NOT_FOUND = StatusError(404, "NotFound", "the server could not find the requested resource")
+
+
+def _json_response(body: Any, status: int = 200) -> web.Response:
+    data = body if isinstance(body, bytes) else dumps(body)
+    return web.Response(body=data, status=status, content_type=JSON)
+
+
+def _status_response(error: StatusError) -> web.Response:
+    return _json_response(error.to_status(), error.code)
+
+
+def _wants_table(accept: str) -> bool:
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
+
+
+def _check_accept(accept: str) -> None:
+    """406 unless the client takes JSON (kubectl and client-go list JSON as an alternative)."""
+    if not accept:
+        return
+    for part in accept.split(","):
+        media = part.split(";")[0].strip().lower()
+        params = part.lower()
+        if media in ("application/json", "*/*", "application/*", "application/yaml"):
+            if "as=" not in params or "as=table" in params:
+                return
+    raise errors.not_acceptable(accept)
+
+
+class APIHandler:
+    """The aiohttp application serving one :class:`Registry`.
+
+    Args:
+        registry: Types and REST semantics.
+        settings: Server settings (token, body limit, watch timings).
+        token: The bearer token clients must present.
+        server_address: ``host:port`` advertised by ``/api``.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        settings: APIServerSettings,
+        token: str,
+        server_address: Callable[[], str],
+    ) -> None:
+        self.registry = registry
+        self.settings = settings
+        self._token = ("Bearer " + token).encode()
+        self._server_address = server_address
+        self._stopping = asyncio.Event()
+        self._watches: set[asyncio.Event] = set()
+        self.openapi = openapi.OpenAPI(registry)
+
+    def server(self) -> web.Server:
+        """The aiohttp low-level server: every request goes to :meth:`handle`, which
+        dispatches by path itself (no router: Kubernetes paths are parsed once)."""
+        limit = self.settings.max_request_body_bytes
+
+        def make_request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            return web.BaseRequest(
+                message,
+                payload,
+                protocol,
+                writer,
+                task,
+                asyncio.get_running_loop(),
+                client_max_size=limit,
+            )
+
+        return web.Server(self.handle, request_factory=make_request, access_log=None)
+
+    def stop_watches(self) -> None:
+        """End every open watch stream (the server is shutting down)."""
+        self._stopping.set()
+        for wake in list(self._watches):
+            wake.set()
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Authenticate, dispatch, and turn errors into Status responses."""
+        path = request.path.rstrip("/") or "/"
+        if path not in _PUBLIC and not path.startswith(("/healthz/", "/livez/", "/readyz/")):
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, self._token):
+                return _status_response(errors.unauthorized())
+        try:
+            return await self._dispatch(request)
+        except StatusError as exc:
+            return _status_response(exc)
+        except web.HTTPRequestEntityTooLarge:
+            return _status_response(
+                StatusError(
+                    413,
+                    "RequestEntityTooLarge",
+                    f"the request body is larger than {self.settings.max_request_body_bytes} bytes",
+                )
+            )
+        except StorageError as exc:
+            log.error("storage failure on %s %s: %s", request.method, request.path, exc)
+            return _status_response(errors.internal_error(str(exc)))
+        except (web.HTTPException, asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:
+            # A bug of ours: answer with a Status like kube-apiserver's panic handler,
+            # and log the traceback.
+            log.exception("internal error on %s %s", request.method, request.path)
+            return _status_response(errors.internal_error(f"{type(exc).__name__}: {exc}"))
+
+    # -- dispatch ------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        path = request.path
+        parts = [p for p in path.split("/") if p]
+        method = request.method
+        if not parts:
+            return _json_response(
+                {
+                    "paths": [
+                        "/api",
+                        "/api/v1",
+                        "/apis",
+                        "/healthz",
+                        "/livez",
+                        "/openapi/v2",
+                        "/readyz",
+                        "/version",
+                    ]
+                }
+            )
+        head = parts[0]
+        if head in ("healthz", "livez", "readyz"):
+            return web.Response(text="ok", content_type="text/plain")
+        if head == "version" and len(parts) == 1:
+            return _json_response(discovery.version_info())
+        if head == "openapi":
+            return self.openapi.respond(request, parts[1:])
+        if head == "api":
+            if len(parts) == 1:
+                return _json_response(discovery.api_versions(self._server_address()))
+            group, version, rest = "", parts[1], parts[2:]
+        elif head == "apis":
+            types = self.registry.types()
+            if len(parts) == 1:
+                return _json_response(discovery.api_group_list(types))
+            if len(parts) == 2:
+                doc = discovery.api_group(types, parts[1])
+                if doc is None:
+                    raise _NOT_FOUND
+                return _json_response(doc)
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise _NOT_FOUND
+        if not rest:
+            doc = discovery.api_resource_list(self.registry.types(), group, version)
+            if doc is None:
+                raise _NOT_FOUND
+            return _json_response(doc)
+        watch_prefix = rest[0] == "watch"
+        if watch_prefix:
+            rest = rest[1:]
+        if not rest:
+            raise _NOT_FOUND
+        namespace: str | None = None
+        if (
+            rest[0] == "namespaces"
+            and len(rest) >= 3
+            and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
+        ):
+            namespace, rest = rest[1], rest[2:]
+        plural = rest[0]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if len(rest) > 3:
+            raise _NOT_FOUND
+        rtype = self.registry.lookup(group, version, plural)
+        if rtype is None:
+            raise _NOT_FOUND
+        if namespace is not None and not rtype.namespaced:
+            raise _NOT_FOUND
+        if rtype.namespaced and namespace is None and name is not None:
+            raise _NOT_FOUND
+        if sub and not (
+            (sub == "status" and rtype.status_subresource)
+            or (sub == "scale" and rtype.scale is not None)
+            or (sub == "finalize" and rtype.plural == "namespaces" and not rtype.group)
+        ):
+            raise _NOT_FOUND
+        query = request.query
+        if watch_prefix or (name is None and query.get("watch") in ("true", "1", "True")):
+            if method != "GET" or sub:
+                raise errors.method_not_allowed(method, rtype.qualified)
+            return await self._watch(request, rtype, namespace, name)
+        if name is None:
+            if method == "GET":
+                return await self._list(request, rtype, namespace)
+            if method == "POST":
+                if rtype.namespaced and namespace is None:
+                    raise errors.method_not_allowed(method, rtype.qualified)
+                return await self._create(request, rtype, namespace or "")
+            if method == "DELETE":
+                return await self._delete_collection(request, rtype, namespace)
+            raise errors.method_not_allowed(method, rtype.qualified)
+        ns = namespace or ""
+        if sub == "finalize" and method != "PUT":
+            raise errors.method_not_allowed(method, rtype.qualified)
+        if sub == "scale":
+            return await self._scale(request, rtype, ns, name)
+        if method == "GET":
+            entry = await self.registry.get(rtype, ns, name)
+            return self._object_response(request, rtype, entry)
+        if method == "PUT":
+            return await self._update(request, rtype, ns, name, sub)
+        if method == "PATCH":
+            return await self._patch(request, rtype, ns, name, sub)
+        if method == "DELETE" and not sub:
+            return await self._delete(request, rtype, ns, name)
+        raise errors.method_not_allowed(method, rtype.qualified)
+
+    # -- bodies and responses ------------------------------------------------------
+
+    async def _body(self, request: web.BaseRequest) -> Any:
+        raw = await request.read()
+        ctype = request.content_type or JSON
+        if not raw:
+            return None
+        if ctype == protobuf.CONTENT_TYPE:
+            return protobuf.decode_object(raw)
+        if ctype not in _BODY_TYPES:
+            raise errors.unsupported_media_type(ctype, [JSON, "application/yaml"])
+        try:
+            if ctype in ("application/yaml", "application/apply-patch+yaml"):
+                return yaml.safe_load(raw)
+            return loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+    def _dry_run(self, request: web.BaseRequest) -> bool:
+        values = request.query.getall("dryRun", [])
+        for value in values:
+            if value != "All":
+                raise errors.bad_request(
+                    f'Invalid dry run value: "{value}": supported values: "All"'
+                )
+        return bool(values)
+
+    def _write_options(self, request: web.BaseRequest) -> WriteOptions:
+        return WriteOptions.parse(request.query, self._dry_run(request))
+
+    def _object_response(
+        self,
+        request: web.BaseRequest,
+        rtype: ResourceType,
+        entry: Entry,
+        status: int = 200,
+        warnings: list[str] | None = None,
+    ) -> web.Response:
+        resp = self._object_body(request, rtype, entry, status)
+        for text in warnings or ():
+            resp.headers.add("Warning", '299 - "' + text.replace('"', '\\"') + '"')
+        return resp
+
+    def _object_body(
+        self, request: web.BaseRequest, rtype: ResourceType, entry: Entry, status: int
+    ) -> web.Response:
+        accept = request.headers.get("Accept", "")
+        _check_accept(accept)
+        data = self.registry.render(rtype, entry)
+        if _wants_table(accept):
+            obj = loads(data)
+            doc = tables.table(
+                rtype,
+                [obj],
+                resource_version=obj["metadata"].get("resourceVersion", ""),
+                include_object=request.query.get("includeObject", "Metadata"),
+            )
+            return _json_response(doc, status)
+        return _json_response(data, status)
+
+    # -- verbs ---------------------------------------------------------------------
+
+    async def _list(
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str | None
+    ) -> web.Response:
+        accept = request.headers.get("Accept", "")
+        _check_accept(accept)
+        params = ListParams.parse(rtype, request.query)
+        result = await self.registry.list(rtype, namespace, params)
+        render = self.registry.render
+        if _wants_table(accept):
+            objs = [loads(render(rtype, e)) for e in result.entries]
+            doc = tables.table(
+                rtype,
+                objs,
+                resource_version=str(result.revision),
+                include_object=request.query.get("includeObject", "Metadata"),
+                continue_token=result.continue_token,
+                remaining=result.remaining,
+            )
+            return _json_response(doc)
+        meta: dict[str, Any] = {"resourceVersion": str(result.revision)}
+        if result.continue_token:
+            meta["continue"] = result.continue_token
+        if result.remaining is not None:
+            meta["remainingItemCount"] = result.remaining
+        head = b'{"kind":"%s","apiVersion":"%s","metadata":%s,"items":[' % (
+            rtype.list_kind.encode(),
+            rtype.api_version.encode(),
+            dumps(meta),
+        )
+        body = head + b",".join(render(rtype, e) for e in result.entries) + b"]}"
+        return _json_response(body)
+
+    async def _create(
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str
+    ) -> web.Response:
+        body = await self._body(request)
+        opts = self._write_options(request)
+        entry = await self.registry.create(rtype, namespace, body, opts)
+        return self._object_response(request, rtype, entry, 201, opts.warnings)
+
+    async def _update(
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str, sub: str
+    ) -> web.Response:
+        body = await self._body(request)
+        opts = self._write_options(request)
+        entry, created = await self.registry.update(
+            rtype, ns, name, body, subresource=sub, opts=opts
+        )
+        return self._object_response(request, rtype, entry, 201 if created else 200, opts.warnings)
+
+    async def _patch(
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str, sub: str
+    ) -> web.Response:
+        ctype = request.content_type
+        if ctype not in patch.PATCH_TYPES:
+            allowed = [patch.JSON_PATCH, patch.MERGE_PATCH]
+            if rtype.strategic_merge:
+                allowed.append(patch.STRATEGIC_MERGE_PATCH)
+            raise errors.unsupported_media_type(ctype, allowed)
+        body = await self._body(request)
+        opts = self._write_options(request)
+        entry = await self.registry.patch(rtype, ns, name, ctype, body, subresource=sub, opts=opts)
+        return self._object_response(request, rtype, entry, 200, opts.warnings)
+
+    async def _scale(
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str
+    ) -> web.Response:
+        """The ``autoscaling/v1`` Scale subresource (``kubectl scale``)."""
+        _check_accept(request.headers.get("Accept", ""))
+        method = request.method
+        if method == "GET":
+            return _json_response(await self.registry.get_scale(rtype, ns, name))
+        if method not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed(method, f"{rtype.qualified}/scale")
+        ctype = request.content_type
+        if method == "PATCH" and ctype not in patch.PATCH_TYPES:
+            raise errors.unsupported_media_type(ctype, list(patch.PATCH_TYPES))
+        body = await self._body(request)
+
+        def change(scale: dict[str, Any]) -> Any:
+            if method == "PUT":
+                return body
+            if ctype == patch.JSON_PATCH:
+                return patch.apply_json_patch(scale, body)
+            if not isinstance(body, dict):
+                raise errors.bad_request("a merge patch must be a JSON object")
+            return patch.apply_merge_patch(scale, body)
+
+        scale = await self.registry.update_scale(
+            rtype, ns, name, change, self._write_options(request)
+        )
+        return _json_response(scale)
+
+    async def _delete(
+        self, request: web.BaseRequest, rtype: ResourceType, ns: str, name: str
+    ) -> web.Response:
+        body = await self._body(request)
+        options = DeleteOptions.parse(body, request.query)
+        if self._dry_run(request):
+            options = DeleteOptions(**{**_options_dict(options), "dry_run": True})
+        entry, gone = await self.registry.delete(rtype, ns, name, options)
+        if gone and not rtype.return_deleted_object:
+            details: dict[str, Any] = {"name": name}
+            if rtype.group:
+                details["group"] = rtype.group
+            details["kind"] = rtype.plural
+            details["uid"] = entry.uid
+            return _json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": details,
+                }
+            )
+        return self._object_response(request, rtype, entry)
+
+    async def _delete_collection(
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str | None
+    ) -> web.Response:
+        body = await self._body(request)
+        options = DeleteOptions.parse(body, request.query)
+        params = ListParams.parse(rtype, request.query)
+        revision, entries = await self.registry.delete_collection(rtype, namespace, params, options)
+        render = self.registry.render
+        head = b'{"kind":"%s","apiVersion":"%s","metadata":{"resourceVersion":"%d"},"items":[' % (
+            rtype.list_kind.encode(),
+            rtype.api_version.encode(),
+            revision,
+        )
+        return _json_response(head + b",".join(render(rtype, e) for e in entries) + b"]}")
+
+    # -- watch ---------------------------------------------------------------------
+
+    async def _watch(
+        self, request: web.BaseRequest, rtype: ResourceType, namespace: str | None, name: str | None
+    ) -> web.StreamResponse:
+        accept = request.headers.get("Accept", "")
+        _check_accept(accept)
+        query = dict(request.query)
+        if name is not None:
+            query["fieldSelector"] = ",".join(
+                filter(None, [query.get("fieldSelector", ""), f"metadata.name={name}"])
+            )
+        params = ListParams.parse(rtype, query)
+        as_table = _wants_table(accept)
+        try:
+            watch = await self.registry.watch(rtype, namespace, params)
+        except StatusError as exc:
+            if exc.code != 410:
+                raise
+            resp = await self._start_stream(request)
+            await resp.write(dumps({"type": "ERROR", "object": exc.to_status()}) + b"\n")
+            await resp.write_eof()
+            return resp
+        wake = asyncio.Event()
+        watch.wakeup = wake.set
+        self._watches.add(wake)
+        try:
+            return await self._stream(request, watch, wake, as_table)
+        finally:
+            self._watches.discard(wake)
+            self.registry.unwatch(watch)
+
+    async def _start_stream(self, request: web.BaseRequest) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        return resp
+
+    async def _stream(
+        self, request: web.BaseRequest, watch: Watch, wake: asyncio.Event, as_table: bool
+    ) -> web.StreamResponse:
+        settings = self.settings
+        loop = asyncio.get_running_loop()
+        rtype = watch.rtype
+        params = watch.params
+        timeout = params.timeout_s if params.timeout_s else settings.default_watch_timeout_s
+        deadline = loop.time() + timeout
+        bookmarks = params.allow_bookmarks
+        next_bookmark = loop.time() + settings.bookmark_interval_s
+        if bookmarks and timeout > 2:
+            next_bookmark = min(next_bookmark, deadline - 2)
+        resp = await self._start_stream(request)
+        headers = [True]
+        include = request.query.get("includeObject", "Metadata")
+        render = self.registry.render
+
+        def line(event: str, data: bytes, shared: bytes | None = None) -> bytes:
+            if as_table:
+                obj = loads(data)
+                doc = tables.table(
+                    rtype,
+                    [obj],
+                    resource_version=obj["metadata"].get("resourceVersion", ""),
+                    include_object=include,
+                    headers=headers[0],
+                )
+                headers[0] = False
+                return dumps({"type": event, "object": doc}) + b"\n"
+            if shared is not None:
+                return shared
+            return b'{"type":"%s","object":%s}\n' % (event.encode(), data)
+
+        try:
+            if watch.initial:
+                chunk = [line("ADDED", render(rtype, e)) for _, _, e in watch.initial]
+                watch.initial = []
+                await resp.write(b"".join(chunk))
+            while True:
+                if watch.queue:
+                    chunk = []
+                    custom_version = rtype.custom and rtype.version != rtype.storage_version
+                    while watch.queue:
+                        event, change = watch.queue.popleft()
+                        if event == PREV_DELETED:
+                            chunk.append(
+                                line(DELETED, self.registry.render_previous(rtype, change))
+                            )
+                        elif custom_version or as_table:
+                            chunk.append(line(event, render(rtype, change.entry)))
+                        else:
+                            chunk.append(line(event, b"", change.event_line(event)))
+                    await resp.write(b"".join(chunk))
+                    continue
+                if watch.ended or self._stopping.is_set():
+                    break
+                now = loop.time()
+                if now >= deadline:
+                    break
+                if bookmarks and now >= next_bookmark:
+                    bookmark = {
+                        "kind": rtype.kind,
+                        "apiVersion": rtype.api_version,
+                        "metadata": {
+                            "resourceVersion": str(self.registry.store.durable_revision),
+                            "creationTimestamp": None,
+                        },
+                    }
+                    await resp.write(dumps({"type": "BOOKMARK", "object": bookmark}) + b"\n")
+                    next_bookmark = now + settings.bookmark_interval_s
+                    if deadline - 2 > now:
+                        next_bookmark = min(next_bookmark, deadline - 2)
+                    continue
+                wait_until = min(deadline, next_bookmark) if bookmarks else deadline
+                wake.clear()
+                if watch.queue or watch.ended:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), max(0.0, wait_until - now))
+            await resp.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass
+        return resp
+
+
+def _options_dict(options: DeleteOptions) -> dict[str, Any]:
+    return {
+        "grace_period_s": options.grace_period_s,
+        "precondition_uid": options.precondition_uid,
+        "precondition_rv": options.precondition_rv,
+        "propagation": options.propagation,
+        "dry_run": options.dry_run,
+    }

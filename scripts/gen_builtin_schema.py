@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Regenerate ``cloudhub/standalone/builtin_schema.json`` from kubernetes_asyncio's models.
+
+The embedded API server decodes built-in objects the way kube-apiserver does:
+fields a kind does not have are unknown (dropped, or refused with
+``fieldValidation=Strict``) and values of the wrong JSON type are refused. It
+needs the field names and types of every built-in kind it serves; the generated
+models of the official client carry exactly that (``openapi_types`` and
+``attribute_map``). This script walks them from each served kind and writes a
+compact table, so that the server itself never imports the Kubernetes client.
+
+Run it after upgrading kubernetes_asyncio::
+
+    python scripts/gen_builtin_schema.py
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import kubernetes_asyncio
+import kubernetes_asyncio.client.models as models
+
+OUT = pathlib.Path(__file__).resolve().parent.parent / "cloudhub/standalone/builtin_schema.json"
+
+#: Kind served -> model class. PodDisruptionBudget is served at policy/v1beta1, whose
+#: fields are those of policy/v1 (the client no longer ships the v1beta1 model).
+KINDS = {
+    "Namespace": "V1Namespace",
+    "Node": "V1Node",
+    "Pod": "V1Pod",
+    "ConfigMap": "V1ConfigMap",
+    "Secret": "V1Secret",
+    "Event": "CoreV1Event",
+    "Service": "V1Service",
+    "ServiceAccount": "V1ServiceAccount",
+    "Endpoints": "V1Endpoints",
+    "Lease": "V1Lease",
+    "Deployment": "V1Deployment",
+    "DaemonSet": "V1DaemonSet",
+    "ReplicaSet": "V1ReplicaSet",
+    "StatefulSet": "V1StatefulSet",
+    "CustomResourceDefinition": "V1CustomResourceDefinition",
+    "Role": "V1Role",
+    "RoleBinding": "V1RoleBinding",
+    "ClusterRole": "V1ClusterRole",
+    "ClusterRoleBinding": "V1ClusterRoleBinding",
+    "PodDisruptionBudget": "V1PodDisruptionBudget",
+    "Ingress": "V1Ingress",
+    "DeleteOptions": "V1DeleteOptions",
+}
+PRIMITIVES = {"str", "int", "bool", "float", "datetime", "date", "object"}
+
+
+def refs(type_name: str) -> list[str]:
+    return [
+        t
+        for t in re.findall(r"[A-Za-z0-9]+", type_name)
+        if t not in PRIMITIVES and t not in ("list", "dict")
+    ]
+
+
+def main() -> None:
+    types: dict[str, dict[str, str]] = {}
+    todo = list(KINDS.values())
+    while todo:
+        name = todo.pop()
+        if name in types:
+            continue
+        cls = getattr(models, name)
+        fields = {}
+        for attr, kind in cls.openapi_types.items():
+            fields[cls.attribute_map[attr]] = kind
+            todo.extend(r for r in refs(kind) if r not in types)
+        types[name] = dict(sorted(fields.items()))
+    doc = {
+        "source": f"kubernetes_asyncio {kubernetes_asyncio.__version__} generated models",
+        "kinds": KINDS,
+        "types": dict(sorted(types.items())),
+    }
+    OUT.write_text(json.dumps(doc, indent=0, sort_keys=False, separators=(",", ":")) + "\n")
+    print(f"wrote {OUT} ({len(types)} types)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""The server's own settings and limits: watch buffers and bookmarks, body size,
+settings checks, TLS and token, and ``python -m cloudhub.standalone``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+from kubernetes_asyncio import client
+
+from cloudhub.standalone import APIServerSettings, ConfigurationError, EmbeddedAPIServer
+from tests.cloudhub.standalone.conftest import running, settings
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"port": 70000},
+        {"watch_history_events": 0},
+        {"watch_queue_events": 0},
+        {"bookmark_interval_s": 0},
+        {"default_watch_timeout_s": -1},
+        {"max_request_body_bytes": 10},
+        {"commit_interval_s": -0.1},
+        {"token": "has space"},
+        {"token": ""},
+    ],
+)
+def test_bad_settings_are_refused(bad: dict) -> None:
+    with pytest.raises(ConfigurationError):
+        APIServerSettings(**bad)
+
+
+async def test_port_in_use_is_a_configuration_error() -> None:
+    async with EmbeddedAPIServer(settings()) as first:
+        with pytest.raises(ConfigurationError) as err:
+            async with EmbeddedAPIServer(APIServerSettings(port=first.port)):
+                pass
+        assert str(first.port) in str(err.value)
+
+
+async def _watch_lines(api: EmbeddedAPIServer, query: str) -> list[dict]:
+    ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+    headers = {"Authorization": f"Bearer {api.token}"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        url = f"{api.url}/api/v1/namespaces/default/configmaps?watch=1&{query}"
+        async with session.get(url, headers=headers) as resp:
+            assert resp.status == 200
+            return [json.loads(line) async for line in resp.content if line.strip()]
+
+
+async def test_bookmarks_follow_the_configured_interval() -> None:
+    async with running(settings(bookmark_interval_s=0.2)) as (api, c):
+        listed = await client.CoreV1Api(c).list_namespaced_config_map("default")
+        events = await asyncio.wait_for(
+            _watch_lines(
+                api,
+                f"resourceVersion={listed.metadata.resource_version}&allowWatchBookmarks=true"
+                "&timeoutSeconds=1",
+            ),
+            20,
+        )
+    bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
+    assert len(bookmarks) >= 2
+    assert all(e["object"]["metadata"]["resourceVersion"] for e in bookmarks)
+
+
+async def test_a_watch_that_falls_behind_is_ended_and_can_resume() -> None:
+    async with running(settings(watch_queue_events=5)) as (api, c):
+        core = client.CoreV1Api(c)
+        listed = await core.list_namespaced_config_map("default")
+        start = listed.metadata.resource_version
+        ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+        headers = {"Authorization": f"Bearer {api.token}"}
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            url = f"{api.url}/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={start}"
+            async with session.get(url, headers=headers) as resp:
+                # The client reads nothing while 20 changes happen at once: more than
+                # its buffer of 5 can hold before the server gets to write them.
+                await asyncio.gather(
+                    *(
+                        core.create_namespaced_config_map(
+                            "default",
+                            client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"f{i}")),
+                        )
+                        for i in range(20)
+                    )
+                )
+                received = [json.loads(line) async for line in resp.content if line.strip()]
+        assert len(received) < 20  # the stream ended instead of growing without bound
+        last = received[-1]["object"]["metadata"]["resourceVersion"] if received else start
+        resumed = await asyncio.wait_for(
+            _watch_lines(api, f"resourceVersion={last}&timeoutSeconds=1"), 20
+        )
+        names = {e["object"]["metadata"]["name"] for e in received + resumed}
+        assert names == {f"f{i}" for i in range(20)}
+
+
+async def test_body_over_the_limit_is_413() -> None:
+    async with running(settings(max_request_body_bytes=4096)) as (api, _):
+        ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+        headers = {"Authorization": f"Bearer {api.token}", "Content-Type": "application/json"}
+        body = json.dumps({"metadata": {"name": "big"}, "data": {"k": "x" * 8192}})
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            async with session.post(
+                f"{api.url}/api/v1/namespaces/default/configmaps", data=body, headers=headers
+            ) as resp:
+                assert resp.status == 413
+                status = await resp.json()
+        assert status["kind"] == "Status" and status["reason"] == "RequestEntityTooLarge"
+
+
+async def test_requests_need_the_token_but_health_and_version_do_not() -> None:
+    async with EmbeddedAPIServer(settings()) as api:
+        ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            for path, status in (
+                ("/api/v1/pods", 401),
+                ("/healthz", 200),
+                ("/readyz", 200),
+                ("/version", 200),
+            ):
+                async with session.get(api.url + path) as resp:
+                    assert resp.status == status, path
+        # The serving certificate verifies against the CA for the loopback names.
+        assert api.url.startswith("https://127.0.0.1:")
+
+
+def test_cli_help_explains_every_option() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudhub.standalone", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert proc.returncode == 0
+    for option in (
+        "--data-dir",
+        "--in-memory",
+        "--host",
+        "--port",
+        "--advertise-host",
+        "--token",
+        "--kubeconfig-out",
+        "--watch-history",
+        "--bookmark-interval",
+        "--commit-interval",
+        "--no-fsync",
+    ):
+        assert option in proc.stdout, option
+
+
+def test_cli_rejects_bad_options() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudhub.standalone", "--port", "99999", "--in-memory"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "port" in proc.stderr
+
+
+def test_cli_serves_until_sigterm(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "kubeconfig"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cloudhub.standalone",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--kubeconfig-out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert proc.stdout is not None
+        serving = proc.stdout.readline()
+        assert serving.startswith("serving https://127.0.0.1:")
+        assert proc.stdout.readline().strip() == f"kubeconfig {out}"
+        assert (out.stat().st_mode & 0o777) == 0o600
+        if shutil.which("kubectl"):
+            kubectl = subprocess.run(
+                ["kubectl", "--kubeconfig", str(out), "get", "namespaces", "-o", "name"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert "namespace/default" in kubectl.stdout, kubectl.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (tmp_path / "data" / "state.db").exists()
