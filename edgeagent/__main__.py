@@ -1,0 +1,160 @@
+"""``edgeagent`` command line: ``run`` (the daemon) and ``status`` (offline report).
+
+Only ``__main__`` reads the process environment and decides the exit code:
+0 after SIGTERM/SIGINT, 1 on a fatal error, 2 on bad settings or usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pathlib
+import signal
+import sys
+from typing import Any
+
+import click
+
+from edgeagent.errors import AgentError, ConfigError
+from edgeagent.settings import AgentSettings, load_settings
+
+__all__ = ["main"]
+
+
+def _load(
+    config: str | None, state_dir: str | None, sets: tuple[str, ...], **flags: Any
+) -> AgentSettings:
+    overrides: dict[str, Any] = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}", source="flag")
+        overrides[key.strip()] = value
+    if state_dir:
+        overrides["state_dir"] = state_dir
+    for key, value in flags.items():
+        if value is not None:
+            overrides[key] = value
+    return load_settings(
+        pathlib.Path(config) if config else None,
+        env=os.environ,
+        overrides=overrides,
+        require_file=config is not None,
+    )
+
+
+_common = [
+    click.option(
+        "--config",
+        "-c",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Config file (default /etc/edgeagent/config.yaml).",
+    ),
+    click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="State directory (default /var/lib/edgeagent).",
+    ),
+    click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override any setting, e.g. --set pods.backoff_initial=5.",
+    ),
+]
+
+
+def common(func: Any) -> Any:
+    for option in reversed(_common):
+        func = option(func)
+    return func
+
+
+@click.group()
+def main() -> None:
+    """EdgeFleet edge agent."""
+
+
+@main.command()
+@common
+@click.option("--node-name", default=None, help="This node's name (default: host name).")
+@click.option("--runtime", "runtime_kind", type=click.Choice(["docker", "process"]), default=None)
+@click.option("--docker-url", default=None, help="Engine API endpoint.")
+@click.option("--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR.")
+def run(
+    config: str | None,
+    state_dir: str | None,
+    sets: tuple[str, ...],
+    node_name: str | None,
+    runtime_kind: str | None,
+    docker_url: str | None,
+    log_level: str | None,
+) -> None:
+    """Run the agent (under systemd: Type=notify, WatchdogSec=)."""
+    try:
+        settings = _load(
+            config,
+            state_dir,
+            sets,
+            node_name=node_name,
+            **{
+                "runtime.kind": runtime_kind,
+                "runtime.docker.url": docker_url,
+                "log_level": log_level,
+            },
+        )
+    except ConfigError as exc:
+        click.echo(f"edgeagent: {exc}", err=True)
+        sys.exit(2)
+    logging.basicConfig(
+        level=getattr(logging, settings.log_level.upper(), logging.INFO),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from edgeagent.agent import Agent
+    from edgeagent.sdnotify import Notifier
+
+    agent = Agent(settings, notifier=Notifier.from_env(os.environ))
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await agent.run(stop)
+
+    try:
+        asyncio.run(serve())
+    except AgentError as exc:
+        logging.getLogger("edgeagent").error("fatal: %s", exc)
+        sys.exit(1)
+
+
+@main.command()
+@common
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def status(config: str | None, state_dir: str | None, sets: tuple[str, ...], as_json: bool) -> None:
+    """Print node, hub session, certificate, pods and outbox from the local store
+    (works with the agent stopped and the hub unreachable)."""
+    try:
+        settings = _load(config, state_dir, sets)
+        from edgeagent.statusreport import collect, render
+
+        report = collect(settings)
+    except AgentError as exc:
+        click.echo(f"edgeagent: {exc}", err=True)
+        sys.exit(2 if isinstance(exc, ConfigError) else 1)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(render(report))
+
+
+if __name__ == "__main__":
+    main()

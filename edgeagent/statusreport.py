@@ -1,0 +1,104 @@
+"""``edgeagent status``: what the local store knows, readable with no agent and no hub."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from edgeagent.settings import AgentSettings
+from edgeagent.store import Store
+
+__all__ = ["collect", "render"]
+
+
+def _cert_expiry(settings: AgentSettings) -> dict[str, Any]:
+    path = settings.cert_path()
+    if not path.exists():
+        return {"path": str(path), "not_after": None, "error": "no certificate (not joined)"}
+    try:
+        from cryptography import x509  # only the status command reads certificates
+
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        not_after = cert.not_valid_after_utc
+    except (OSError, ValueError) as exc:
+        return {"path": str(path), "not_after": None, "error": f"unreadable: {exc}"}
+    left = (not_after - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    return {"path": str(path), "not_after": not_after.isoformat(), "seconds_left": int(left)}
+
+
+def collect(settings: AgentSettings) -> dict[str, Any]:
+    """Gather the report from the store (read-only) and the certificate file.
+
+    Raises:
+        StoreError: no store yet, or it cannot be read.
+    """
+    store = Store.open_readonly(settings.store_path, settings.store)
+    try:
+        statuses = store.pod_statuses()
+        pods = []
+        for obj in store.list_objects("Pod"):
+            st = statuses.get(obj.uid) or {}
+            cs = st.get("containerStatuses") or []
+            waiting = [
+                c["state"]["waiting"].get("reason", "")
+                for c in cs
+                if "waiting" in (c.get("state") or {})
+            ]
+            pods.append(
+                {
+                    "namespace": obj.namespace,
+                    "name": obj.name,
+                    "uid": obj.uid,
+                    "phase": st.get("phase", "Unknown"),
+                    "reason": st.get("reason") or (waiting[0] if waiting else ""),
+                    "ready": f"{sum(1 for c in cs if c.get('ready'))}/{len(cs)}",
+                    "restarts": sum(int(c.get("restartCount", 0)) for c in cs),
+                    "terminating": bool(obj.body.get("metadata", {}).get("deletionTimestamp")),
+                }
+            )
+        session = store.get_state("hub.session") or {}
+        return {
+            "node_name": store.get_state("node.name") or settings.node_name,
+            "hub": {
+                "url": settings.hub.url or None,
+                "state": session.get("state", "never connected"),
+                "transport": session.get("transport"),
+                "since": session.get("since"),
+            },
+            "certificate": _cert_expiry(settings),
+            "pods": pods,
+            "outbox_depth": store.outbox_depth(),
+            "store": {"path": str(settings.store_path), "schema_version": store.schema_version()},
+        }
+    finally:
+        store.close()
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as aligned text."""
+    hub = report["hub"]
+    cert = report["certificate"]
+    lines = [
+        f"node:        {report['node_name']}",
+        f"hub:         {hub['state']}"
+        + (f" over {hub['transport']}" if hub.get("transport") else "")
+        + (f" ({hub['url']})" if hub.get("url") else " (no hub configured)"),
+    ]
+    if cert.get("not_after"):
+        days = cert["seconds_left"] / 86400
+        lines.append(f"certificate: expires {cert['not_after']} ({days:.1f} days left)")
+    else:
+        lines.append(f"certificate: {cert.get('error')}")
+    lines.append(f"outbox:      {report['outbox_depth']} message(s) waiting for the hub")
+    lines.append(f"pods:        {len(report['pods'])}")
+    if report["pods"]:
+        rows = [("NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS")]
+        for p in report["pods"]:
+            shown = "Terminating" if p["terminating"] else (p["reason"] or p["phase"])
+            rows.append((p["namespace"], p["name"], p["ready"], shown, str(p["restarts"])))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        for r in rows:
+            lines.append(
+                "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+            )
+    return "\n".join(lines)

@@ -1,0 +1,23 @@
+"""The agent's local SQLite store (the only package that touches SQLite)."""
+
+from edgeagent.store.store import (
+    SEQ_BLOCK,
+    ObjectChange,
+    OutboxEntry,
+    RefLike,
+    Store,
+    StoredObject,
+    pod_coalesce_key,
+    ref_dict,
+)
+
+__all__ = [
+    "SEQ_BLOCK",
+    "ObjectChange",
+    "OutboxEntry",
+    "RefLike",
+    "Store",
+    "StoredObject",
+    "pod_coalesce_key",
+    "ref_dict",
+]

@@ -1,0 +1,838 @@
+"""The agent's local store: SQLite in WAL mode through sqlite-utils.
+
+What lives here:
+
+- **objects** received from the hub (Pods, ConfigMaps, Secrets, later devices), each with
+  its uid and resourceVersion; :meth:`Store.inventory` is what the hello carries.
+- **pod_status**: the last status the agent computed per pod (restart counts survive an
+  agent restart or a reboot).
+- **outbox**: up-going messages (``pod_status``, ``pod_deleted``, ``event``,
+  ``twin_reported``, ``metrics_batch``) keyed by a persistent, ever-increasing sequence
+  number, kept until the hub acknowledges them (``ack(up_to)``, cumulative). A message with
+  a coalescing key replaces any pending one with the same key (latest wins): it gets a new,
+  higher seq, so seqs may have gaps — cumulative acks cover them.
+- **state**: small agent facts (node name, hub session, sequence reservation).
+
+Durability and SD cards. Object changes from the hub are committed before they take
+effect (listeners are told after the commit). Everything else (status, outbox, state) is
+written into one open transaction that is committed at most ``commit_delay`` seconds
+later by :meth:`Store.flush` (the agent runs the flusher), so a burst of changes costs one
+commit and an idle agent commits nothing. A SIGKILL or power cut loses at most the
+uncommitted tail; the database itself stays consistent (WAL). Sequence numbers are
+reserved in committed blocks, so a seq handed out (and perhaps sent) before a crash is
+never handed out again.
+
+Only this package touches SQLite (an import-linter contract enforces it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import fcntl
+import json
+import logging
+import os
+import pathlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from edgeagent.errors import (
+    StoreClosedError,
+    StoreCorruptError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+)
+from edgeagent.settings import StoreSettings
+from edgeagent.store._sqlite import Database, sqlite3
+from edgeagent.store.migrations import MIGRATION_SET, MIGRATIONS, migration_number
+
+__all__ = [
+    "SEQ_BLOCK",
+    "ObjectChange",
+    "OutboxEntry",
+    "RefLike",
+    "Store",
+    "StoredObject",
+]
+
+log = logging.getLogger(__name__)
+
+SEQ_BLOCK = 1024
+"""Sequence numbers reserved per committed block (one small commit per 1024 messages)."""
+
+_SQLITE_FULL = 13
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+
+
+class RefLike(Protocol):
+    """Anything with the four fields of ``protocol.messages.ObjectRef``."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredObject:
+    """One object from the hub as stored.
+
+    Attributes:
+        uid: metadata.uid.
+        kind: ``"Pod"``, ``"ConfigMap"``, ``"Secret"`` …
+        namespace: ``""`` for cluster-scoped objects.
+        name: metadata.name.
+        resource_version: the API resourceVersion (opaque; compared for equality only).
+        body: the raw API JSON as a dict.
+    """
+
+    uid: str
+    kind: str
+    namespace: str
+    name: str
+    resource_version: str
+    body: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ObjectChange:
+    """What a store listener is told after an object change was committed.
+
+    Attributes:
+        op: ``"upsert"`` or ``"delete"``.
+        kind, namespace, name, uid: the object's identity.
+        resource_version: the new (upsert) or last (delete) resourceVersion.
+    """
+
+    op: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """One pending up-going message.
+
+    Attributes:
+        seq: its sequence number (the wire ``s``).
+        kind: the message kind tag (``"pod_status"``, ``"event"`` …).
+        body: the message fields by name, as the protocol dataclass has them.
+        coalesce_key: latest-wins key, or ``None``.
+        created_at: wall-clock seconds since the epoch when it was appended.
+    """
+
+    seq: int
+    kind: str
+    body: dict[str, Any]
+    coalesce_key: str | None
+    created_at: float
+
+
+def ref_dict(ref: RefLike) -> dict[str, str]:
+    """An object reference as the wire body carries it."""
+    return {"kind": ref.kind, "namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _errcode(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return int(code) & 0xFF
+    text = str(exc).lower()  # Python 3.10: only the message tells
+    if "disk is full" in text or "database or disk is full" in text:
+        return _SQLITE_FULL
+    if "malformed" in text or "corrupt" in text:
+        return _SQLITE_CORRUPT
+    if "not a database" in text:
+        return _SQLITE_NOTADB
+    return None
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    return _errcode(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+class _SchemaTooNew(Exception):
+    pass
+
+
+class Store:
+    """The agent's SQLite store. Not thread-safe: use it from the event loop thread.
+
+    Open with :meth:`Store.open` (the daemon) or :meth:`Store.open_readonly`
+    (``edgeagent status``).
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        path: pathlib.Path,
+        settings: StoreSettings,
+        *,
+        lock_fd: int | None,
+        readonly: bool,
+        wall_clock: Callable[[], float],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._db = db
+        self._conn: sqlite3.Connection = db.conn
+        self.path = path
+        self.settings = settings
+        self._lock_fd = lock_fd
+        self._readonly = readonly
+        self._wall = wall_clock
+        self._mono = monotonic
+        self._closed = False
+        self._dirty_since: float | None = None
+        self._listeners: list[Callable[[ObjectChange], None]] = []
+        self._lost_listeners: list[Callable[[], None]] = []
+        self._dirty_hooks: list[Callable[[], None]] = []
+        self._appends_since_trim = 0
+        self._next_seq = 0
+        self._reserved = 0
+        self._commit_reservation = False
+        self.recovered_from: pathlib.Path | None = None
+        """Where a damaged database was moved at open, or ``None``."""
+
+    # --- opening ------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: pathlib.Path,
+        settings: StoreSettings | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> Store:
+        """Open (creating if needed) the store for the agent daemon.
+
+        Takes an exclusive lock on ``<path>.lock`` so that two agents never share a state
+        directory. A damaged file — or one written by a newer agent — is moved aside to
+        ``<path>.corrupt-<UTC time>`` with an ERROR log line, and a fresh store is created:
+        the agent then resyncs everything from the hub instead of crash-looping.
+
+        Args:
+            path: the database file (its directory is created 0700).
+            settings: store settings; defaults if ``None``.
+            wall_clock: seconds since the epoch (outbox timestamps, fresh seq origin).
+            monotonic: seconds, monotonic (commit scheduling).
+
+        Raises:
+            StoreLockedError: another process holds the lock.
+            StoreFullError: the disk is full while creating or migrating.
+            StoreError: the file cannot be opened for another reason (permissions …).
+        """
+        settings = settings or StoreSettings()
+        path = pathlib.Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock_fd = _lock(path)
+        try:
+            try:
+                db = cls._connect(path, settings, readonly=False)
+                store = cls(
+                    db,
+                    path,
+                    settings,
+                    lock_fd=lock_fd,
+                    readonly=False,
+                    wall_clock=wall_clock,
+                    monotonic=monotonic,
+                )
+                store._check_and_migrate()
+            except (sqlite3.DatabaseError, _SchemaTooNew) as exc:
+                if isinstance(exc, sqlite3.DatabaseError) and not _is_corruption(exc):
+                    raise _translate(exc, path) from exc
+                with contextlib.suppress(Exception):
+                    db.close()
+                aside = _move_aside(path, exc)
+                db = cls._connect(path, settings, readonly=False)
+                store = cls(
+                    db,
+                    path,
+                    settings,
+                    lock_fd=lock_fd,
+                    readonly=False,
+                    wall_clock=wall_clock,
+                    monotonic=monotonic,
+                )
+                store._check_and_migrate()
+                store.recovered_from = aside
+            store._init_seq()
+            return store
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    @classmethod
+    def open_readonly(cls, path: pathlib.Path, settings: StoreSettings | None = None) -> Store:
+        """Open an existing store read-only, without the daemon lock (``edgeagent status``).
+
+        Raises:
+            StoreError: the file does not exist or cannot be read.
+            StoreCorruptError: the file is damaged.
+        """
+        settings = settings or StoreSettings()
+        path = pathlib.Path(path)
+        if not path.exists():
+            raise StoreError(f"no store at {path} (has the agent run yet?)", path=str(path))
+        try:
+            db = cls._connect(path, settings, readonly=True)
+            return cls(
+                db,
+                path,
+                settings,
+                lock_fd=None,
+                readonly=True,
+                wall_clock=time.time,
+                monotonic=time.monotonic,
+            )
+        except sqlite3.Error as exc:
+            raise _translate(exc, path) from exc
+
+    @staticmethod
+    def _connect(path: pathlib.Path, settings: StoreSettings, *, readonly: bool) -> Any:
+        if readonly:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        else:
+            old = os.umask(0o077)  # the store holds Secrets: 0600, and so do -wal/-shm
+            try:
+                conn = sqlite3.connect(str(path))
+            finally:
+                os.umask(old)
+        conn.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout * 1000)}")
+        # execute_plugins=False: loading sqlite-utils plugins scans every installed
+        # distribution's entry points at start-up; the agent uses none.
+        db = Database(conn, execute_plugins=False)
+        if not readonly:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"cannot put {path} in WAL mode (got {mode})", path=str(path))
+            conn.execute(f"PRAGMA synchronous = {settings.synchronous.upper()}")
+        return db
+
+    def _check_and_migrate(self) -> None:
+        result = [r[0] for r in self._conn.execute("PRAGMA quick_check(5)").fetchall()]
+        if result != ["ok"]:
+            raise sqlite3.DatabaseError("database disk image is malformed: " + "; ".join(result))
+        known = {m.name for m in MIGRATIONS._migrations}
+        applied = {m.name for m in MIGRATIONS.applied(self._db)}
+        unknown = applied - known
+        if unknown:
+            raise _SchemaTooNew(
+                f"schema has migrations this agent does not know: {', '.join(sorted(unknown))}"
+            )
+        MIGRATIONS.apply(self._db)
+        self._conn.commit()
+
+    def _init_seq(self) -> None:
+        reserved = self._get_state_raw("seq.reserved")
+        top = self._conn.execute("SELECT MAX(seq) FROM outbox").fetchone()[0] or 0
+        if reserved is None:
+            # A fresh store starts at the wall clock in microseconds, so that a store
+            # recreated after damage still counts above what the hub has seen from this
+            # node (the uplink also calls advance_seq() with the hub's received_up_to,
+            # for clocks that start at 1970 before NTP).
+            start = max(int(self._wall() * 1_000_000), 1)
+        else:
+            start = int(reserved)
+        self._next_seq = max(start, top + 1)
+        self._reserve(self._next_seq + SEQ_BLOCK)
+        self.flush()
+
+    # --- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit what is pending and close. Safe to call twice.
+
+        Raises:
+            StoreFullError: the final commit failed for lack of space (the file is still
+                closed; the uncommitted tail is lost).
+        """
+        if self._closed:
+            return
+        try:
+            if not self._readonly:
+                self.flush()
+        finally:
+            self._closed = True
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- batching -----------------------------------------------------------------------
+
+    def add_dirty_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` when a write opens a batch that needs a :meth:`flush` later
+        (the agent's flusher waits on it)."""
+        self._dirty_hooks.append(hook)
+
+    def add_lost_writes_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` when a commit failed and its batch was rolled back (disk
+        full): whoever wrote status should write it again later."""
+        self._lost_listeners.append(listener)
+
+    @property
+    def dirty_since(self) -> float | None:
+        """Monotonic time of the oldest uncommitted write, or ``None``."""
+        return self._dirty_since
+
+    def flush_due(self) -> float | None:
+        """Monotonic time at which :meth:`flush` should run, or ``None`` if clean."""
+        if self._dirty_since is None:
+            return None
+        return self._dirty_since + self.settings.commit_delay
+
+    def flush(self) -> None:
+        """Commit the open batch now (no-op when clean).
+
+        Raises:
+            StoreFullError: no space; the batch was rolled back and the lost-writes
+                listeners were called.
+            StoreError: any other SQLite failure (same rollback).
+        """
+        self._check_open()
+        if not self._conn.in_transaction:
+            self._dirty_since = None
+            return
+        try:
+            self._conn.commit()
+        except sqlite3.Error as exc:
+            self._rollback_after_failure()
+            raise _translate(exc, self.path) from exc
+        self._dirty_since = None
+
+    def _rollback_after_failure(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            if self._conn.in_transaction:
+                self._conn.rollback()
+        self._dirty_since = None
+        self._reload_seq_after_rollback()
+        for listener in list(self._lost_listeners):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not mask the store error
+                log.exception("lost-writes listener failed")
+
+    def _reload_seq_after_rollback(self) -> None:
+        # Seqs handed out in the rolled-back batch may have been sent: never reuse them.
+        # The committed reservation is above all of them, so restart from it.
+        reserved = self._get_state_raw("seq.reserved")
+        if reserved is not None:
+            self._reserved = int(reserved)
+            self._next_seq = max(self._next_seq, self._reserved)
+
+    def _touch(self) -> None:
+        if self._dirty_since is None:
+            self._dirty_since = self._mono()
+            for hook in self._dirty_hooks:
+                hook()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One batched write: joins the open transaction (a savepoint keeps it atomic)."""
+        self._check_open()
+        if self._readonly:
+            raise StoreClosedError("store was opened read-only")
+        try:
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN")  # the batch; committed by flush()
+            with self._db.atomic():  # a savepoint: this write is all-or-nothing
+                yield self._conn
+        except sqlite3.Error as exc:
+            if _errcode(exc) == _SQLITE_FULL or not self._conn.in_transaction:
+                self._rollback_after_failure()
+            raise _translate(exc, self.path) from exc
+        self._touch()
+
+    def _read(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        self._check_open()
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("store is closed")
+
+    # --- objects ------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[ObjectChange], None]) -> Callable[[], None]:
+        """Call ``listener(change)`` after each committed object upsert/delete.
+
+        Returns:
+            A function that removes the listener.
+        """
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _notify(self, change: ObjectChange) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("store listener failed for %s %s", change.op, change.uid)
+
+    def inventory(self) -> dict[str, str]:
+        """Every stored object's uid → resourceVersion (for the hello)."""
+        return dict(self._read("SELECT uid, resource_version FROM objects"))
+
+    def apply_upsert(self, ref: RefLike, resource_version: str, obj: dict[str, Any]) -> bool:
+        """Store an object received from the hub and commit it, then tell listeners.
+
+        Args:
+            ref: the object's kind, namespace, name and uid.
+            resource_version: its resourceVersion.
+            obj: the raw API JSON.
+
+        Returns:
+            ``False`` when the same resourceVersion and body were already stored
+            (nothing written), ``True`` otherwise.
+
+        Raises:
+            StoreFullError: not stored (the hub will resend it after the next inventory).
+        """
+        body = _dumps(obj)
+        row = self._read("SELECT resource_version, body FROM objects WHERE uid = ?", (ref.uid,))
+        if row and row[0][0] == resource_version and row[0][1] == body:
+            return False
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO objects (uid, kind, namespace, name, resource_version, body) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(uid) DO UPDATE SET kind=excluded.kind, "
+                "namespace=excluded.namespace, name=excluded.name, "
+                "resource_version=excluded.resource_version, body=excluded.body",
+                (ref.uid, ref.kind, ref.namespace, ref.name, resource_version, body),
+            )
+        self.flush()
+        self._notify(
+            ObjectChange("upsert", ref.kind, ref.namespace, ref.name, ref.uid, resource_version)
+        )
+        return True
+
+    def apply_delete(self, uid: str) -> bool:
+        """Remove an object the hub deleted (and its last known pod status); commit; tell
+        listeners.
+
+        Returns:
+            ``False`` if no object had that uid.
+
+        Raises:
+            StoreFullError: not removed (the hub repeats deletes after the next inventory).
+        """
+        row = self._read(
+            "SELECT kind, namespace, name, resource_version FROM objects WHERE uid = ?", (uid,)
+        )
+        if not row:
+            return False
+        kind, namespace, name, rv = row[0]
+        with self._write() as conn:
+            conn.execute("DELETE FROM objects WHERE uid = ?", (uid,))
+            conn.execute("DELETE FROM pod_status WHERE uid = ?", (uid,))
+        self.flush()
+        self._notify(ObjectChange("delete", kind, namespace, name, uid, rv))
+        return True
+
+    def get_object(self, uid: str) -> StoredObject | None:
+        """The object with that uid, or ``None``."""
+        rows = self._read(
+            "SELECT uid, kind, namespace, name, resource_version, body FROM objects WHERE uid = ?",
+            (uid,),
+        )
+        return _obj(rows[0]) if rows else None
+
+    def find_object(self, kind: str, namespace: str, name: str) -> StoredObject | None:
+        """The object of that kind and name (the newest if the hub briefly sent two)."""
+        rows = self._read(
+            "SELECT uid, kind, namespace, name, resource_version, body FROM objects "
+            "WHERE kind = ? AND namespace = ? AND name = ? ORDER BY rowid DESC LIMIT 1",
+            (kind, namespace, name),
+        )
+        return _obj(rows[0]) if rows else None
+
+    def list_objects(self, kind: str | None = None) -> list[StoredObject]:
+        """All stored objects, or those of one kind, in arrival order."""
+        sql = "SELECT uid, kind, namespace, name, resource_version, body FROM objects"
+        params: tuple = ()
+        if kind is not None:
+            sql += " WHERE kind = ?"
+            params = (kind,)
+        return [_obj(r) for r in self._read(sql + " ORDER BY rowid", params)]
+
+    # --- pod status ---------------------------------------------------------------------
+
+    def record_pod_status(self, ref: RefLike, status: dict[str, Any], observed_at: float) -> int:
+        """Keep a pod's latest status and queue a ``pod_status`` message (latest wins).
+
+        Batched: committed within ``commit_delay``.
+
+        Args:
+            ref: the pod.
+            status: the PodStatus JSON.
+            observed_at: wall-clock seconds when it was observed.
+
+        Returns:
+            The outbox seq of the queued message.
+
+        Raises:
+            StoreFullError: no space (the lost-writes listeners are called).
+        """
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO pod_status (uid, status, observed_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(uid) DO UPDATE SET status=excluded.status, "
+                "observed_at=excluded.observed_at",
+                (ref.uid, _dumps(status), observed_at),
+            )
+            seq = self._append(
+                conn,
+                "pod_status",
+                {"ref": ref_dict(ref), "status": status, "observed_at": observed_at},
+                pod_coalesce_key(ref.uid),
+            )
+        return seq
+
+    def pod_status(self, uid: str) -> dict[str, Any] | None:
+        """The last recorded status of a pod, or ``None``."""
+        rows = self._read("SELECT status FROM pod_status WHERE uid = ?", (uid,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def pod_statuses(self) -> dict[str, dict[str, Any]]:
+        """Every recorded pod status by uid."""
+        return {uid: json.loads(s) for uid, s in self._read("SELECT uid, status FROM pod_status")}
+
+    # --- outbox -------------------------------------------------------------------------
+
+    def outbox_append(
+        self, kind: str, body: dict[str, Any], *, coalesce_key: str | None = None
+    ) -> int:
+        """Queue an up-going message (batched commit).
+
+        Args:
+            kind: the protocol kind tag (``"event"``, ``"pod_deleted"`` …).
+            body: the message's fields by name, JSON-serialisable.
+            coalesce_key: when given, a pending message with the same key is replaced
+                (latest wins) and this one gets a new, higher seq.
+
+        Returns:
+            The message's seq.
+
+        Raises:
+            StoreFullError: no space.
+        """
+        with self._write() as conn:
+            return self._append(conn, kind, body, coalesce_key)
+
+    def _append(
+        self, conn: sqlite3.Connection, kind: str, body: dict, coalesce_key: str | None
+    ) -> int:
+        if coalesce_key is not None:
+            conn.execute("DELETE FROM outbox WHERE coalesce_key = ?", (coalesce_key,))
+        seq = self._next_seq
+        conn.execute(
+            "INSERT INTO outbox (seq, kind, coalesce_key, body, created_at) VALUES (?,?,?,?,?)",
+            (seq, kind, coalesce_key, _dumps(body), self._wall()),
+        )
+        self._next_seq += 1
+        if coalesce_key is None:
+            self._appends_since_trim += 1
+            if self._appends_since_trim >= 100:
+                self._trim(conn)
+        if self._next_seq >= self._reserved:
+            self._reserve(self._next_seq + SEQ_BLOCK)
+            self._commit_reservation = True
+        return seq
+
+    def _trim(self, conn: sqlite3.Connection) -> None:
+        self._appends_since_trim = 0
+        limit = self.settings.outbox_max_events
+        (count,) = conn.execute("SELECT COUNT(*) FROM outbox WHERE coalesce_key IS NULL").fetchone()
+        if count > limit:
+            conn.execute(
+                "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE coalesce_key "
+                "IS NULL ORDER BY seq LIMIT ?)",
+                (count - limit,),
+            )
+            log.warning(
+                "outbox over %d uncoalesced messages while the hub is away: dropped the %d oldest",
+                limit,
+                count - limit,
+            )
+
+    def _reserve(self, upto: int) -> None:
+        self._reserved = upto
+        self._conn.execute(
+            "INSERT INTO state (key, value) VALUES ('seq.reserved', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (_dumps(upto),),
+        )
+        self._touch()
+
+    def outbox_pending(self, after_seq: int = 0, limit: int | None = None) -> list[OutboxEntry]:
+        """Pending messages with seq > ``after_seq``, oldest first.
+
+        The uplink calls it with 0 after (re)connecting (everything not acknowledged) and
+        with the highest seq it has handed to the session while connected.
+
+        Args:
+            after_seq: only messages above this seq.
+            limit: at most this many.
+        """
+        if self._commit_reservation:
+            # A new seq block must be durable before any seq from it can leave the node.
+            self._commit_reservation = False
+            self.flush()
+        sql = (
+            "SELECT seq, kind, body, coalesce_key, created_at FROM outbox WHERE seq > ? "
+            "ORDER BY seq"
+        )
+        params: list = [after_seq]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [
+            OutboxEntry(seq, kind, json.loads(body), key, created)
+            for seq, kind, body, key, created in self._read(sql, params)
+        ]
+
+    def outbox_ack(self, up_to: int) -> int:
+        """Drop messages the hub acknowledged (cumulative: every seq ≤ ``up_to``).
+
+        Returns:
+            How many were removed.
+        """
+        with self._write() as conn:
+            cur = conn.execute("DELETE FROM outbox WHERE seq <= ?", (up_to,))
+            return cur.rowcount
+
+    def outbox_depth(self) -> int:
+        """How many messages wait for an acknowledgement."""
+        return self._read("SELECT COUNT(*) FROM outbox")[0][0]
+
+    def next_seq(self) -> int:
+        """The seq the next appended message will get (for ``Session(next_seq=…)``)."""
+        return self._next_seq
+
+    def advance_seq(self, past: int) -> None:
+        """Make every future seq greater than ``past`` (call with the welcome's
+        ``received_up_to``: after a fresh store the hub may have seen higher seqs from
+        this node, and it would drop lower ones as duplicates)."""
+        if past >= self._next_seq:
+            with self._write():
+                self._next_seq = past + 1
+                self._reserve(self._next_seq + SEQ_BLOCK)
+            self.flush()
+
+    # --- agent state --------------------------------------------------------------------
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        """A small JSON value from the agent-state table, or ``default``."""
+        raw = self._get_state_raw(key)
+        return default if raw is None else json.loads(raw)
+
+    def _get_state_raw(self, key: str) -> str | None:
+        rows = self._read("SELECT value FROM state WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Set an agent-state value (batched commit; no write if unchanged)."""
+        raw = _dumps(value)
+        if self._get_state_raw(key) == raw:
+            return
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO state (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (key, raw),
+            )
+
+    # --- introspection ------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        """The highest applied migration number."""
+        names = [m.name for m in MIGRATIONS.applied(self._db)]
+        return max((migration_number(n) for n in names), default=0)
+
+    @staticmethod
+    def migration_set() -> str:
+        """Name of the sqlite-utils migration set used by the store."""
+        return MIGRATION_SET
+
+
+def pod_coalesce_key(uid: str) -> str:
+    """The latest-wins key of ``pod_status`` and ``pod_deleted`` messages for a pod."""
+    return "pod:" + uid
+
+
+def _obj(row: tuple) -> StoredObject:
+    uid, kind, namespace, name, rv, body = row
+    return StoredObject(uid, kind, namespace, name, rv, json.loads(body))
+
+
+def _translate(exc: BaseException, path: pathlib.Path) -> StoreError:
+    code = _errcode(exc)
+    if code == _SQLITE_FULL:
+        return StoreFullError(
+            f"store {path}: disk full ({exc}); running pods are unaffected, changes since "
+            "the last commit are not saved",
+            path=str(path),
+        )
+    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return StoreCorruptError(f"store {path} is damaged: {exc}", path=str(path))
+    return StoreError(f"store {path}: {exc}", path=str(path))
+
+
+def _lock(path: pathlib.Path) -> int:
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise StoreLockedError(
+            f"another agent holds {lock_path}; one agent per state directory",
+            path=str(path),
+        ) from exc
+    return fd
+
+
+def _move_aside(path: pathlib.Path, exc: BaseException) -> pathlib.Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}.{n}")
+        n += 1
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.replace(side, aside.with_name(aside.name + suffix))
+    log.error(
+        "store %s is unusable (%s); moved it to %s and starting with an empty store — "
+        "objects will be resynced from the hub",
+        path,
+        exc,
+        aside,
+    )
+    return aside

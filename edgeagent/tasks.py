@@ -1,0 +1,49 @@
+"""A small owner for background tasks (Python 3.10 has no ``asyncio.TaskGroup``).
+
+Every task the agent starts belongs to a :class:`TaskSet` whose owner cancels and awaits
+them all (STYLE.md §8). Unlike a TaskGroup, one task failing does not cancel its
+siblings: a pod worker's bug must not stop the other pods. Failures are logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+__all__ = ["TaskSet"]
+
+log = logging.getLogger(__name__)
+
+
+class TaskSet:
+    """Tasks owned together: :meth:`close` cancels and awaits every one still running."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Start ``coro`` as a task owned by this set."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self._name}:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def close(self) -> None:
+        """Cancel every task and wait for all of them to finish."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
