@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from cryptography import x509
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
@@ -504,8 +505,9 @@ async def serve_websocket(
     async def _serve_one(ws: ServerConnection) -> None:
         loop = asyncio.get_running_loop()
         ssl_object = ws.transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True)
         try:
-            node = peer_node_name(ssl_object.getpeercert(binary_form=True))
+            node = peer_node_name(der)
         except TransportError as exc:
             await ws.close(1008, str(exc)[:120])
             return
@@ -513,6 +515,7 @@ async def serve_websocket(
             "websocket",
             Session(role=Role.SERVER, config=config, now=loop.time(), next_seq=1),
             peer_node_name=node,
+            peer_certificate=x509.load_der_x509_certificate(der),
         )
         endpoint = _WebSocketEndpoint(ws, link)
         link.attach(endpoint)
