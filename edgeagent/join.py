@@ -33,8 +33,6 @@ from edgeagent.errors import AgentError, ConfigError, UsageError
 
 __all__ = ["join", "run_join"]
 
-_RETRIES = 4
-
 
 def _labels(text: str) -> dict[str, str]:
     labels: dict[str, str] = {}
@@ -86,6 +84,7 @@ def run_join(
     state_dir: str | None,
     timeout: float,
     env: dict[str, str],
+    attempts: int = 4,
     echo=print,
 ) -> dict[str, Any]:
     """Join (see the module docstring).
@@ -101,6 +100,8 @@ def run_join(
         config: the config file to update (default ``/etc/edgeagent/config.yaml``).
         state_dir: overrides the config's ``state_dir``.
         timeout: seconds per HTTPS request.
+        attempts: tries while the hub is unreachable or busy (back-off with full jitter,
+            up to 2, 4, 8 … seconds between tries).
         env: the environment (for ``EDGEAGENT_*`` settings).
         echo: prints progress lines.
 
@@ -180,7 +181,7 @@ def run_join(
     started = time.monotonic()
     echo(f"fetching the hub CA from {address} ...")
     answer: dict[str, Any] = {}
-    for attempt in range(1, _RETRIES + 1):
+    for attempt in range(1, max(1, attempts) + 1):
         try:
             bundle, served = fetch_ca(address, timeout=timeout)
             ca_pem = pin_ca(address, bundle, ca_cert_hash)
@@ -195,7 +196,7 @@ def run_join(
             )
             break
         except JoinFailed as exc:
-            if not exc.retryable or attempt == _RETRIES:
+            if not exc.retryable or attempt >= attempts:
                 raise
             delay = random.uniform(0, 2.0**attempt)
             echo(f"{exc} (retrying in {delay:.1f} s)")
@@ -252,6 +253,13 @@ def run_join(
 )
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds per request.")
+@click.option(
+    "--attempts",
+    type=click.IntRange(1, 100),
+    default=4,
+    show_default=True,
+    help="Tries while the hub is unreachable or busy.",
+)
 def join(
     hub: str | None,
     token: str,
@@ -262,6 +270,7 @@ def join(
     config: str | None,
     state_dir: str | None,
     timeout: float,
+    attempts: int,
 ) -> None:
     """Join this node to a hub: make its key, get its certificate, write its config."""
     try:
@@ -275,6 +284,7 @@ def join(
             config=pathlib.Path(config) if config else None,
             state_dir=state_dir,
             timeout=timeout,
+            attempts=attempts,
             env=dict(os.environ),
             echo=lambda line: click.echo(line, err=True),
         )
