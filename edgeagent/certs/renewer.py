@@ -60,6 +60,8 @@ class CertificateRenewer:
             certificate (``random.uniform``; the caller owns randomness).
         response_timeout: seconds to wait for the hub's answer to one request.
         retry_base / retry_cap: seconds of back-off (full jitter) between failed attempts.
+        on_renewed: called with the new credentials after each renewal is installed (the
+            agent records the new expiry for ``edgeagent status``).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class CertificateRenewer:
         response_timeout: float = 60.0,
         retry_base: float = 10.0,
         retry_cap: float = 600.0,
+        on_renewed: Callable[[TLSCredentials], None] | None = None,
     ) -> None:
         self.paths = paths
         self._uniform = uniform
@@ -80,6 +83,7 @@ class CertificateRenewer:
         self._stamp: tuple | None = None
         self._renew_at = 0.0
         self._pending: dict[str, tuple[Any, asyncio.Future[CertRenewResponse]]] = {}
+        self._on_renewed = on_renewed
         self.renewals = 0
         """Certificates installed by this renewer."""
 
@@ -236,6 +240,8 @@ class CertificateRenewer:
             _iso(cert.not_valid_after_utc.timestamp()),
             _iso(self._renew_at),
         )
+        if self._on_renewed is not None:
+            self._on_renewed(credentials)
         return credentials
 
     def forget(self, request_id: str) -> None:
