@@ -220,6 +220,7 @@ async def test_revocation_closes_the_session_within_a_second(
             )
         await asyncio.wait_for(reader, 5)
         latency = time.monotonic() - started
+        await link.close()
         await other.close()
         print(f"revocation ({how}) closed the session in {latency * 1000:.0f} ms")
         assert agent.closed is not None and agent.closed.code == CloseCode.UNAUTHORIZED
