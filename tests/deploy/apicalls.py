@@ -1,0 +1,206 @@
+"""Which Kubernetes API calls the hub makes, two ways:
+
+- :func:`static_calls` reads the hub's source: every ``KubeClient`` verb call, every
+  ``Informer`` and every ``update_with_retry`` whose resource type is a
+  ``cloudhub.kube.resources`` constant (or a module-level ``ResourceType``), in every
+  module of ``cloudhub`` except the API server itself (``standalone``) and the client
+  (``kube``). A verb call on a client whose resource type it cannot resolve is an error:
+  nothing can hide a call from the RBAC check.
+- :class:`RecordingApiClient` records the requests a ``KubeClient`` really sends (method
+  and path, hence verb, group, resource, subresource and namespace), for the integration
+  flows to replay against the RBAC rules.
+
+A call is ``(api_group, resource, verb)``, with ``resource`` like ``"pods/status"`` for a
+subresource, as RBAC rules name them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from kubernetes_asyncio import client as k8s_client
+
+from cloudhub.kube import resources as kube_resources
+from cloudhub.kube.resources import ResourceType
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HUB = REPO / "cloudhub"
+EXCLUDED = ("standalone", "kube")
+
+VERBS = {
+    "get": "get",
+    "list": "list",
+    "create": "create",
+    "replace": "update",
+    "patch": "patch",
+    "delete": "delete",
+    "watch": "watch",
+}
+
+Call = tuple[str, str, str]
+
+
+class UnresolvedCall(AssertionError):
+    """A client verb call whose resource type the scanner cannot resolve."""
+
+
+def _constants() -> dict[str, ResourceType]:
+    found = {
+        name: value
+        for name, value in vars(kube_resources).items()
+        if isinstance(value, ResourceType)
+    }
+    for path in _modules():
+        module = importlib.import_module(_module_name(path))
+        for name, value in vars(module).items():
+            if isinstance(value, ResourceType):
+                found.setdefault(name, value)
+    return found
+
+
+def _modules() -> list[pathlib.Path]:
+    return sorted(
+        p
+        for p in HUB.rglob("*.py")
+        if p.relative_to(HUB).parts[0] not in EXCLUDED and "__pycache__" not in p.parts
+    )
+
+
+def _module_name(path: pathlib.Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _last_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _subresource(call: ast.Call) -> str | None:
+    for keyword in call.keywords:
+        if keyword.arg == "subresource" and isinstance(keyword.value, ast.Constant):
+            return keyword.value.value
+    return None
+
+
+def _looks_like_client(node: ast.AST) -> bool:
+    text = ast.unparse(node).lower()
+    return "client" in text or "kube" in text
+
+
+def static_calls() -> dict[Call, list[str]]:
+    """Every API call in the hub's source: ``{(group, resource, verb): [where, ...]}``.
+
+    Raises:
+        UnresolvedCall: a client verb call names its resource type indirectly.
+    """
+    constants = _constants()
+    calls: dict[Call, list[str]] = {}
+
+    def add(rt: ResourceType, verb: str, sub: str | None, where: str) -> None:
+        resource = f"{rt.plural}/{sub}" if sub else rt.plural
+        calls.setdefault((rt.group, resource, verb), []).append(where)
+
+    for path in _modules():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            where = f"{path.relative_to(REPO)}:{node.lineno}"
+            func = node.func
+            name = _last_name(func)
+            if name in ("Informer", "update_with_retry") and len(node.args) >= 2:
+                rt = constants.get(_last_name(node.args[1]) or "")
+                if rt is None:
+                    raise UnresolvedCall(f"{where}: {ast.unparse(node)[:80]}")
+                if name == "Informer":
+                    add(rt, "list", None, where)
+                    add(rt, "watch", None, where)
+                else:
+                    add(rt, "get", _subresource(node), where)
+                    add(rt, "update", _subresource(node), where)
+                continue
+            if not isinstance(func, ast.Attribute) or func.attr not in VERBS or not node.args:
+                continue
+            rt = constants.get(_last_name(node.args[0]) or "")
+            if rt is None:
+                if _looks_like_client(func.value) and not isinstance(node.args[0], ast.Constant):
+                    raise UnresolvedCall(
+                        f"{where}: {ast.unparse(node)[:80]}: name the resource type with a "
+                        "cloudhub.kube.resources constant so that the RBAC check sees it"
+                    )
+                continue
+            add(rt, VERBS[func.attr], _subresource(node), where)
+    return calls
+
+
+# -- recording what is really sent --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One API request as RBAC sees it."""
+
+    verb: str
+    group: str
+    resource: str
+    """``plural`` or ``plural/subresource``."""
+    namespace: str
+    """``""`` for cluster-scoped requests and requests across all namespaces."""
+    name: str
+
+    @property
+    def call(self) -> Call:
+        return (self.group, self.resource, self.verb)
+
+
+_PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$"
+)
+
+
+def parse_request(method: str, url: str) -> Request:
+    """The RBAC view of ``method url`` (as kube-apiserver's request info resolver does)."""
+    parts = urlsplit(url)
+    match = _PATH.match(parts.path)
+    if match is None:
+        raise ValueError(f"not a resource request: {method} {url}")
+    query = parse_qs(parts.query)
+    name = unquote(match["name"] or "")
+    plural = match["plural"]
+    if match["ns"] is None and plural == "namespaces" and name:
+        # /api/v1/namespaces/NAME is the Namespace object itself.
+        pass
+    resource = plural + (f"/{match['sub']}" if match["sub"] else "")
+    if method == "GET":
+        verb = "get" if name else ("watch" if query.get("watch") == ["true"] else "list")
+    else:
+        verb = {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection",
+        }[method]
+    return Request(verb, match["group"] or "", resource, unquote(match["ns"] or ""), name)
+
+
+class RecordingApiClient(k8s_client.ApiClient):
+    """A kubernetes_asyncio ``ApiClient`` that records every request it sends."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: list[Request] = []
+
+    async def call_api(self, resource_path, method, *args, **kwargs):
+        query = kwargs.get("query_params") or []
+        url = resource_path + ("?" + "&".join(f"{k}={v}" for k, v in query) if query else "")
+        self.requests.append(parse_request(method, url))
+        return await super().call_api(resource_path, method, *args, **kwargs)
