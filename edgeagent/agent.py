@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 STATUS_REFRESH = 10.0
 """Seconds between checks of the one-line systemd status (sent only when it changed)."""
-FLUSH_RETRY = 5.0
-"""Seconds before retrying a failed store commit (disk full)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,10 +215,12 @@ class Agent:
         next_watchdog = self._mono() if watchdog else float("inf")
         next_status = self._mono() + STATUS_REFRESH
         while True:
+            if store.damaged is not None:
+                raise store.damaged
             now = self._mono()
             due = store.flush_due()
             if due is not None and self._flush_error_at is not None:
-                due = max(due, self._flush_error_at + FLUSH_RETRY)
+                due = max(due, self._flush_error_at + self.settings.store.full_retry)
             if due is not None and due <= now:
                 try:
                     store.flush()
@@ -241,7 +241,7 @@ class Agent:
             due = store.flush_due()
             if due is not None:
                 if self._flush_error_at is not None:
-                    due = max(due, self._flush_error_at + FLUSH_RETRY)
+                    due = max(due, self._flush_error_at + self.settings.store.full_retry)
                 wake = min(wake, due)
             self._dirty.clear()
             try:

@@ -2,8 +2,9 @@
 
 Precedence, lowest to highest: the defaults below, the YAML config file
 (``/etc/edgeagent/config.yaml`` unless told otherwise), the environment
-(``EDGEAGENT_`` + the dotted name upper-cased with dots as underscores, e.g.
-``EDGEAGENT_STORE_COMMIT_DELAY``), then command-line flags (``--set store.commit_delay=2``).
+(``EDGEAGENT_`` + the dotted name upper-cased with ``__`` between levels, e.g.
+``EDGEAGENT_STORE__COMMIT_DELAY``), then command-line flags (``--set store.commit_delay=2``).
+Loading is ``protocol.settings`` (shared with the hub).
 The result is passed down; nothing reads the environment at import or later.
 
 The file mirrors the groups::
@@ -26,7 +27,6 @@ import dataclasses
 import os
 import pathlib
 import socket
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +65,9 @@ class StoreSettings:
 
     busy_timeout: float = 5.0
     """Seconds to wait for a lock held by another process (``edgeagent status``)."""
+
+    full_retry: float = 5.0
+    """Seconds between commit attempts while the disk is full."""
 
     outbox_max_events: int = 10_000
     """Most uncoalesced messages (events) kept while offline; the oldest are dropped beyond
@@ -194,103 +197,8 @@ class AgentSettings:
 
 def env_name(dotted: str) -> str:
     """The environment variable for a dotted setting name (``store.commit_delay`` →
-    ``EDGEAGENT_STORE_COMMIT_DELAY``)."""
-    return ENV_PREFIX + dotted.replace(".", "_").upper()
-
-
-def _leaves(cls: type, prefix: str = "") -> dict[str, Any]:
-    """Map every leaf setting's dotted name to its type."""
-    hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        name = prefix + f.name
-        if dataclasses.is_dataclass(tp):
-            out.update(_leaves(tp, name + "."))
-        else:
-            out[name] = tp
-    return out
-
-
-def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
-    """Convert a file/env/flag value to the field's type, or raise ConfigError."""
-    try:
-        if tp is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(f"not a boolean: {value!r}")
-        if tp is int:
-            if isinstance(value, bool):
-                raise ValueError("a boolean is not an integer")
-            return int(value)
-        if tp is float:
-            if isinstance(value, bool):
-                raise ValueError("a boolean is not a number")
-            return float(value)
-        if tp is str:
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise ValueError(f"not a string: {value!r}")
-            return str(value)
-        if tp is pathlib.Path:
-            return pathlib.Path(str(value))
-        if typing.get_origin(tp) is tuple:
-            if isinstance(value, str):
-                items = [v for v in (p.strip() for p in value.split(",")) if v]
-            elif isinstance(value, (list, tuple)):
-                items = [str(v) for v in value]
-            else:
-                raise ValueError(f"not a list: {value!r}")
-            return tuple(items)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{key}: {exc} (from {source})", key=key, source=source) from exc
-    raise ConfigError(f"{key}: unsupported setting type {tp!r}", key=key, source=source)
-
-
-def _flatten(data: Mapping[str, Any], prefix: str, source: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in data.items():
-        key = prefix + str(k).replace("-", "_")
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, key + ".", source))
-        else:
-            out[key] = v
-    return out
-
-
-def _read_file(path: pathlib.Path) -> dict[str, Any]:
-    import yaml  # only the run/status paths load a file; keep the import off the hot path
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}", source=str(path)) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}", source=str(path)) from exc
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"config file {path} must hold a mapping", source=str(path))
-    return _flatten(data, "", str(path))
-
-
-def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        name = prefix + f.name
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[f.name] = _build(tp, values, name + ".")
-        elif name in values:
-            kwargs[f.name] = values[name]
-    return cls(**kwargs)
+    ``EDGEAGENT_STORE__COMMIT_DELAY``: ``__`` between levels, as ``protocol.settings``)."""
+    return ENV_PREFIX + dotted.upper().replace(".", "__")
 
 
 def load_settings(
@@ -300,7 +208,8 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     require_file: bool = False,
 ) -> AgentSettings:
-    """Load the agent settings: defaults, then the file, then ``env``, then ``overrides``.
+    """Load the agent settings: defaults, then the file, then ``env``, then ``overrides``,
+    with the loader both programs share (``protocol.settings``).
 
     Args:
         config_file: YAML file; ``None`` means :data:`DEFAULT_CONFIG_FILE`. A missing
@@ -314,26 +223,23 @@ def load_settings(
         The frozen settings, with ``node_name`` defaulted to the host name.
 
     Raises:
-        ConfigError: unreadable/invalid file, unknown key, or a value of the wrong type.
+        ConfigError: unreadable/invalid file, unknown key, or a value of the wrong type;
+            ``key`` names the setting.
     """
-    leaves = _leaves(AgentSettings)
-    values: dict[str, Any] = {}
+    from protocol.errors import SettingsError
+    from protocol.settings import load_settings as load
+
     path = config_file or DEFAULT_CONFIG_FILE
-    if path.exists() or require_file:
-        for key, value in _read_file(path).items():
-            if key not in leaves:
-                raise ConfigError(f"unknown setting {key!r} in {path}", key=key, source=str(path))
-            values[key] = _coerce(value, leaves[key], key, str(path))
-    for key, tp in leaves.items():
-        name = env_name(key)
-        if env is not None and name in env:
-            values[key] = _coerce(env[name], tp, key, f"env {name}")
-    for key, value in (overrides or {}).items():
-        key = key.replace("-", "_")
-        if key not in leaves:
-            raise ConfigError(f"unknown setting {key!r}", key=key, source="flag")
-        values[key] = _coerce(value, leaves[key], key, "flag")
-    settings = _build(AgentSettings, values)
+    try:
+        settings = load(
+            AgentSettings,
+            path=path if (require_file or path.exists()) else None,
+            environ=env,
+            env_prefix=ENV_PREFIX,
+            overrides={k.replace("-", "_"): v for k, v in (overrides or {}).items()},
+        )
+    except SettingsError as exc:
+        raise ConfigError(str(exc), key=exc.key, source=exc.source) from exc
     _validate(settings)
     if not settings.node_name:
         settings = dataclasses.replace(settings, node_name=socket.gethostname().lower())

@@ -157,7 +157,6 @@ class Prober:
         target_ip: returns the address to probe (the pod IP).
         on_change: called with (container_id, kind, ok, message) when the probe's
             verdict flips after the thresholds.
-        sleep: the sleep function (``asyncio.sleep``).
     """
 
     def __init__(

@@ -156,6 +156,8 @@ class PodReconciler:
     def _worker_done(self, uid: str, worker: PodWorker, task: asyncio.Task[Any]) -> None:
         if self._workers.get(uid) is worker:
             del self._workers[uid]
+            for key in [k for k in self.started_at if k[0] == uid]:
+                del self.started_at[key]
             # Re-added while it was tearing down (the same uid upserted again)?
             if not self._closing and not task.cancelled() and self.store.get_object(uid):
                 self._ensure_worker(uid)

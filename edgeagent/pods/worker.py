@@ -502,12 +502,12 @@ class PodWorker:
             await self.r.runtime.ensure_image(image, policy)
             self._pulls.reset(pull_key)
         except ImagePullError as exc:
-            self._pulls.step(pull_key, now)
+            delay = self._pulls.step(pull_key, self.r.wall())  # from the failure, not the try
             self._waiting[name] = (exc.reason, str(exc))
             self._event("Warning", "Failed", f"Failed to pull image: {exc}")
             self._event("Warning", "Failed", f"Error: {exc.reason}")
-            # Look again shortly: the status then shows ImagePullBackOff until it expires.
-            return 1.0
+            # Look again before the back-off expires: the status then says ImagePullBackOff.
+            return min(1.0, delay / 2)
         try:
             env = resolve_env(c, pod, self.r.lookup, pod_ip=self._pod_ip, host_ip=self.r.host_ip)
             command, args = resolve_command(c, env)
@@ -660,7 +660,6 @@ class PodWorker:
                 self._ready.pop(key[0], None)
 
     def _probe_changed(self, cid: str, kind: str, ok: bool, message: str) -> None:
-        name = self._container_name(cid)
         if kind == "readiness":
             self._ready[cid] = ok
             if not ok:
@@ -668,11 +667,10 @@ class PodWorker:
         elif not ok:
             self._liveness_failed[cid] = message
             self._event("Warning", "Unhealthy", f"Liveness probe failed: {message}")
-        log.info("pod %s container %s: %s probe %s", self.uid, name, kind, "ok" if ok else "failed")
+        log.info(
+            "pod %s container %s: %s probe %s", self.uid, cid[:12], kind, "ok" if ok else "failed"
+        )
         self.wake.set()
-
-    def _container_name(self, cid: str) -> str:
-        return cid[:12]
 
     def _is_ready(self, c: dict[str, Any], info: ContainerInfo | None) -> bool:
         if info is None or info.state is not ContainerState.RUNNING:

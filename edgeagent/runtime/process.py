@@ -117,6 +117,7 @@ class _Record:
     popen: subprocess.Popen | None = field(default=None, repr=False)
     exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     running: bool = False
+    known_exit: int | None = None
 
     def persist(self) -> None:
         """Write ``state.json`` atomically."""
@@ -133,7 +134,7 @@ class _Record:
         try:
             return int((self.dir / "exit").read_text().strip())
         except (OSError, ValueError):
-            return None
+            return self.known_exit
 
     def finished_at(self) -> float | None:
         try:
@@ -370,9 +371,7 @@ class ProcessRuntime(ContainerRuntime):
             # The shim dies with its process group and cannot record it: 128 + SIGKILL.
             with contextlib.suppress(OSError):
                 (rec.dir / "exit").write_text("137\n")
-        if rec.shim_pid and self._alive(rec.shim_pid, rec.shim_start):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(rec.shim_pid, signal.SIGKILL)
+        _kill_group(rec.shim_pid, rec.shim_start)
         if rec.wpid and self._alive(rec.wpid, rec.wpid_start):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rec.wpid, signal.SIGKILL)
@@ -509,15 +508,38 @@ class ProcessRuntime(ContainerRuntime):
             for pid, start in ((rec.shim_pid, rec.shim_start), (rec.wpid, rec.wpid_start)):
                 if pid and self._alive(pid, start):
                     await _wait_pid(pid, start)
-            if rec.popen is not None:
-                rec.popen.poll()
-            if rec.exit_code() is None and not (rec.dir / "exit").exists():
+            if rec.popen is not None and rec.popen.poll() is not None and rec.exit_code() is None:
+                # The shim could not write the file (disk full?); as its parent we still
+                # know: it exits with the command's status.
+                code = rec.popen.returncode
+                rec.known_exit = code if code >= 0 else 128 - code
+                with contextlib.suppress(OSError):
+                    (rec.dir / "exit").write_text(f"{rec.known_exit}\n")
+            if rec.exit_code() is None:
                 log.warning("%s ended without recording an exit code", rec.name)
+            # As an engine does when a container's main process exits, end whatever it
+            # left behind (children of a shell script keep running otherwise).
+            _kill_group(rec.shim_pid, rec.shim_start)
         finally:
             self._watchers.pop(rec.id, None)
         rec.running = False
         rec.exited.set()
         self._emit(rec)
+
+
+def _kill_group(leader: int | None, start: int | None) -> None:
+    """SIGKILL the process group a shim led, if it is still ours.
+
+    A pid number stays reserved while any process of its group lives, so if something
+    else now has the leader's pid, our group is empty and the number was reused: leave it.
+    """
+    if not leader:
+        return
+    now = proc_start_time(leader)
+    if now is not None and now != start:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
 
 
 async def _wait_pid(pid: int, start: int | None) -> None:

@@ -53,19 +53,23 @@ def m001_initial(db: Any) -> None:
         pk="uid",
         not_null={"status", "observed_at"},
     )
+    # id: append order; seq: the wire sequence number the session gave it when sent
     db["outbox"].create(
         {
+            "id": int,
             "seq": int,
             "kind": str,
             "coalesce_key": str,
             "body": str,
             "created_at": float,
         },
-        pk="seq",
+        pk="id",
         not_null={"kind", "body", "created_at"},
     )
-    # Latest-wins: at most one pending message per coalescing key.
+    db.execute("CREATE UNIQUE INDEX outbox_seq ON outbox(seq) WHERE seq IS NOT NULL")
+    # Latest-wins: at most one unsent message per coalescing key.
     db.execute(
-        "CREATE UNIQUE INDEX outbox_coalesce ON outbox(coalesce_key) WHERE coalesce_key IS NOT NULL"
+        "CREATE UNIQUE INDEX outbox_coalesce ON outbox(coalesce_key) "
+        "WHERE coalesce_key IS NOT NULL AND seq IS NULL"
     )
     db["state"].create({"key": str, "value": str}, pk="key", not_null={"value"})

@@ -7,10 +7,16 @@ What lives here:
 - **pod_status**: the last status the agent computed per pod (restart counts survive an
   agent restart or a reboot).
 - **outbox**: up-going messages (``pod_status``, ``pod_deleted``, ``event``,
-  ``twin_reported``, ``metrics_batch``) keyed by a persistent, ever-increasing sequence
-  number, kept until the hub acknowledges them (``ack(up_to)``, cumulative). A message with
-  a coalescing key replaces any pending one with the same key (latest wins): it gets a new,
-  higher seq, so seqs may have gaps — cumulative acks cover them.
+  ``twin_reported``, ``metrics_batch``), kept until the hub acknowledges them. A message is
+  appended unsent (``id`` gives the order); the uplink hands unsent messages to the
+  session, whose ``send()`` numbers them, and records that seq (``outbox_mark_sent``);
+  ``ack(up_to)`` (cumulative) removes every message with a seq up to it. At the next
+  ``Session.connect`` the sent-but-unacknowledged ones are the ``pending`` resent with their
+  seqs. A message with a coalescing key replaces an *unsent* one with the same key (latest
+  wins, as the protocol says); one already sent stays until acknowledged.
+- **sequence numbers**: the wire seqs are persistent and ever-increasing across restarts:
+  ``next_seq()`` (for ``Session(next_seq=…)``) is above every seq that may have left the
+  node, in this life or an earlier one.
 - **state**: small agent facts (node name, hub session, sequence reservation).
 
 Durability and SD cards. Object changes from the hub are committed before they take
@@ -19,8 +25,9 @@ written into one open transaction that is committed at most ``commit_delay`` sec
 later by :meth:`Store.flush` (the agent runs the flusher), so a burst of changes costs one
 commit and an idle agent commits nothing. A SIGKILL or power cut loses at most the
 uncommitted tail; the database itself stays consistent (WAL). Sequence numbers are
-reserved in committed blocks, so a seq handed out (and perhaps sent) before a crash is
-never handed out again.
+reserved in committed blocks kept at least ``SEQ_MARGIN`` ahead of the last one used
+(more than a session's unacknowledged window), so a seq sent just before a crash, whose
+``outbox_mark_sent`` was not committed yet, is never used again.
 
 Only this package touches SQLite (an import-linter contract enforces it).
 """
@@ -52,6 +59,7 @@ from edgeagent.store.migrations import MIGRATION_SET, MIGRATIONS, migration_numb
 
 __all__ = [
     "SEQ_BLOCK",
+    "SEQ_MARGIN",
     "ObjectChange",
     "OutboxEntry",
     "RefLike",
@@ -62,7 +70,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SEQ_BLOCK = 1024
-"""Sequence numbers reserved per committed block (one small commit per 1024 messages)."""
+"""Sequence numbers reserved per committed block (one small commit per ~512 messages)."""
+SEQ_MARGIN = 512
+"""The committed reservation stays this far above the next seq: more than the session
+window (256) of messages that may be sent before their seqs are recorded."""
 
 _SQLITE_FULL = 13
 _SQLITE_CORRUPT = 11
@@ -119,17 +130,19 @@ class ObjectChange:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class OutboxEntry:
-    """One pending up-going message.
+    """One up-going message not yet acknowledged.
 
     Attributes:
-        seq: its sequence number (the wire ``s``).
+        id: local append order (send unsent messages in this order).
+        seq: the wire sequence number the session gave it, or ``None`` while unsent.
         kind: the message kind tag (``"pod_status"``, ``"event"`` …).
         body: the message fields by name, as the protocol dataclass has them.
         coalesce_key: latest-wins key, or ``None``.
         created_at: wall-clock seconds since the epoch when it was appended.
     """
 
-    seq: int
+    id: int
+    seq: int | None
     kind: str
     body: dict[str, Any]
     coalesce_key: str | None
@@ -201,9 +214,11 @@ class Store:
         self._appends_since_trim = 0
         self._next_seq = 0
         self._reserved = 0
-        self._commit_reservation = False
         self.recovered_from: pathlib.Path | None = None
         """Where a damaged database was moved at open, or ``None``."""
+        self.damaged: StoreCorruptError | None = None
+        """Set when SQLite reported the file damaged while running: the agent exits so
+        that the next start moves it aside (no crash loop: that start succeeds)."""
 
     # --- opening ------------------------------------------------------------------------
 
@@ -418,7 +433,7 @@ class Store:
             self._conn.commit()
         except sqlite3.Error as exc:
             self._rollback_after_failure()
-            raise _translate(exc, self.path) from exc
+            raise self._note(_translate(exc, self.path)) from exc
         self._dirty_since = None
 
     def _rollback_after_failure(self) -> None:
@@ -461,7 +476,7 @@ class Store:
         except sqlite3.Error as exc:
             if _errcode(exc) == _SQLITE_FULL or not self._conn.in_transaction:
                 self._rollback_after_failure()
-            raise _translate(exc, self.path) from exc
+            raise self._note(_translate(exc, self.path)) from exc
         self._touch()
 
     def _read(self, sql: str, params: tuple | list = ()) -> list[tuple]:
@@ -469,7 +484,13 @@ class Store:
         try:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise _translate(exc, self.path) from exc
+            raise self._note(_translate(exc, self.path)) from exc
+
+    def _note(self, error: StoreError) -> StoreError:
+        if isinstance(error, StoreCorruptError) and self.damaged is None:
+            self.damaged = error
+            log.error("%s; the agent must restart (the file is moved aside at open)", error)
+        return error
 
     def _check_open(self) -> None:
         if self._closed:
@@ -592,7 +613,7 @@ class Store:
             observed_at: wall-clock seconds when it was observed.
 
         Returns:
-            The outbox seq of the queued message.
+            The outbox id of the queued message.
 
         Raises:
             StoreFullError: no space (the lost-writes listeners are called).
@@ -604,13 +625,13 @@ class Store:
                 "observed_at=excluded.observed_at",
                 (ref.uid, _dumps(status), observed_at),
             )
-            seq = self._append(
+            entry_id = self._append(
                 conn,
                 "pod_status",
                 {"ref": ref_dict(ref), "status": status, "observed_at": observed_at},
                 pod_coalesce_key(ref.uid),
             )
-        return seq
+        return entry_id
 
     def pod_status(self, uid: str) -> dict[str, Any] | None:
         """The last recorded status of a pod, or ``None``."""
@@ -626,16 +647,17 @@ class Store:
     def outbox_append(
         self, kind: str, body: dict[str, Any], *, coalesce_key: str | None = None
     ) -> int:
-        """Queue an up-going message (batched commit).
+        """Queue an up-going message, unsent (batched commit).
 
         Args:
             kind: the protocol kind tag (``"event"``, ``"pod_deleted"`` …).
-            body: the message's fields by name, JSON-serialisable.
-            coalesce_key: when given, a pending message with the same key is replaced
-                (latest wins) and this one gets a new, higher seq.
+            body: the message's fields by name, JSON-serialisable (object references as
+                ``{"kind", "namespace", "name", "uid"}``).
+            coalesce_key: when given, an unsent message with the same key is dropped
+                (latest wins); this one goes to the end of the queue.
 
         Returns:
-            The message's seq.
+            The message's outbox id.
 
         Raises:
             StoreFullError: no space.
@@ -647,21 +669,18 @@ class Store:
         self, conn: sqlite3.Connection, kind: str, body: dict, coalesce_key: str | None
     ) -> int:
         if coalesce_key is not None:
-            conn.execute("DELETE FROM outbox WHERE coalesce_key = ?", (coalesce_key,))
-        seq = self._next_seq
-        conn.execute(
-            "INSERT INTO outbox (seq, kind, coalesce_key, body, created_at) VALUES (?,?,?,?,?)",
-            (seq, kind, coalesce_key, _dumps(body), self._wall()),
+            conn.execute(
+                "DELETE FROM outbox WHERE coalesce_key = ? AND seq IS NULL", (coalesce_key,)
+            )
+        cur = conn.execute(
+            "INSERT INTO outbox (seq, kind, coalesce_key, body, created_at) VALUES (NULL,?,?,?,?)",
+            (kind, coalesce_key, _dumps(body), self._wall()),
         )
-        self._next_seq += 1
         if coalesce_key is None:
             self._appends_since_trim += 1
             if self._appends_since_trim >= 100:
                 self._trim(conn)
-        if self._next_seq >= self._reserved:
-            self._reserve(self._next_seq + SEQ_BLOCK)
-            self._commit_reservation = True
-        return seq
+        return int(cur.lastrowid or 0)
 
     def _trim(self, conn: sqlite3.Connection) -> None:
         self._appends_since_trim = 0
@@ -669,8 +688,8 @@ class Store:
         (count,) = conn.execute("SELECT COUNT(*) FROM outbox WHERE coalesce_key IS NULL").fetchone()
         if count > limit:
             conn.execute(
-                "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE coalesce_key "
-                "IS NULL ORDER BY seq LIMIT ?)",
+                "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE coalesce_key "
+                "IS NULL ORDER BY id LIMIT ?)",
                 (count - limit,),
             )
             log.warning(
@@ -688,32 +707,67 @@ class Store:
         )
         self._touch()
 
-    def outbox_pending(self, after_seq: int = 0, limit: int | None = None) -> list[OutboxEntry]:
-        """Pending messages with seq > ``after_seq``, oldest first.
-
-        The uplink calls it with 0 after (re)connecting (everything not acknowledged) and
-        with the highest seq it has handed to the session while connected.
-
-        Args:
-            after_seq: only messages above this seq.
-            limit: at most this many.
-        """
-        if self._commit_reservation:
-            # A new seq block must be durable before any seq from it can leave the node.
-            self._commit_reservation = False
+    def _keep_reserved(self) -> None:
+        """Commit a new seq block when the next seq comes within SEQ_MARGIN of its end."""
+        if self._reserved - self._next_seq < SEQ_MARGIN:
+            with self._write():
+                self._reserve(self._next_seq + SEQ_BLOCK)
             self.flush()
-        sql = (
-            "SELECT seq, kind, body, coalesce_key, created_at FROM outbox WHERE seq > ? "
-            "ORDER BY seq"
+
+    def _entries(self, where: str, order: str, params: tuple = ()) -> list[OutboxEntry]:
+        rows = self._read(
+            f"SELECT id, seq, kind, body, coalesce_key, created_at FROM outbox {where} "
+            f"ORDER BY {order}",
+            params,
         )
-        params: list = [after_seq]
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
         return [
-            OutboxEntry(seq, kind, json.loads(body), key, created)
-            for seq, kind, body, key, created in self._read(sql, params)
+            OutboxEntry(i, seq, kind, json.loads(body), key, created)
+            for i, seq, kind, body, key, created in rows
         ]
+
+    def outbox_unsent(self, limit: int | None = None) -> list[OutboxEntry]:
+        """Messages not yet handed to a session, oldest first: send them in this order and
+        record each seq with :meth:`outbox_mark_sent`."""
+        if limit is None:
+            return self._entries("WHERE seq IS NULL", "id")
+        return self._entries("WHERE seq IS NULL", "id LIMIT ?", (limit,))
+
+    def outbox_mark_sent(self, entry_id: int, seq: int) -> None:
+        """Record the seq ``Session.send`` gave a message (batched commit). Call it right
+        after the send, for every send, in order.
+
+        Raises:
+            StoreError: the message is gone or was already sent, or ``seq`` is below
+                :meth:`next_seq` (seqs only go up).
+            StoreFullError: no space.
+        """
+        if seq < self._next_seq:
+            raise StoreError(f"seq {seq} is not above the seqs used before (next {self._next_seq})")
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE outbox SET seq = ? WHERE id = ? AND seq IS NULL", (seq, entry_id)
+            )
+            if cur.rowcount != 1:
+                raise StoreError(f"outbox message {entry_id} is gone or was already sent")
+            self._next_seq = max(self._next_seq, seq + 1)
+        self._keep_reserved()
+
+    def note_seq_used(self, seq: int) -> None:
+        """Record that the session gave ``seq`` to a message kept elsewhere (metrics batches
+        have their own store-and-forward buffer), so that :meth:`next_seq` stays above it.
+        Writes nothing except, once per ~512 seqs, a new reservation block."""
+        if seq >= self._next_seq:
+            self._next_seq = seq + 1
+            self._keep_reserved()
+
+    def outbox_sent(self) -> list[OutboxEntry]:
+        """Messages sent and not acknowledged, by seq: the ``pending`` to hand to the next
+        ``Session.connect`` (all are below :meth:`next_seq`)."""
+        return self._entries("WHERE seq IS NOT NULL", "seq")
+
+    def outbox_pending(self) -> list[OutboxEntry]:
+        """Every message not acknowledged: sent ones by seq, then unsent ones in order."""
+        return self.outbox_sent() + self.outbox_unsent()
 
     def outbox_ack(self, up_to: int) -> int:
         """Drop messages the hub acknowledged (cumulative: every seq ≤ ``up_to``).
@@ -722,15 +776,17 @@ class Store:
             How many were removed.
         """
         with self._write() as conn:
-            cur = conn.execute("DELETE FROM outbox WHERE seq <= ?", (up_to,))
+            cur = conn.execute("DELETE FROM outbox WHERE seq IS NOT NULL AND seq <= ?", (up_to,))
             return cur.rowcount
 
     def outbox_depth(self) -> int:
-        """How many messages wait for an acknowledgement."""
+        """How many messages wait for an acknowledgement (sent or not)."""
         return self._read("SELECT COUNT(*) FROM outbox")[0][0]
 
     def next_seq(self) -> int:
-        """The seq the next appended message will get (for ``Session(next_seq=…)``)."""
+        """The seq for ``Session(next_seq=…)``: above every seq that may have left this
+        node, in this life or an earlier one."""
+        self._keep_reserved()
         return self._next_seq
 
     def advance_seq(self, past: int) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+
 def _find_corpus() -> pathlib.Path:
     """``../shared/data/manifests`` next to the repository (or next to the directory
     holding its worktree); ``EDGEFLEET_MANIFESTS`` overrides."""
@@ -62,8 +63,13 @@ def pod_templates(docs) -> list[tuple[str, str, dict[str, Any]]]:
             out.append((meta["name"], ns, tmpl))
         elif "desiredObj" in doc and doc["desiredObj"].get("kind") == "CloneSet":
             obj = doc["desiredObj"]
-            out.append((obj["metadata"]["name"], obj["metadata"].get("namespace", "default"),
-                        obj["spec"]["template"]))
+            out.append(
+                (
+                    obj["metadata"]["name"],
+                    obj["metadata"].get("namespace", "default"),
+                    obj["spec"]["template"],
+                )
+            )
     return out
 
 

@@ -36,15 +36,22 @@ REFUSED = {
     "zigbee2mqtt-0": ["spec.containers[0].securityContext"],
     "edgenode1-0": ["spec.containers[0].securityContext", "spec.containers[1].securityContext"],
     "edgemesh-agent-0": ["spec.containers[0].securityContext"],
-    "node-exporter-0": ["spec.hostPID", "spec.containers[0].volumeMounts[0].mountPropagation",
-                        "spec.containers[1].securityContext"],
+    "node-exporter-0": [
+        "spec.hostPID",
+        "spec.containers[0].volumeMounts[0].mountPropagation",
+        "spec.containers[1].securityContext",
+    ],
     "kube-router-0": ["spec.containers[0].securityContext"],
     "nvidia-device-plugin-daemonset-0": ["spec.containers[0].securityContext"],
     "smarter-device-manager-0": ["metadata.namespace", "spec.containers[0].securityContext"],
-    "vllm-gemma-deployment-0": ["spec.containers[0].resources.limits.nvidia.com/gpu",
-                                "spec.containers[0].resources.limits.ephemeral-storage"],
-    "led-light-mapper-deployment-0": ["spec.containers[0].securityContext",
-                                      "spec.volumes[0].configMap.name"],
+    "vllm-gemma-deployment-0": [
+        "spec.containers[0].resources.limits.nvidia.com/gpu",
+        "spec.containers[0].resources.limits.ephemeral-storage",
+    ],
+    "led-light-mapper-deployment-0": [
+        "spec.containers[0].securityContext",
+        "spec.volumes[0].configMap.name",
+    ],
     "cloud-iptables-manager-0": ["spec.containers[0].securityContext"],
 }
 
@@ -58,7 +65,8 @@ async def test_real_manifests(podman, tmp_path: pathlib.Path):
     for name, ns, tmpl in templates:
         pod = manifests.to_pod(name, ns, tmpl, "edge-test")
         pods[pod["metadata"]["name"]] = manifests.adapt_for_busybox(
-            pod, BUSYBOX_IMAGE, tmp_path / "host")
+            pod, BUSYBOX_IMAGE, tmp_path / "host"
+        )
     assert set(pods) == RUNNING | set(CONFIG_ERRORS) | set(REFUSED), sorted(pods)
     # what the spec check says, before anything runs
     for name, pod in pods.items():
@@ -66,16 +74,18 @@ async def test_real_manifests(podman, tmp_path: pathlib.Path):
         assert bool(problems) == (name in REFUSED), (name, problems)
 
     settings = agent_settings(tmp_path / "state", "docker", podman)
-    h = Harness(tmp_path / "state", make_runtime_for("docker", tmp_path / "state", podman),
-                settings)
+    h = Harness(
+        tmp_path / "state", make_runtime_for("docker", tmp_path / "state", podman), settings
+    )
     await h.start()
     try:
         for obj in manifests.configs(docs):
             h.apply(obj)
         # The Karmada case lists the ConfigMaps its CloneSet needs; derive them.
         for ref in ("my-sample-config", "mysql-config"):
-            h.apply_config("ConfigMap", ref, {"log": "info", "lower": "yes"},
-                           namespace="test-cloneset")
+            h.apply_config(
+                "ConfigMap", ref, {"log": "info", "lower": "yes"}, namespace="test-cloneset"
+            )
         for pod in pods.values():
             h.apply(pod)
 
@@ -91,13 +101,20 @@ async def test_real_manifests(podman, tmp_path: pathlib.Path):
                     return False
             return True
 
-        await wait_until(settled, timeout=60, interval=0.2, what="every manifest settled: " +
-                         str({n: h.status(p).get("phase") for n, p in pods.items()}))
+        await wait_until(
+            settled,
+            timeout=60,
+            interval=0.2,
+            what="every manifest settled: "
+            + str({n: h.status(p).get("phase") for n, p in pods.items()}),
+        )
         await h.wait_ready(pods["http-probe-app-0"], timeout=30)  # its readiness probe
         grid = await h.exec(pods["deploymentgrid-demo-0"], "echo", "env")
         assert f"POD_IP={h.status(pods['deploymentgrid-demo-0'])['podIP']}" in grid
         assert "POD_NAME=deploymentgrid-demo-0" in grid and "NODE_NAME=edge-test" in grid
-        conf = await h.exec(pods["mosquitto-0"], "mosquitto", "cat /mosquitto/config/mosquitto.conf")
+        conf = await h.exec(
+            pods["mosquitto-0"], "mosquitto", "cat /mosquitto/config/mosquitto.conf"
+        )
         assert "listener 1883" in conf
         mapper = await h.exec(pods["counter-mapper-0"], "mapper", "cat /tmp/config.yaml")
         assert "grpc_server" in mapper or "socket" in mapper
@@ -119,7 +136,9 @@ async def test_real_manifests(podman, tmp_path: pathlib.Path):
 def _waiting_reason(h: Harness, pod: dict) -> tuple[str, str] | None:
     for cs in h.status(pod).get("containerStatuses") or []:
         waiting = cs.get("state", {}).get("waiting") or {}
-        if waiting.get("reason") in ("CreateContainerConfigError", "ContainerCreating") and \
-                waiting.get("message"):
+        if waiting.get("reason") in (
+            "CreateContainerConfigError",
+            "ContainerCreating",
+        ) and waiting.get("message"):
             return waiting["reason"], waiting["message"]
     return None

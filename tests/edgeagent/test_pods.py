@@ -251,7 +251,7 @@ async def test_liveness_failure_restarts_and_readiness_flips(harness: Harness):
             [
                 container(
                     "c",
-                    "touch /tmp/ef-probe-$$ 2>/dev/null; sleep 600",
+                    "trap 'exit 0' TERM; sleep 600 & wait",
                     harness.kind,
                     livenessProbe={
                         "exec": {"command": ["/bin/sh", "-c", f"test ! -e {p('/scratch/dead')}"]},
@@ -503,3 +503,45 @@ async def test_pod_removed_from_store_is_torn_down(harness: Harness):
         return await harness.runtime.list({Labels.POD_UID: pod["metadata"]["uid"]}) == []
 
     await wait_until(removed, timeout=20, what="containers removed")
+
+
+async def test_image_pull_errors_show_in_status(podman, tmp_path: pathlib.Path):
+    from tests.edgeagent.conftest import agent_settings, make_runtime_for
+
+    settings = agent_settings(tmp_path / "state", "docker", podman)
+    h = Harness(
+        tmp_path / "state", make_runtime_for("docker", tmp_path / "state", podman), settings
+    )
+    await h.start()
+    try:
+        missing = {
+            "name": "c",
+            "image": "localhost:1/absent:1.0",
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sleep", "1"],
+        }
+        never = {**missing, "image": "localhost/absent:1.0", "imagePullPolicy": "Never"}
+        pulled = h.apply(make_pod("pull", [missing], hostNetwork=True))
+        not_pulled = h.apply(make_pod("never", [never], hostNetwork=True))
+        seen: set[str] = set()
+
+        def reasons():
+            state = h.container_status(pulled, "c").get("state", {})
+            seen.add(state.get("waiting", {}).get("reason", ""))
+            return {"ErrImagePull", "ImagePullBackOff"} <= seen
+
+        await wait_until(
+            reasons, timeout=30, interval=0.02, what="ErrImagePull then ImagePullBackOff"
+        )
+        print(seen)
+        waiting = h.container_status(not_pulled, "c").get("state", {}).get("waiting", {})
+        assert waiting.get("reason") == "ErrImageNeverPull", waiting
+        assert "not present with pull policy of Never" in waiting["message"]
+        for pod in (pulled, not_pulled):
+            assert h.status(pod)["phase"] == "Pending"
+            assert h.container_status(pod, "c")["restartCount"] == 0  # never a crash
+        assert any(
+            e["reason"] == "Failed" and "ErrImagePull" in e["message"] for e in h.events(pulled)
+        )
+    finally:
+        await h.close()

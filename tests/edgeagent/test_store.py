@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from edgeagent.errors import StoreClosedError, StoreFullError, StoreLockedError
+from edgeagent.errors import StoreClosedError, StoreError, StoreFullError, StoreLockedError
 from edgeagent.settings import StoreSettings
 from edgeagent.store import ObjectChange, Store
 from tests.edgeagent.conftest import Ref
@@ -52,38 +52,58 @@ def test_objects_inventory_and_listeners(store: Store):
     assert len(changes) == 3
 
 
-def test_outbox_latest_wins_and_cumulative_ack(store: Store):
+def test_outbox_send_ack_and_latest_wins(store: Store):
     ref, _ = _pod()
-    s1 = store.record_pod_status(ref, {"phase": "Pending"}, 1.0)
+    store.record_pod_status(ref, {"phase": "Pending"}, 1.0)
     e1 = store.outbox_append("event", {"reason": "Started"})
-    s2 = store.record_pod_status(ref, {"phase": "Running"}, 2.0)
-    assert s1 < e1 < s2
-    pending = store.outbox_pending()
-    assert [(e.seq, e.kind) for e in pending] == [(e1, "event"), (s2, "pod_status")]
-    assert pending[1].body == {
+    s2 = store.record_pod_status(ref, {"phase": "Running"}, 2.0)  # replaces the unsent one
+    unsent = store.outbox_unsent()
+    assert [(e.id, e.kind, e.seq) for e in unsent] == [
+        (e1, "event", None),
+        (s2, "pod_status", None),
+    ]
+    assert unsent[1].body == {
         "ref": {"kind": "Pod", "namespace": "default", "name": "p", "uid": "u1"},
         "status": {"phase": "Running"},
         "observed_at": 2.0,
     }
     assert store.pod_status("u1") == {"phase": "Running"}
-    assert [e.seq for e in store.outbox_pending(after_seq=e1)] == [s2]
-    assert store.outbox_ack(e1) == 1
-    assert store.outbox_depth() == 1
-    assert store.outbox_ack(s2 + 100) == 1  # acks cover gaps
-    assert store.outbox_depth() == 0
+    # the uplink sends them: the session numbers them from next_seq()
+    first = store.next_seq()
+    store.outbox_mark_sent(e1, first)
+    store.outbox_mark_sent(s2, first + 1)
+    assert store.next_seq() == first + 2
+    with pytest.raises(StoreError, match="already sent"):
+        store.outbox_mark_sent(s2, first + 5)
+    # a newer status while the sent one is unacknowledged: both kept, the new one unsent
+    s3 = store.record_pod_status(ref, {"phase": "Failed"}, 3.0)
+    assert [(e.seq, e.kind) for e in store.outbox_sent()] == [
+        (first, "event"),
+        (first + 1, "pod_status"),
+    ]
+    assert [e.id for e in store.outbox_unsent()] == [s3]
+    assert store.outbox_depth() == 3
+    assert store.outbox_ack(first) == 1
+    assert [e.seq for e in store.outbox_pending()] == [first + 1, None]
+    assert store.outbox_ack(first + 100) == 1  # cumulative; unsent ones stay
+    assert [e.id for e in store.outbox_pending()] == [s3]
+    with pytest.raises(StoreError, match="not above the seqs used before"):
+        store.outbox_mark_sent(s3, first)  # seqs only go up
 
 
 def test_seq_survives_reopen_and_advance(tmp_path: pathlib.Path):
     path = tmp_path / "store.db"
     s = Store.open(path)
-    first = s.outbox_append("event", {"n": 1})
+    entry = s.outbox_append("event", {"n": 1})
+    first = s.next_seq()
+    s.outbox_mark_sent(entry, first)
     s.close()
     again = Store.open(path)
     try:
         assert again.next_seq() > first
-        assert [e.body["n"] for e in again.outbox_pending()] == [1]
+        assert [(e.seq, e.body["n"]) for e in again.outbox_sent()] == [(first, 1)]
         again.advance_seq(again.next_seq() + 10_000)  # the hub saw higher seqs
-        assert again.outbox_append("event", {}) > first + 10_000
+        assert again.next_seq() > first + 10_000
     finally:
         again.close()
 
@@ -242,7 +262,6 @@ def test_full_disk_gives_a_clear_error_and_recovers(small_fs: pathlib.Path):
     again = Store.open(small_fs / "store.db")
     try:
         assert again.pod_status("u1") == {"phase": "Failed"}
-        seqs = [e.seq for e in again.outbox_pending()]
-        assert seqs == sorted(seqs) and len(seqs) == 1
+        assert len(again.outbox_unsent()) == 1  # the status of the last commit
     finally:
         again.close()

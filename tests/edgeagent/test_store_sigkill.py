@@ -3,54 +3,48 @@ acknowledged is lost, and sequence numbers never repeat."""
 
 from __future__ import annotations
 
-import os
+import multiprocessing
 import pathlib
 import random
-import signal
-import subprocess
-import sys
 import time
 
+import pytest
+
 from edgeagent.store import Store
-
-WRITER = [sys.executable, "-m", "tests.edgeagent.store_writer"]
-
-
-def _spawn(db: pathlib.Path, env: dict, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*WRITER, str(db), *extra],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=pathlib.Path(__file__).parents[2],
-    )
+from tests.edgeagent import store_writer
 
 
-def test_sigkill_during_writes_20_times(tmp_path: pathlib.Path, python_env: dict):
+@pytest.fixture(scope="module")
+def ctx():
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.edgeagent.store_writer"])
+    return context
+
+
+def test_sigkill_during_writes_20_times(tmp_path: pathlib.Path, ctx):
     db = tmp_path / "store.db"
     rng = random.Random(5)
     highest_seq_seen = 0
     for round_no in range(20):
-        proc = _spawn(db, python_env)
-        assert proc.stdout is not None
-        opened = proc.stdout.readline()
-        assert opened.startswith("opened"), opened
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=store_writer.write_forever, args=(str(db), child))
+        proc.start()
+        child.close()
+        assert parent.recv()[0] == "opened"
         acked: list[tuple[int, int]] = []
-        deadline = time.monotonic() + 0.02 + rng.random() * 0.15
-        while True:
-            line = proc.stdout.readline()
-            if line.startswith("acked"):
-                _, n, seq = line.split()
-                acked.append((int(n), int(seq)))
-            if acked and time.monotonic() >= deadline:
+        deadline = time.monotonic() + 0.02 + rng.random() * 0.1
+        while not acked or time.monotonic() < deadline:
+            _, n, seq = parent.recv()
+            acked.append((n, seq))
+        proc.kill()  # SIGKILL, mid-write, at a random instant
+        proc.join()
+        while parent.poll():  # acks sent before the kill landed count too
+            try:
+                _, n, seq = parent.recv()
+            except EOFError:
                 break
-        os.kill(proc.pid, signal.SIGKILL)  # mid-write, at a random instant
-        rest = proc.stdout.read()  # acks printed before the kill landed count too
-        proc.wait()
-        acked += [
-            (int(n), int(s))
-            for _, n, s in (line.split() for line in rest.splitlines() if line.startswith("acked"))
-        ]
+            acked.append((n, seq))
+        parent.close()
         last_n, last_seq = max(acked)
         store = Store.open(db)
         try:
@@ -62,21 +56,39 @@ def test_sigkill_during_writes_20_times(tmp_path: pathlib.Path, python_env: dict
             assert store.next_seq() > last_seq
             assert store.next_seq() > highest_seq_seen
             highest_seq_seen = max(highest_seq_seen, last_seq)
-            seqs = [e.seq for e in store.outbox_pending()]
-            assert seqs == sorted(set(seqs))
+            seqs = [e.seq for e in store.outbox_sent()]
+            assert seqs == sorted(set(seqs)) and max(seqs) >= last_seq
         finally:
             store.close()
 
 
-def test_seqs_handed_out_before_a_crash_are_never_reused(tmp_path: pathlib.Path, python_env: dict):
+def test_seqs_handed_out_before_a_crash_are_never_reused(tmp_path: pathlib.Path, ctx):
     db = tmp_path / "store.db"
-    proc = _spawn(db, python_env, "--crash-after-uncommitted")
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-    handed_out = [int(s) for s in out.splitlines()[-1].split()[1:]]
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=store_writer.hand_out_uncommitted, args=(str(db), child))
+    proc.start()
+    handed_out = parent.recv()
+    proc.kill()
+    proc.join()
     store = Store.open(db)
     try:
-        assert len(store.outbox_pending()) == 1  # only the committed event survived
+        assert [e.body["n"] for e in store.outbox_sent()] == [0]  # only the committed one
+        assert store.outbox_unsent() == []  # the rest was never committed
         assert store.next_seq() > max(handed_out)
+    finally:
+        store.close()
+
+
+def test_seqs_used_outside_the_outbox_survive_a_crash(tmp_path: pathlib.Path, ctx):
+    db = tmp_path / "store.db"
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=store_writer.use_seqs_outside_the_outbox, args=(str(db), child))
+    proc.start()
+    last = parent.recv()
+    proc.kill()
+    proc.join()
+    store = Store.open(db)
+    try:
+        assert store.next_seq() > last
     finally:
         store.close()

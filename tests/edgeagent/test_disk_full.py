@@ -1,0 +1,121 @@
+"""A full disk under a running agent: a clear error, pods keep running, status resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from edgeagent.agent import Agent
+from edgeagent.sdnotify import Notifier
+from edgeagent.store import Store
+from tests.edgeagent.conftest import Ref, agent_settings, container, make_pod, wait_until
+
+
+@pytest.fixture
+def small_state(tmp_path: pathlib.Path):
+    mnt = tmp_path / "state"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill: {proc.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(directory: pathlib.Path) -> pathlib.Path:
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def _phase(state: pathlib.Path, uid: str) -> str | None:
+    store = Store.open_readonly(state / "store.db")
+    try:
+        return (store.pod_status(uid) or {}).get("phase")
+    finally:
+        store.close()
+
+
+async def _running(state: pathlib.Path, uid: str) -> bool:
+    from edgeagent.runtime import ContainerState, Labels
+    from edgeagent.runtime.process import ProcessRuntime
+    from edgeagent.settings import ProcessSettings
+
+    rt = ProcessRuntime(state / "runtime" / "process", ProcessSettings())
+    await rt.connect()
+    try:
+        infos = await rt.list({Labels.POD_UID: uid})
+        return any(i.state is ContainerState.RUNNING for i in infos)
+    finally:
+        await rt.close()
+
+
+async def test_full_disk_keeps_pods_running(small_state: pathlib.Path, caplog):
+    settings = agent_settings(small_state, "process")
+    settings = dataclasses.replace(
+        settings, store=dataclasses.replace(settings.store, commit_delay=0.1, full_retry=0.5)
+    )
+    steady = make_pod("steady", [container("c", "sleep 600", "process")])
+    finisher = make_pod(
+        "finisher", [container("c", "sleep 1.5; exit 0", "process")], restartPolicy="Never"
+    )
+    store = Store.open(settings.store_path, settings.store)
+    for pod in (steady, finisher):
+        meta = pod["metadata"]
+        store.apply_upsert(Ref("Pod", "default", meta["name"], meta["uid"]), "1", pod)
+    store.close()
+    stop = asyncio.Event()
+    agent = Agent(settings, notifier=Notifier(None))
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        await wait_until(
+            lambda: (
+                _phase(small_state, steady["metadata"]["uid"]) == "Running"
+                and _phase(small_state, finisher["metadata"]["uid"]) == "Running"
+            ),
+            timeout=20,
+            what="both pods running",
+        )
+        with caplog.at_level(logging.ERROR):
+            filler = _fill(small_state)
+            # the finisher exits: its status change cannot be saved
+            await wait_until(
+                lambda: "disk full" in caplog.text, timeout=20, what="a clear disk-full error"
+            )
+        assert "running pods are unaffected" in caplog.text
+        assert not task.done(), "the agent keeps running"
+        assert _phase(small_state, finisher["metadata"]["uid"]) == "Running"  # not saved
+        assert await _running(small_state, steady["metadata"]["uid"])
+        filler.unlink()
+        await wait_until(
+            lambda: _phase(small_state, finisher["metadata"]["uid"]) == "Succeeded",
+            timeout=20,
+            what="status saved once space is back",
+        )
+        assert _phase(small_state, steady["metadata"]["uid"]) == "Running"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+        from edgeagent.runtime.process import ProcessRuntime
+        from edgeagent.settings import ProcessSettings
+
+        rt = ProcessRuntime(small_state / "runtime" / "process", ProcessSettings())
+        await rt.connect()
+        for info in await rt.list():
+            await rt.remove(info.id)
+        await rt.close()

@@ -1,0 +1,221 @@
+"""Pure parts of the agent: settings, spec checks, quantities, env, back-off, volumes,
+phase."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import stat
+
+import pytest
+
+from edgeagent.errors import ConfigError, PodConfigError, VolumeError
+from edgeagent.pods.backoff import Backoff, go_duration
+from edgeagent.pods.env import expand, resolve_env
+from edgeagent.pods.spec import check_pod, parse_cpu_millicores, parse_memory_bytes, qos_class
+from edgeagent.pods.status import pod_phase
+from edgeagent.pods.volumes import VolumeManager, write_atomic
+from edgeagent.settings import env_name, load_settings
+
+
+def test_settings_precedence_file_env_flags(tmp_path: pathlib.Path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "node_name: from-file\npods:\n  backoff_initial: 5\n"
+        "runtime:\n  kind: process\n  docker:\n    sandbox_command: [sleep, '9']\n"
+    )
+    env = {
+        env_name("pods.backoff_initial"): "7",
+        env_name("store.commit_delay"): "2.5",
+        "EDGEAGENT_NODE_NAME": "from-env",
+    }
+    s = load_settings(cfg, env=env, overrides={"node_name": "from-flag"})
+    assert s.node_name == "from-flag"
+    assert s.pods.backoff_initial == 7.0 and s.store.commit_delay == 2.5
+    assert s.runtime.kind == "process" and s.runtime.docker.sandbox_command == ("sleep", "9")
+    assert env_name("runtime.docker.url") == "EDGEAGENT_RUNTIME__DOCKER__URL"
+    defaults = load_settings(tmp_path / "absent.yaml", env={})
+    assert defaults.node_name  # host name
+    assert defaults.state_dir == pathlib.Path("/var/lib/edgeagent")
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("pods:\n  backof_initial: 1\n", "pods.backof_initial"),
+        ("store:\n  commit_delay: soon\n", "store.commit_delay"),
+        ("runtime:\n  kind: lxc\n", "runtime.kind"),
+        ("[unclosed", "<file>"),
+    ],
+)
+def test_settings_errors_name_the_key(tmp_path: pathlib.Path, text: str, key: str):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg, env={})
+    assert err.value.key == key
+    assert key in str(err.value) or "YAML" in str(err.value)
+
+
+def test_quantities():
+    assert parse_cpu_millicores("250m") == 250
+    assert parse_cpu_millicores("2") == 2000 and parse_cpu_millicores(0.5) == 500
+    assert parse_memory_bytes("64Mi") == 64 << 20 and parse_memory_bytes("1G") == 10**9
+    assert parse_memory_bytes("1e3") == 1000
+    with pytest.raises(ValueError):
+        parse_memory_bytes("lots")
+
+
+def test_check_pod_names_every_unsupported_field():
+    pod = {
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {
+            "hostIPC": True,
+            "hostPID": False,
+            "dnsPolicy": "None",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "i",
+                    "lifecycle": {"preStop": {}},
+                    "resources": {"limits": {"cpu": "1", "hugepages-2Mi": "1"}},
+                    "env": [{"name": "X", "valueFrom": {"resourceFieldRef": {}}}],
+                    "volumeMounts": [{"name": "nope", "mountPath": "rel"}],
+                }
+            ],
+        },
+    }
+    problems = check_pod(pod, "docker")
+    for want in (
+        "spec.hostIPC",
+        "spec.dnsPolicy",
+        "spec.containers[0].lifecycle",
+        "spec.containers[0].resources.limits.hugepages-2Mi",
+        "spec.containers[0].env[0].valueFrom.resourceFieldRef",
+        "spec.containers[0].volumeMounts[0].name: no volume named 'nope'",
+        "spec.containers[0].volumeMounts[0].mountPath: must be absolute",
+    ):
+        assert any(p.startswith(want) for p in problems), (want, problems)
+    assert not any("hostPID" in p for p in problems)  # its off value is fine
+    assert any("command: required by the process runtime" in p for p in check_pod(pod, "process"))
+
+
+def test_qos_class():
+    assert qos_class({"containers": [{}]}) == "BestEffort"
+    assert (
+        qos_class({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]})
+        == "Guaranteed"
+    )
+    assert qos_class({"containers": [{"resources": {"requests": {"cpu": "1"}}}]}) == "Burstable"
+
+
+def test_env_expansion_and_missing_keys():
+    assert expand("$(A)-$(B)-$$(A)", {"A": "1"}) == "1-$(B)-$(A)"
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"app": "web"}},
+        "spec": {"nodeName": "n1"},
+    }
+    objects = {("ConfigMap", "ns", "cm"): {"data": {"a": "1"}}}
+    lookup = lambda kind, ns, name: objects.get((kind, ns, name))  # noqa: E731
+    container = {
+        "env": [
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "b"}}},
+        ]
+    }
+    with pytest.raises(PodConfigError, match="couldn't find key b in ConfigMap ns/cm"):
+        resolve_env(container, pod, lookup, pod_ip="", host_ip="")
+    container["env"][1]["valueFrom"]["configMapKeyRef"]["optional"] = True
+    assert resolve_env(container, pod, lookup, pod_ip="", host_ip="") == [("APP", "web")]
+    with pytest.raises(PodConfigError, match='secret "s" not found'):
+        resolve_env({"envFrom": [{"secretRef": {"name": "s"}}]}, pod, lookup, pod_ip="", host_ip="")
+
+
+def test_crash_backoff_is_kubelets():
+    b = Backoff(10, 300)
+    assert b.remaining("c", since=100, now=100) == 0  # first restart: immediate
+    assert b.step("c", 100) == 10
+    assert b.remaining("c", since=105, now=106) == 9  # crashed again at 105
+    assert b.step("c", 105) == 20
+    for t in range(6):
+        b.step("c", 110 + t)
+    assert b.current("c") == 300
+    assert b.remaining("c", since=116 + 601, now=116 + 601) == 0  # ran > 10 min: forgotten
+    assert [go_duration(x) for x in (0.4, 1.6, 10, 80, 300)] == [
+        "400ms",
+        "1.6s",
+        "10s",
+        "1m20s",
+        "5m0s",
+    ]
+
+
+def test_atomic_writer_swaps_and_prunes(tmp_path: pathlib.Path):
+    vol = tmp_path / "vol"
+    assert write_atomic(vol, {"a": (b"1", 0o644), "dir/b": (b"2", 0o600)})
+    assert (vol / "a").read_text() == "1" and (vol / "dir" / "b").read_text() == "2"
+    assert os.readlink(vol / "a") == "..data/a"
+    assert not write_atomic(vol, {"a": (b"1", 0o644), "dir/b": (b"2", 0o600)})  # unchanged
+    old = os.readlink(vol / "..data")
+    assert write_atomic(vol, {"a": (b"3", 0o644)})
+    assert (vol / "a").read_text() == "3" and not (vol / "dir").exists()
+    assert not (vol / old).exists()
+    assert stat.S_IMODE((vol / "..data" / "a").stat().st_mode) == 0o644
+
+
+def test_secret_modes_and_bad_base64(tmp_path: pathlib.Path):
+    vm = VolumeManager(tmp_path / "pods", None)
+    pod = {
+        "metadata": {"uid": "u", "namespace": "ns", "name": "p"},
+        "spec": {"volumes": [{"name": "s", "secret": {"secretName": "s", "defaultMode": 0o644}}]},
+    }
+    objects = {
+        ("Secret", "ns", "s"): {
+            "metadata": {"name": "s", "namespace": "ns"},
+            "data": {"k": "dmFsdWU="},
+        }
+    }
+    vols = vm.prepare(pod, lambda kind, ns, name: objects.get((kind, ns, name)))
+    f = pathlib.Path(vols["s"].path) / "..data" / "k"
+    assert f.read_text() == "value" and stat.S_IMODE(f.stat().st_mode) == 0o600
+    objects[("Secret", "ns", "s")]["data"]["k"] = "YOUR_PASSWORD"
+    with pytest.raises(PodConfigError, match='secret "ns/s" key "k": value is not valid base64'):
+        vm.prepare(pod, lambda kind, ns, name: objects.get((kind, ns, name)))
+
+
+def test_host_path_types(tmp_path: pathlib.Path):
+    vm = VolumeManager(tmp_path / "pods", None)
+
+    def pod(path, kind):
+        return {
+            "metadata": {"uid": "u", "namespace": "ns", "name": "p"},
+            "spec": {"volumes": [{"name": "h", "hostPath": {"path": str(path), "type": kind}}]},
+        }
+
+    with pytest.raises(VolumeError, match="is not a directory"):
+        vm.prepare(pod(tmp_path / "missing", "Directory"), lambda *a: None)
+    vm.prepare(pod(tmp_path / "made", "DirectoryOrCreate"), lambda *a: None)
+    assert (tmp_path / "made").is_dir()
+    vm.prepare(pod(tmp_path / "made" / "f", "FileOrCreate"), lambda *a: None)
+    assert (tmp_path / "made" / "f").is_file()
+    with pytest.raises(VolumeError, match="is not a character device"):
+        vm.prepare(pod(tmp_path / "made" / "f", "CharDevice"), lambda *a: None)
+
+
+def test_pod_phase_rules():
+    run = {"state": {"running": {}}}
+    ok = {"state": {"terminated": {"exitCode": 0}}}
+    bad = {"state": {"terminated": {"exitCode": 1}}}
+    backoff = {
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1}},
+    }
+    creating = {"state": {"waiting": {"reason": "ContainerCreating"}}}
+    assert pod_phase("Always", [], [run, ok]) == "Running"
+    assert pod_phase("Always", [], [ok]) == "Running"
+    assert pod_phase("OnFailure", [], [ok]) == "Succeeded"
+    assert pod_phase("OnFailure", [], [backoff]) == "Running"
+    assert pod_phase("Never", [], [ok, bad]) == "Failed"
+    assert pod_phase("Always", [], [creating]) == "Pending"
+    assert pod_phase("Never", [bad], [creating]) == "Failed"
+    assert pod_phase("Always", [backoff], [creating]) == "Pending"
