@@ -51,7 +51,24 @@ KINDS = {
     "Ingress": "V1Ingress",
     "DeleteOptions": "V1DeleteOptions",
 }
-PRIMITIVES = {"str", "int", "bool", "float", "datetime", "date", "object"}
+PRIMITIVES = {"str", "int", "bool", "float", "datetime", "date", "object", "quantity"}
+#: Fields of type resource.Quantity, which the client's models type as plain strings
+#: but which accept JSON numbers too (``cpu: 1``): written as ``quantity``.
+QUANTITIES = {
+    ("V1ContainerStatus", "allocatedResources"),
+    ("V1EmptyDirVolumeSource", "sizeLimit"),
+    ("V1NodeStatus", "allocatable"),
+    ("V1NodeStatus", "capacity"),
+    ("V1PersistentVolumeClaimStatus", "allocatedResources"),
+    ("V1PersistentVolumeClaimStatus", "capacity"),
+    ("V1PodSpec", "overhead"),
+    ("V1PodStatus", "allocatedResources"),
+    ("V1ResourceFieldSelector", "divisor"),
+    ("V1ResourceRequirements", "limits"),
+    ("V1ResourceRequirements", "requests"),
+    ("V1VolumeResourceRequirements", "limits"),
+    ("V1VolumeResourceRequirements", "requests"),
+}
 
 
 def refs(type_name: str) -> list[str]:
@@ -72,7 +89,10 @@ def main() -> None:
         cls = getattr(models, name)
         fields = {}
         for attr, kind in cls.openapi_types.items():
-            fields[cls.attribute_map[attr]] = kind
+            field = cls.attribute_map[attr]
+            if (name, field) in QUANTITIES:
+                kind = {"str": "quantity", "dict(str, str)": "dict(str, quantity)"}[kind]
+            fields[field] = kind
             todo.extend(r for r in refs(kind) if r not in types)
         types[name] = dict(sorted(fields.items()))
     doc = {

@@ -91,6 +91,9 @@ class _Decoder:
         if form == "str":
             if not isinstance(value, str):
                 raise self.fail(value, path, _GO_TYPES[type_name])
+        elif form == "quantity":
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise self.fail(value, path, "Quantity")
         elif form == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(value, path, "int64")
@@ -109,9 +112,12 @@ class _Decoder:
         elif form == "dict":
             if not isinstance(value, dict):
                 raise self.fail(value, path, "map[string]" + inner)
-            if _parse(inner)[0] != "any":
+            inner_form = _parse(inner)[0]
+            if inner_form != "any":
                 for key, item in value.items():
                     self.walk(inner, item, f"{path}[{key}]")
+                    if inner_form == "quantity" and isinstance(item, (int, float)):
+                        value[key] = _quantity(item)
         else:
             fields = self.types.get(type_name)
             if fields is None:
@@ -125,7 +131,17 @@ class _Decoder:
                     self.unknown.append(sub)
                     del value[key]
                 else:
-                    self.walk(field_type, value[key], sub)
+                    item = value[key]
+                    self.walk(field_type, item, sub)
+                    if field_type == "quantity" and isinstance(item, (int, float)):
+                        value[key] = _quantity(item)
+
+
+def _quantity(number: float) -> str:
+    """A quantity given as a JSON number, in its string form (``1`` -> ``"1"``)."""
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    return str(number)
 
 
 @functools.cache
@@ -135,7 +151,7 @@ def _parse(type_name: str) -> tuple[str, str]:
         return ("any", "")
     if type_name in ("str", "datetime", "date"):
         return ("str", "")
-    if type_name in ("int", "float", "bool"):
+    if type_name in ("int", "float", "bool", "quantity"):
         return (type_name, "")
     match = _LIST.match(type_name)
     if match:

@@ -1,16 +1,19 @@
-"""Exceptions of the embedded API server.
+"""Exceptions of the embedded API server, a branch of the hub's tree (``cloudhub.errors``).
 
-``StandaloneError`` is the root. ``ConfigurationError`` means the caller misused
-the server (bad settings); ``StorageError`` means the durable store failed (an
-``sqlite3`` or file error, chained with ``from``); ``StatusError`` is a request
-the API refuses, carried to the client as a Kubernetes ``Status`` object with the
-same code, reason, message and details kube-apiserver would send.
+``StandaloneError`` (a ``HubError``) is the root here. ``ConfigurationError`` (also
+a ``ConfigError``) means the caller misused the server (bad settings);
+``StorageError`` means the durable store failed (an ``sqlite3`` or file error,
+chained with ``from``); ``StatusError`` is a request the API refuses, carried to
+the client as a Kubernetes ``Status`` object with the same code, reason, message
+and details kube-apiserver would send.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from cloudhub.errors import ConfigError, HubError
 
 __all__ = [
     "ConfigurationError",
@@ -35,11 +38,11 @@ __all__ = [
 ]
 
 
-class StandaloneError(Exception):
+class StandaloneError(HubError):
     """Root of every error the embedded API server raises."""
 
 
-class ConfigurationError(StandaloneError, ValueError):
+class ConfigurationError(StandaloneError, ConfigError, ValueError):
     """The server was configured or called wrongly (bad settings, bad arguments)."""
 
 

@@ -15,7 +15,6 @@ are ``Status`` objects with the code, reason and details kube-apiserver uses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 from collections.abc import Callable
@@ -40,6 +39,8 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 _PUBLIC = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+#: How often an idle watch checks that its client is still connected (seconds).
+_IDLE_CHECK_S = 15.0
 _BODY_TYPES = frozenset(
     {
         JSON,
@@ -78,6 +79,32 @@ def _check_accept(accept: str) -> None:
     raise errors.not_acceptable(accept)
 
 
+class _Waker:
+    """Wakes one watch stream: when the store delivers events to it, at a deadline
+    (timeout, bookmark, idle check), or at shutdown. One future per wait and one
+    timer handle: cheaper than ``asyncio.wait_for`` on an Event, which makes a task."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_until(self, when: float) -> None:
+        """Return at ``when`` (event-loop time) or at the next :meth:`wake`."""
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        timer = self._loop.call_at(when, self.wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
 class APIHandler:
     """The aiohttp application serving one :class:`Registry`.
 
@@ -100,7 +127,7 @@ class APIHandler:
         self._token = ("Bearer " + token).encode()
         self._server_address = server_address
         self._stopping = asyncio.Event()
-        self._watches: set[asyncio.Event] = set()
+        self._watches: set[_Waker] = set()
         self.openapi = openapi.OpenAPI(registry)
 
     def server(self) -> web.Server:
@@ -126,8 +153,8 @@ class APIHandler:
     def stop_watches(self) -> None:
         """End every open watch stream (the server is shutting down)."""
         self._stopping.set()
-        for wake in list(self._watches):
-            wake.set()
+        for waker in list(self._watches):
+            waker.wake()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Authenticate, dispatch, and turn errors into Status responses."""
@@ -487,13 +514,13 @@ class APIHandler:
             await resp.write(dumps({"type": "ERROR", "object": exc.to_status()}) + b"\n")
             await resp.write_eof()
             return resp
-        wake = asyncio.Event()
-        watch.wakeup = wake.set
-        self._watches.add(wake)
+        waker = _Waker(asyncio.get_running_loop())
+        watch.wakeup = waker.wake
+        self._watches.add(waker)
         try:
-            return await self._stream(request, watch, wake, as_table)
+            return await self._stream(request, watch, waker, as_table)
         finally:
-            self._watches.discard(wake)
+            self._watches.discard(waker)
             self.registry.unwatch(watch)
 
     async def _start_stream(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -503,7 +530,7 @@ class APIHandler:
         return resp
 
     async def _stream(
-        self, request: web.BaseRequest, watch: Watch, wake: asyncio.Event, as_table: bool
+        self, request: web.BaseRequest, watch: Watch, waker: _Waker, as_table: bool
     ) -> web.StreamResponse:
         settings = self.settings
         loop = asyncio.get_running_loop()
@@ -576,12 +603,14 @@ class APIHandler:
                     if deadline - 2 > now:
                         next_bookmark = min(next_bookmark, deadline - 2)
                     continue
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the client went away while the watch was idle
                 wait_until = min(deadline, next_bookmark) if bookmarks else deadline
-                wake.clear()
-                if watch.queue or watch.ended:
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), max(0.0, wait_until - now))
+                wait_until = min(wait_until, now + _IDLE_CHECK_S)
+                # Nothing can be delivered between the checks above and this wait
+                # (both run on the event loop without yielding), so no wake-up is lost.
+                await waker.wait_until(wait_until)
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass

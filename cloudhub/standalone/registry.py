@@ -99,7 +99,6 @@ class Registry:
         for rtype in BUILTIN_TYPES:
             self._add_type(rtype)
         self.terminating_namespaces: set[str] = set()
-        self.on_types_changed: list[Callable[[], None]] = []
 
     # -- types -------------------------------------------------------------------
 
@@ -129,14 +128,10 @@ class Registry:
         self._unserve_crd(f"{spec['group']}/{spec['names']['plural']}")
         for rtype in schema.crd_types(crd):
             self._add_type(rtype)
-        for hook in self.on_types_changed:
-            hook()
 
     def _unserve_crd(self, storage_key: str) -> None:
         for rtype in self._by_key.pop(storage_key, []):
             self._types.pop((rtype.group, rtype.version, rtype.plural), None)
-        for hook in self.on_types_changed:
-            hook()
 
     def load(self, rows: Iterable[Any]) -> None:
         """Index rows loaded from the durable store (CRDs first, so their types exist)."""
@@ -446,7 +441,11 @@ class Registry:
             ]
             store.subscribe_now(rtype.storage_key, watch)
             watch.bounded = True
-            await store.sync()
+            try:
+                await store.sync()
+            except BaseException:
+                store.unsubscribe(rtype.storage_key, watch)
+                raise
             return watch
         try:
             since = int(rv)
@@ -689,8 +688,6 @@ class Registry:
         obj: dict[str, Any],
         subresource: str,
         opts: WriteOptions,
-        *,
-        system: bool = False,
     ) -> Entry:
         store = self.store
         old = loads(current.data)
@@ -721,7 +718,7 @@ class Registry:
                 "finalizers"
             ) or []
             obj = new
-        elif rtype.status_subresource and not system:
+        elif rtype.status_subresource:
             if "status" in old:
                 obj["status"] = old["status"]
             else:

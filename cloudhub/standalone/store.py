@@ -22,7 +22,7 @@ import asyncio
 import bisect
 import concurrent.futures
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from cloudhub.standalone.errors import StorageError, expired
 from cloudhub.standalone.persistence import Row, StorageBackend
@@ -272,7 +272,7 @@ class Store:
             self._revision_changed.clear()
             try:
                 await asyncio.wait_for(self._revision_changed.wait(), remaining)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 return self._durable >= revision
         return True
 
@@ -432,8 +432,3 @@ class Store:
         subs = self._subscribers.get(resource)
         if subs is not None:
             subs.discard(subscriber)
-
-    def history(self, since: int) -> Iterable[Change]:
-        """Kept durable changes after ``since`` (callers check :attr:`compacted_revision`)."""
-        first = bisect.bisect_right(self._history_revs, since)
-        return self._history[first:]

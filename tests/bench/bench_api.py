@@ -373,6 +373,13 @@ def _cpu(pid: int) -> float:
     return times.user + times.system
 
 
+def _rss(pid: int) -> int:
+    """Resident memory of the process (bytes)."""
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss
+
+
 def run(quick: bool) -> dict[str, Any]:
     pods = 2_000 if quick else 10_000
     duration_s = 3.0 if quick else 10.0
@@ -385,6 +392,7 @@ def run(quick: bool) -> dict[str, Any]:
             cpu1 = _cpu(server.pid)
             listing = _role(kubeconfig, "list", "--repeat", "5")
             cpu2 = _cpu(server.pid)
+            rss = _rss(server.pid)
             writer = _python(
                 [
                     "-m",
@@ -441,6 +449,7 @@ def run(quick: bool) -> dict[str, Any]:
             **write,
             "server_cpu_us_per_write_with_fanout": (cpu4 - cpu3) / max(1, write["writes"]) * 1e6,
         },
+        "server_rss_mib_with_pods": rss / 2**20,
         "load_average_1m": os.getloadavg()[0],
     }
     return {

@@ -125,12 +125,12 @@ def _reference_backend() -> Any | None:
     return kube_apiserver
 
 
-def _backends() -> list[str]:
-    names = ["embedded"]
+def _backends() -> list[Any]:
+    names: list[Any] = ["embedded"]
     if os.environ.get("EDGEFLEET_TEST_KUBECONFIG"):
         names.append("external")
     if _reference_backend() is not None:
-        names.append("kube-apiserver")
+        names.append(pytest.param("kube-apiserver", marks=pytest.mark.kubeapiserver))
     return names
 
 

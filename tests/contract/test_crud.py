@@ -304,3 +304,13 @@ async def test_wrong_token_is_401(kube: Kube) -> None:
     )
     assert status == 401
     assert body["kind"] == "Status"
+
+
+async def test_quantities_may_be_json_numbers(kube: Kube) -> None:
+    body = pod("q")
+    body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": 2}, "requests": {"cpu": "500m"}}
+    status, made, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 201, made
+    resources = made["spec"]["containers"][0]["resources"]
+    assert resources == {"limits": {"cpu": "2"}, "requests": {"cpu": "500m"}}
+    assert made["status"]["qosClass"] == "Burstable"

@@ -317,7 +317,12 @@ async def test_generators_scale_and_label(kube: Kube, kubectl: Kubectl) -> None:
     rc, out = await kubectl("create", "namespace", ns)
     assert rc == 0, out
     rc, out = await kubectl(
-        "create", "configmap", "settings", "-n", kube.ns, "--from-literal=mode=edge",
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        kube.ns,
+        "--from-literal=mode=edge",
         "--from-literal=interval=30s",
     )
     assert rc == 0, out
@@ -337,7 +342,8 @@ async def test_generators_scale_and_label(kube: Kube, kubectl: Kubectl) -> None:
         "tier": "edge"
     }
     manifest = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": "web", "namespace": kube.ns},
         "spec": {
             "selector": {"matchLabels": {"app": "web"}},

@@ -206,3 +206,31 @@ async def test_raw_list_through_preload_content_false(kube: Kube) -> None:
     assert data["apiVersion"] == "v1"
     assert [i["metadata"]["name"] for i in data["items"]] == ["cm-000", "cm-001", "cm-002"]
     assert data["metadata"]["resourceVersion"]
+
+
+async def test_list_at_a_future_resource_version_times_out_with_504(kube: Kube) -> None:
+    listed = await kube.core.list_namespaced_config_map(kube.ns)
+    future = str(int(listed.metadata.resource_version) + 1_000_000)
+    status, body, _ = await kube.raw(
+        "GET", f"/api/v1/namespaces/{kube.ns}/configmaps", query=[("resourceVersion", future)]
+    )
+    assert status == 504
+    assert body["reason"] == "Timeout"
+    assert "Too large resource version" in body["message"]
+
+
+async def test_exact_resource_version_lists_the_past(kube: Kube) -> None:
+    await kube.core.create_namespaced_config_map(
+        kube.ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="early"))
+    )
+    then = (await kube.core.list_namespaced_config_map(kube.ns)).metadata.resource_version
+    await kube.core.create_namespaced_config_map(
+        kube.ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="late"))
+    )
+    await kube.core.delete_namespaced_config_map("early", kube.ns)
+    past = await kube.core.list_namespaced_config_map(
+        kube.ns, resource_version=then, resource_version_match="Exact", limit=500
+    )
+    names = {i.metadata.name for i in past.items}
+    assert "early" in names and "late" not in names
+    assert past.metadata.resource_version == then
