@@ -365,6 +365,16 @@ install_unit() {
         return 0
     fi
     write_file "$ROOT$UNIT_DIR/$UNIT" 0644 <"$source"
+    if [ "$RUNTIME" = process ]; then
+        write_file "$ROOT$UNIT_DIR/$UNIT.d/20-process-runtime.conf" 0644 <<'EOF'
+# Written by deploy/install.sh --runtime process: pods run as children of the agent and
+# inherit its sandbox; that runtime shares the host's /tmp, users and set-uid programs.
+[Service]
+PrivateTmp=no
+NoNewPrivileges=no
+ProtectControlGroups=no
+EOF
+    fi
     local version
     version=$(systemd_version)
     if [ -n "$version" ] && [ "$version" -ge "$BACKOFF_SYSTEMD" ] 2>/dev/null; then

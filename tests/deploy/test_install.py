@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from protocol import pki
-from tests.deploy.test_systemd_unit import systemd_version
+from tests.deploy.test_systemd_unit import systemd_version, verify_tree
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy" / "install.sh"
@@ -129,8 +129,9 @@ async def test_install_join_idempotency_and_uninstall(
     assert unit.read_bytes() == UNIT.read_bytes()
     wants = root / "etc" / "systemd" / "system" / "multi-user.target.wants" / "edgeagent.service"
     assert os.readlink(wants) == "/etc/systemd/system/edgeagent.service"
-    dropin = root / "etc" / "systemd" / "system" / "edgeagent.service.d"
-    assert dropin.exists() == (systemd_version() >= 254)  # RestartSteps= needs 254
+    dropins = root / "etc" / "systemd" / "system" / "edgeagent.service.d"
+    assert (dropins / "10-restart-backoff.conf").exists() == (systemd_version() >= 254)
+    assert (dropins / "20-process-runtime.conf").exists()  # --runtime process
     config = yaml.safe_load((root / "etc" / "edgeagent" / "config.yaml").read_text())
     assert config["state_dir"] == "/var/lib/edgeagent"  # the path on the device
     assert config["node_name"] == "pi-installed"
@@ -169,6 +170,10 @@ async def test_install_join_idempotency_and_uninstall(
     assert second.returncode == 0, second.stdout + second.stderr
     assert "already installed; nothing changed" in second.stdout
     assert snapshot(root) == before
+
+    # The installed unit, its drop-ins and its real ExecStart pass systemd-analyze verify.
+    assert await asyncio.to_thread(verify_tree, root) == ""
+    await asyncio.to_thread(shutil.rmtree, root / "usr")
 
     dry = await install(*args[:2], "--uninstall", "--dry-run")
     assert dry.returncode == 0 and "would run: rm -rf" in dry.stdout

@@ -27,20 +27,16 @@ def systemd_version() -> int:
     return int(re.match(r"systemd (\d+)", out.stdout).group(1))
 
 
-def verify(tmp_path: pathlib.Path, unit_text: str, dropin: str | None = None) -> str:
-    """Run ``systemd-analyze verify --root`` on the unit; return everything it printed."""
-    root = tmp_path / "root"
-    shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
-    unit_dir = root / "etc/systemd/system"
-    unit_dir.mkdir(parents=True)
-    (unit_dir / "edgeagent.service").write_text(unit_text)
-    if dropin is not None:
-        (unit_dir / "edgeagent.service.d").mkdir()
-        (unit_dir / "edgeagent.service.d/10-restart-backoff.conf").write_text(dropin)
-    exe = root / "opt/edgeagent/bin/edgeagent"  # where install.sh puts the venv's script
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+def verify_tree(root: pathlib.Path) -> str:
+    """``systemd-analyze verify --root`` on the edgeagent unit installed under ``root``
+    (with its drop-ins); the system's own units are copied in for its dependencies.
+
+    Returns:
+        Everything it printed (empty when it has nothing to say).
+    """
+    system = root / "usr/lib/systemd/system"
+    if not system.exists():
+        shutil.copytree(SYSTEM_UNITS, system, symlinks=True)
     result = subprocess.run(
         ["systemd-analyze", "verify", f"--root={root}", "edgeagent.service"],
         capture_output=True,
@@ -50,6 +46,28 @@ def verify(tmp_path: pathlib.Path, unit_text: str, dropin: str | None = None) ->
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 0, output
     return output
+
+
+def verify(tmp_path: pathlib.Path, unit_text: str, dropins: dict[str, str] | None = None) -> str:
+    """Verify a unit text (and drop-ins) in a fresh root with an executable at ExecStart."""
+    root = tmp_path / "root"
+    unit_dir = root / "etc/systemd/system"
+    unit_dir.mkdir(parents=True)
+    (unit_dir / "edgeagent.service").write_text(unit_text)
+    for name, text in (dropins or {}).items():
+        (unit_dir / "edgeagent.service.d").mkdir(exist_ok=True)
+        (unit_dir / "edgeagent.service.d" / name).write_text(text)
+    exe = root / "opt/edgeagent/bin/edgeagent"  # where install.sh puts the venv's script
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    return verify_tree(root)
+
+
+def install_dropin(name: str) -> str:
+    """The text of a drop-in that install.sh writes (from its here-document)."""
+    script = (REPO / "deploy" / "install.sh").read_text()
+    return script.split(f"{name}\" 0644 <<'EOF'\n", 1)[1].split("EOF\n", 1)[0]
 
 
 def test_systemd_analyze_verify_passes_without_warnings(tmp_path: pathlib.Path) -> None:
@@ -64,13 +82,19 @@ def test_verify_reports_a_broken_unit(tmp_path: pathlib.Path) -> None:
 
 def test_restart_backoff_dropin_only_where_systemd_knows_it(tmp_path: pathlib.Path) -> None:
     script = (REPO / "deploy" / "install.sh").read_text()
-    dropin = script.split("10-restart-backoff.conf\" 0644 <<'EOF'\n", 1)[1].split("EOF\n", 1)[0]
-    output = verify(tmp_path, UNIT.read_text(), dropin)
+    dropin = install_dropin("10-restart-backoff.conf")
+    output = verify(tmp_path, UNIT.read_text(), {"10-restart-backoff.conf": dropin})
     if systemd_version() >= 254:
         assert output == ""
     else:  # why install.sh writes it only on systemd >= 254
         assert "Unknown key 'RestartSteps'" in output
     assert "BACKOFF_SYSTEMD=254" in script
+
+
+def test_process_runtime_dropin_verifies(tmp_path: pathlib.Path) -> None:
+    dropin = install_dropin("20-process-runtime.conf")
+    assert "PrivateTmp=no" in dropin
+    assert verify(tmp_path, UNIT.read_text(), {"20-process-runtime.conf": dropin}) == ""
 
 
 def test_unit_has_what_the_design_asks() -> None:
