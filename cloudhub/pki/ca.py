@@ -165,6 +165,11 @@ class CAManager:
             created = await retrying(
                 lambda: self.client.create(SECRETS, body, s.namespace), what="create CA Secret"
             )
+        except KubeNotFound as exc:
+            raise CAConfigError(
+                f"namespace {s.namespace!r} does not exist: create it first "
+                "(kubectl apply -f deploy/hub/00-namespace.yaml) or set pki.namespace"
+            ) from exc
         except KubeConflict:
             # Another replica created it first (or our own earlier attempt did and its
             # answer was lost): load whatever won.

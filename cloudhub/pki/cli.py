@@ -33,16 +33,14 @@ from cloudhub.pki.errors import TokenError
 from cloudhub.pki.labels import parse_labels
 from cloudhub.pki.records import CertificateRegistry
 from cloudhub.pki.tokens import BootstrapToken, TokenStore, format_time
+from cloudhub.settings import KubeSettings
 from protocol import pki
 
 __all__ = ["EMBEDDED_KUBECONFIGS", "cli", "node", "parse_duration", "token"]
 
-EMBEDDED_KUBECONFIGS = (
-    "/var/lib/cloudhub/kubeconfig",
-    "/var/lib/cloudhub/apiserver/kubeconfig",
-)
-"""Where the embedded API's kubeconfig is looked for when no other is given (the hub's
-default data directory)."""
+EMBEDDED_KUBECONFIGS = (str(KubeSettings().embedded_data_dir / "kubeconfig"),)
+"""Where the embedded API's kubeconfig is looked for when no other is given (in the hub's
+default ``kube.embedded_data_dir``)."""
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}

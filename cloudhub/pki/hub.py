@@ -1,9 +1,10 @@
 """``HubPKI``: the hub's whole PKI behind one object, started and closed with the hub.
 
-What the hub's session server needs from it, and where to call it::
+The hub plugs it in with :func:`cloudhub.pki.extension.pki_extension`; what that does,
+step by step::
 
     hub_pki = HubPKI(kube_client, settings.pki)
-    await hub_pki.start(node_informer=nodes)          # CA, records, join endpoint
+    await hub_pki.start()                             # CA, records, join endpoint
     credentials = hub_pki.serving_credentials()       # for serve_quic / serve_websocket
     hub_pki.add_revocation_listener(close_sessions)   # (node_name, serials) -> None
     ...
@@ -49,12 +50,20 @@ class HubPKI:
         self.join_server = JoinServer(settings, self.ca, self.tokens, self.signer)
         self._started: list = []
 
-    async def start(self, *, node_informer: Informer | None = None, serve_join: bool = True):
+    async def start(
+        self,
+        *,
+        node_informer: Informer | None = None,
+        watch_nodes: bool = True,
+        serve_join: bool = True,
+    ) -> None:
         """Load or create the CA, load every revocation, start the join endpoint.
 
         Args:
-            node_informer: the hub's shared, unfiltered Node informer (started by the
-                caller), or ``None`` to let the registry watch Nodes itself.
+            node_informer: a running shared Node informer to take deletions from, or
+                ``None``.
+            watch_nodes: with no ``node_informer``, watch Nodes here; ``False`` when the
+                caller reports deletions with :meth:`node_deleted`.
             serve_join: ``False`` on replicas that should not serve joins.
 
         Raises:
@@ -62,7 +71,7 @@ class HubPKI:
             TimeoutError: revocations could not be loaded. OSError: the join port is taken.
         """
         await self.ca.start()
-        await self.registry.start(node_informer)
+        await self.registry.start(node_informer, watch_nodes=watch_nodes)
         self._started.append(self.registry)
         if serve_join:
             try:
@@ -89,6 +98,11 @@ class HubPKI:
             CertificateRevoked: with a message to send in the close reason.
         """
         self.registry.check(certificate)
+
+    def node_deleted(self, name: str, uid: str = "") -> None:
+        """Revoke the certificates of a deleted Node (see
+        :meth:`CertificateRegistry.node_deleted`)."""
+        self.registry.node_deleted(name, uid)
 
     def add_revocation_listener(self, listener: RevocationListener) -> None:
         """Call ``listener(node_name, serials)`` when certificates are revoked."""

@@ -165,13 +165,21 @@ class CertificateRegistry:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def start(self, node_informer: Informer | None = None, *, sync_timeout: float = 30.0):
-        """Load every revocation, then follow revocations and Node deletions.
+    async def start(
+        self,
+        node_informer: Informer | None = None,
+        *,
+        watch_nodes: bool = True,
+        sync_timeout: float = 30.0,
+    ) -> None:
+        """Load every revocation, then follow revocations (and Node deletions).
 
         Args:
-            node_informer: the hub's shared Node informer, if it has one (it must watch
-                every Node, unfiltered, or a Node leaving its selector looks deleted);
-                otherwise the registry runs its own.
+            node_informer: a shared Node informer to take deletions from (if it is
+                filtered by a selector, a Node leaving it looks deleted: each deletion is
+                checked against the API before anything is revoked).
+            watch_nodes: with no ``node_informer``, watch Nodes here; ``False`` when the
+                caller reports deletions with :meth:`node_deleted` instead.
             sync_timeout: seconds to wait for the first lists.
 
         Raises:
@@ -186,19 +194,18 @@ class CertificateRegistry:
         )
         self._informer.add_handler(self._on_record)
         informers = [self._informer]
-        if node_informer is None:
+        if node_informer is None and watch_nodes:
             node_informer = Informer(self.client, NODES)
             informers.append(node_informer)
-        self._node_informer = node_informer
-        node_informer.add_handler(self._on_node)
+        waits = [self._informer.synced.wait()]
+        if node_informer is not None:
+            node_informer.add_handler(self._on_node)
+            waits.append(node_informer.synced.wait())
         self._runner = asyncio.create_task(
             _run_all(informers), name="cloudhub.pki.certificate-registry"
         )
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(i.synced.wait() for i in (self._informer, node_informer))),
-                sync_timeout,
-            )
+            await asyncio.wait_for(asyncio.gather(*waits), sync_timeout)
         except BaseException:
             await self.close()
             raise
@@ -278,19 +285,30 @@ class CertificateRegistry:
         if kind != "DELETED":
             return
         meta = obj.get("metadata") or {}
-        name, uid = meta.get("name", ""), meta.get("uid", "")
-        if name:
-            self._spawn(self._node_deleted(name, uid), f"revoke node {name}")
+        if meta.get("name"):
+            self.node_deleted(meta["name"], meta.get("uid", ""))
+
+    def node_deleted(self, name: str, uid: str = "") -> None:
+        """A Node was deleted: revoke its certificates (in the background, within
+        milliseconds). Call it from the hub's Node-deletion hook.
+
+        Args:
+            name: the Node's name.
+            uid: the deleted object's uid, if known. A Node that still exists with this
+                uid (or, without a uid, exists and is not being deleted) only left a
+                filtered informer's selector: nothing is revoked.
+        """
+        self._spawn(self._node_deleted(name, uid), f"revoke node {name}")
 
     async def _node_deleted(self, name: str, uid: str) -> None:
-        # A filtered informer reports a Node that left its selector as DELETED: revoke
-        # only if the Node is gone, or was replaced by a new object (another uid).
         try:
             current = await retrying(lambda: self.client.get(NODES, name), what="get Node")
         except KubeNotFound:
             current = None
-        if current is not None and (current.get("metadata") or {}).get("uid") == uid:
-            return
+        if current is not None:
+            meta = current.get("metadata") or {}
+            if (uid and meta.get("uid") == uid) or (not uid and not meta.get("deletionTimestamp")):
+                return
         revoked = await self.revoke(name, "Node deleted")
         if revoked:
             log.warning("Node %s was deleted: revoked %d certificate(s)", name, len(revoked))

@@ -11,8 +11,9 @@ Join, in order — nothing is consumed or written before every check has passed:
    could take over a live node's identity); the same key may join again, so a node
    whose join answer was lost can retry;
 5. a single-use token is marked used (guarded by resourceVersion);
-6. the Node exists with the token's and the node's labels (created if absent, labels
-   merged if present: a node recovering with ``--renew`` keeps its Node and labels);
+6. the Node exists with the token's and the node's labels and the edge role label
+   (created if absent, labels merged if present: a node recovering with ``--renew`` keeps
+   its Node and labels);
 7. the certificate is signed, recorded (:class:`CertificateRegistry`), and returned.
 """
 
@@ -52,6 +53,10 @@ of its lifetime (agents renew at 70-90 %): a node looping on renewals cannot mak
 sign and record a certificate per message."""
 
 JOINED_AT_ANNOTATION = "edgefleet.io/joined-at"
+
+EDGE_ROLE_LABEL = "node-role.kubernetes.io/edge"
+"""The label that makes a Node an edge node for the hub (``cloudhub.nodes.model``'s, which
+cannot be imported here: the hub's settings import this package)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +201,8 @@ class NodeSigner:
             raise CSRRefused(f"the CSR cannot be signed: {exc}") from exc
 
     async def _ensure_node(self, node_name: str, labels: Mapping[str, str]) -> None:
+        # The edge role label makes it an edge node from birth, as the hub registers them.
+        labels = {**labels, EDGE_ROLE_LABEL: ""}
         annotations = {JOINED_AT_ANNOTATION: format_time(time.time())}
         body = {
             "apiVersion": "v1",

@@ -95,8 +95,38 @@ def _looks_like_client(node: ast.AST) -> bool:
     return "client" in text or "kube" in text
 
 
-def static_calls() -> dict[Call, list[str]]:
+#: Functions that make API calls on a resource type passed to them: name -> (position of
+#: the resource type argument, (verb, whether a ``subresource=`` applies to it)).
+WRAPPERS = {
+    "Informer": (1, (("list", False), ("watch", False))),
+    "add_informer": (0, (("list", False), ("watch", False))),  # cloudhub.hub.Hub.add_informer
+    # A read of the object itself, then a write of the object or of its subresource.
+    "update_with_retry": (1, (("get", False), ("update", True))),
+}
+
+#: Marks a call made only against the embedded API (where the hub is its own admin), e.g.
+#: creating its namespace; such calls are listed apart and need no RBAC rule.
+EMBEDDED_ONLY = "rbac: embedded API only"
+
+
+def _forwarded(node: ast.AST, arg: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """True when ``arg`` is a parameter of a wrapper function ``node`` sits in (the wrapper
+    itself forwards it; its callers are scanned instead)."""
+    if not isinstance(arg, ast.Name):
+        return False
+    scope = parents.get(node)
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        scope = parents.get(scope)
+    if scope is None or scope.name not in WRAPPERS:
+        return False
+    return arg.id in {a.arg for a in scope.args.args + scope.args.kwonlyargs}
+
+
+def static_calls(*, embedded_only: bool = False) -> dict[Call, list[str]]:
     """Every API call in the hub's source: ``{(group, resource, verb): [where, ...]}``.
+
+    Args:
+        embedded_only: return instead the calls marked ``# rbac: embedded API only``.
 
     Raises:
         UnresolvedCall: a client verb call names its resource type indirectly.
@@ -104,28 +134,37 @@ def static_calls() -> dict[Call, list[str]]:
     constants = _constants()
     calls: dict[Call, list[str]] = {}
 
-    def add(rt: ResourceType, verb: str, sub: str | None, where: str) -> None:
+    def add(rt: ResourceType, verb: str, sub: str | None, where: str, line: str) -> None:
+        if (EMBEDDED_ONLY in line) != embedded_only:
+            return
         resource = f"{rt.plural}/{sub}" if sub else rt.plural
         calls.setdefault((rt.group, resource, verb), []).append(where)
 
     for path in _modules():
-        tree = ast.parse(path.read_text(), filename=str(path))
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text, filename=str(path))
+        parents = {
+            child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
+        }
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             where = f"{path.relative_to(REPO)}:{node.lineno}"
+            # The call's line and the comment line above it may carry the marker.
+            line = " ".join(lines[max(0, node.lineno - 2) : node.lineno])
             func = node.func
             name = _last_name(func)
-            if name in ("Informer", "update_with_retry") and len(node.args) >= 2:
-                rt = constants.get(_last_name(node.args[1]) or "")
+            if name in WRAPPERS and len(node.args) > WRAPPERS[name][0]:
+                position, verbs = WRAPPERS[name]
+                arg = node.args[position]
+                rt = constants.get(_last_name(arg) or "")
                 if rt is None:
+                    if _forwarded(node, arg, parents):
+                        continue
                     raise UnresolvedCall(f"{where}: {ast.unparse(node)[:80]}")
-                if name == "Informer":
-                    add(rt, "list", None, where)
-                    add(rt, "watch", None, where)
-                else:
-                    add(rt, "get", _subresource(node), where)
-                    add(rt, "update", _subresource(node), where)
+                for verb, on_subresource in verbs:
+                    add(rt, verb, _subresource(node) if on_subresource else None, where, line)
                 continue
             if not isinstance(func, ast.Attribute) or func.attr not in VERBS or not node.args:
                 continue
@@ -137,7 +176,7 @@ def static_calls() -> dict[Call, list[str]]:
                         "cloudhub.kube.resources constant so that the RBAC check sees it"
                     )
                 continue
-            add(rt, VERBS[func.attr], _subresource(node), where)
+            add(rt, VERBS[func.attr], _subresource(node), where, line)
     return calls
 
 
@@ -198,9 +237,15 @@ class RecordingApiClient(k8s_client.ApiClient):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.requests: list[Request] = []
+        self.forbidden: list[Request] = []
+        """Requests the API answered 403 Forbidden."""
 
     async def call_api(self, resource_path, method, *args, **kwargs):
         query = kwargs.get("query_params") or []
         url = resource_path + ("?" + "&".join(f"{k}={v}" for k, v in query) if query else "")
-        self.requests.append(parse_request(method, url))
-        return await super().call_api(resource_path, method, *args, **kwargs)
+        request = parse_request(method, url)
+        self.requests.append(request)
+        response = await super().call_api(resource_path, method, *args, **kwargs)
+        if getattr(response, "status", None) == 403:
+            self.forbidden.append(request)
+        return response

@@ -9,6 +9,7 @@ import asyncio
 import json
 import pathlib
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ from kubernetes_asyncio import config as k8s_config
 from cloudhub.errors import KubeAPIError
 from cloudhub.kube import NAMESPACES, SECRETS, KubeClient
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
+from protocol.messages import KubeEvent, ObjectRef
 from tests.deploy.apicalls import RecordingApiClient, Request, static_calls
 from tests.deploy.hubflows import exercise
 
@@ -51,24 +53,31 @@ def find(kind: str, docs: list[dict] | None = None) -> list[dict]:
 # -- RBAC as data ------------------------------------------------------------------------
 
 
-def _rules(kind: str) -> list[dict]:
-    out = []
-    for role in find(kind):
-        bindings = [
-            b
-            for b in find(f"{kind}Binding")
-            if b["roleRef"]["name"] == role["metadata"]["name"]
-            and {"kind": "ServiceAccount", "name": "cloudhub", "namespace": NAMESPACE}
-            in b["subjects"]
-        ]
-        if bindings:
-            out += role["rules"]
+def _bound_rules() -> list[tuple[str | None, dict]]:
+    """``(namespace or None for cluster-wide, rule)`` for every rule bound to the hub's
+    ServiceAccount."""
+    subject = {"kind": "ServiceAccount", "name": "cloudhub", "namespace": NAMESPACE}
+    out: list[tuple[str | None, dict]] = []
+    for kind in ("ClusterRole", "Role"):
+        for role in find(kind):
+            meta = role["metadata"]
+            namespace = meta.get("namespace") if kind == "Role" else None
+            bound = [
+                b
+                for b in find(f"{kind}Binding")
+                if b["roleRef"]["kind"] == kind
+                and b["roleRef"]["name"] == meta["name"]
+                and b["metadata"].get("namespace") == namespace
+                and subject in b["subjects"]
+            ]
+            if bound:
+                out += [(namespace, rule) for rule in role["rules"]]
     return out
 
 
 def granted() -> set[tuple[str, str, str]]:
     calls = set()
-    for rule in _rules("ClusterRole") + _rules("Role"):
+    for _, rule in _bound_rules():
         assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
@@ -78,20 +87,19 @@ def granted() -> set[tuple[str, str, str]]:
 
 
 def allowed(request: Request) -> bool:
-    """RBAC's answer for the hub's ServiceAccount (ClusterRole anywhere, Role in its
-    namespace), as the authorizer computes it."""
-
-    def matches(rule: dict) -> bool:
-        return (
+    """RBAC's answer for the hub's ServiceAccount: a ClusterRole rule anywhere, a Role rule
+    in its Role's namespace (as the authorizer computes it)."""
+    for namespace, rule in _bound_rules():
+        if namespace is not None and namespace != request.namespace:
+            continue
+        if (
             request.group in rule["apiGroups"]
             and request.resource in rule["resources"]
             and request.verb in rule["verbs"]
             and (not rule.get("resourceNames") or request.name in rule["resourceNames"])
-        )
-
-    if any(matches(r) for r in _rules("ClusterRole")):
-        return True
-    return request.namespace == NAMESPACE and any(matches(r) for r in _rules("Role"))
+        ):
+            return True
+    return False
 
 
 def test_rbac_grants_exactly_what_the_code_calls() -> None:
@@ -99,14 +107,18 @@ def test_rbac_grants_exactly_what_the_code_calls() -> None:
     grants = granted()
     missing = {c: calls[c] for c in calls.keys() - grants}
     unused = grants - calls.keys()
-    assert not missing, f"API calls the ClusterRole/Role do not grant: {missing}"
+    assert not missing, f"API calls the ClusterRole/Roles do not grant: {missing}"
     assert not unused, f"granted but called nowhere in cloudhub/: {sorted(unused)}"
+    # Calls made only on the embedded API (the hub is its own admin there) stay ungranted.
+    embedded = static_calls(embedded_only=True)
+    assert set(embedded) == {("", "namespaces", "create")}
+    assert not set(embedded) & grants
 
 
-async def test_flows_make_exactly_the_calls_found_in_the_source(tmp_path) -> None:
-    # The recorded calls validate the scanner (it misses nothing the flows do, and the
-    # flows reach every call it found) and the rules' scoping (namespaced writes happen
-    # in the hub's namespace only).
+async def test_flows_make_the_calls_found_in_the_source(tmp_path) -> None:
+    # The recorded calls validate the scanner (it misses nothing the flows do; the PKI flows
+    # reach every PKI call it found) and the rules' scoping (namespaced writes happen where
+    # a Role allows them).
     async with EmbeddedAPIServer(APIServerSettings(port=0)) as api:
         admin = await KubeClient.from_kubeconfig(str(api.kubeconfig_path))
         async with admin:
@@ -122,9 +134,10 @@ async def test_flows_make_exactly_the_calls_found_in_the_source(tmp_path) -> Non
             async with KubeClient(recording) as hub_client:
                 await exercise(hub_client, admin, tmp_path, "embedded")
     recorded = {r.call for r in recording.requests}
-    found = set(static_calls())
-    assert recorded - found == set(), "calls the source scan did not find"
-    assert found - recorded == set(), "calls in the source the flows never made"
+    found = static_calls()
+    assert recorded - set(found) == set(), "calls the source scan did not find"
+    pki_calls = {c for c, where in found.items() if any("cloudhub/pki/" in w for w in where)}
+    assert pki_calls - recorded == set(), "PKI calls in the source the flows never made"
     refused = [r for r in recording.requests if not allowed(r)]
     assert not refused, f"requests the RBAC rules would refuse: {refused}"
 
@@ -135,7 +148,14 @@ def test_manifest_shape() -> None:
     (container,) = spec["containers"]
     assert spec["serviceAccountName"] == "cloudhub"
     ports = {(p["name"], p["containerPort"], p.get("protocol", "TCP")) for p in container["ports"]}
-    assert ports == {("quic", 7443, "UDP"), ("websocket", 7443, "TCP"), ("join", 7444, "TCP")}
+    assert ports == {
+        ("quic", 7443, "UDP"),
+        ("websocket", 7443, "TCP"),
+        ("join", 7444, "TCP"),
+        ("http", 9095, "TCP"),
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] in {p[0] for p in ports}
     assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
@@ -146,6 +166,7 @@ def test_manifest_shape() -> None:
         (7443, "UDP", "quic"),
         (7443, "TCP", "websocket"),
         (7444, "TCP", "join"),
+        (9095, "TCP", "http"),
     }
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
@@ -244,10 +265,14 @@ async def test_hub_runs_under_its_service_account_on_kube_apiserver(
             }
         )
     )
-    whoami = await _kubectl(
-        kubectl, str(sa_config), "auth", "can-i", "list", "secrets", "-n", "kube-system"
-    )
-    assert whoami.stdout.strip() == "no"  # least privilege bites: no Secrets elsewhere
+    for verb, resource, where in (
+        ("get", "secrets", ["-n", "kube-system"]),  # read only through the shared informer
+        ("create", "secrets", ["-n", "default"]),  # writes only in the hub's namespace
+        ("delete", "nodes", []),
+        ("create", "namespaces", []),
+    ):
+        can = await _kubectl(kubectl, str(sa_config), "auth", "can-i", verb, resource, *where)
+        assert can.stdout.strip() == "no", (verb, resource, where)
 
     sa_configuration = k8s_client.Configuration()
     await k8s_config.load_kube_config(
@@ -256,10 +281,117 @@ async def test_hub_runs_under_its_service_account_on_kube_apiserver(
     recording = RecordingApiClient(sa_configuration)
     admin = await KubeClient.from_kubeconfig(admin_config)
     async with admin, KubeClient(recording) as hub_client:
-        # Every call of every flow, authorized by kube-apiserver's RBAC: a missing rule
+        # Every call of the PKI flows, authorized by kube-apiserver's RBAC: a missing rule
         # fails here with 403 Forbidden.
         await exercise(hub_client, admin, tmp_path, "kube-apiserver")
         with pytest.raises(KubeAPIError) as forbidden:
-            await hub_client.list(SECRETS, "kube-system")
+            await hub_client.get(SECRETS, "anything", "kube-system")
         assert forbidden.value.status == 403
+        # The only request refused is that deliberate one.
+        assert [(r.verb, r.resource, r.namespace) for r in recording.forbidden] == [
+            ("get", "secrets", "kube-system")
+        ]
+        # The whole hub under its ServiceAccount: registration, Lease, Events, a pod sent
+        # down, its status written back, its deletion finished.
+        await run_hub_as(sa_config, admin, tmp_path)
     assert {r.call for r in recording.requests} <= set(static_calls())
+
+
+async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.Path) -> None:
+    from cloudhub.hub import Hub
+    from cloudhub.kube import NODES, PODS
+    from cloudhub.pki.extension import pki_extension
+    from cloudhub.settings import load_hub_settings
+    from protocol.messages import PodDeleted, PodStatus
+    from protocol.session import MessageReceived
+    from tests.cloudhub.hub.conftest import TEST_SETTINGS
+    from tests.cloudhub.pki.test_hub_extension import EdgeNode
+
+    settings = load_hub_settings(
+        overrides={
+            **TEST_SETTINGS,
+            "kube.kubeconfig": str(kubeconfig),
+            "pki.namespace": NAMESPACE,
+            "pki.join_host": "127.0.0.1",
+            "pki.join_port": 0,
+            "pki.server_names": "localhost",
+        }
+    )
+    extension = pki_extension(settings.pki)
+    async with Hub(settings, extensions=[extension]) as hub:
+        edge = await EdgeNode.join(tmp, hub, extension, "rbac-hub")
+        edge.link = await edge.dial("websocket")
+        pods: list = []
+
+        async def read() -> None:
+            async for event in edge.link:
+                if isinstance(event, MessageReceived) and event.message.kind == "object_upsert":
+                    pods.append(event.message)
+
+        reader = asyncio.create_task(read())
+        try:
+            namespace = "rbac-apps"
+            await admin.create(
+                NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
+            pod = await admin.create(
+                PODS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "app", "namespace": namespace},
+                    "spec": {
+                        "nodeName": "rbac-hub",
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    },
+                },
+            )
+            ref = ObjectRef("Pod", namespace, "app", pod["metadata"]["uid"])
+            await asyncio.wait_for(_until(lambda: any(p.ref.uid == ref.uid for p in pods)), 30)
+            await edge.link.send(
+                PodStatus(ref, {"phase": "Running", "podIP": "10.0.0.9"}, time.time())
+            )
+            await edge.link.send(
+                KubeEvent(ref, "Normal", "Started", "started container c", time.time())
+            )
+
+            async def written() -> bool:
+                current = await admin.get(PODS, "app", namespace)
+                return (current.get("status") or {}).get("phase") == "Running"
+
+            await asyncio.wait_for(_until_async(written), 30)
+            await admin.delete(PODS, "app", namespace, grace_period_seconds=30)
+            await edge.link.send(PodDeleted(ref))
+
+            async def gone() -> bool:
+                try:
+                    await admin.get(PODS, "app", namespace)
+                except KubeAPIError as exc:
+                    return exc.status == 404
+                return False
+
+            await asyncio.wait_for(_until_async(gone), 30)
+            node = await admin.get(NODES, "rbac-hub")
+            assert node["status"]["conditions"]  # registered with its status
+        finally:
+            await edge.link.close()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        errors = {
+            (sample.labels["verb"], sample.labels["resource"], sample.labels["code"])
+            for metric in hub.metrics.registry.collect()
+            for sample in metric.samples
+            if sample.name.endswith("api_request_errors_total")
+        }
+        assert not {e for e in errors if e[2] == "403"}, errors
+
+
+async def _until(predicate) -> None:
+    while not predicate():  # noqa: ASYNC110 - fed by the reader task
+        await asyncio.sleep(0.05)
+
+
+async def _until_async(predicate) -> None:
+    while not await predicate():  # noqa: ASYNC110 - polling the API
+        await asyncio.sleep(0.1)

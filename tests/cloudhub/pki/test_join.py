@@ -96,7 +96,11 @@ async def test_full_join_over_tls(start_hub, cluster: Cluster, node) -> None:
     assert settings.node_name == "pi-1" and settings.hub.url.startswith("quic://")
 
     node_obj = await cluster.client.get(NODES, "pi-1")
-    assert node_obj["metadata"]["labels"] == {"site": "north", "shelf": "3"}
+    assert node_obj["metadata"]["labels"] == {
+        "site": "north",
+        "shelf": "3",
+        "node-role.kubernetes.io/edge": "",  # an edge node from birth, as the hub expects
+    }
 
 
 async def test_wrong_ca_hash_is_refused_before_anything_is_sent(start_hub, node) -> None:
