@@ -238,3 +238,28 @@ def test_join_labels_nodes_as_the_hub_does() -> None:
     from cloudhub.pki import signer
 
     assert signer.EDGE_ROLE_LABEL == EDGE_ROLE_LABEL
+
+
+async def test_hub_on_its_embedded_api_makes_namespace_and_ca(tmp_path: pathlib.Path) -> None:
+    settings = load_hub_settings(
+        overrides={
+            **TEST_SETTINGS,
+            "kube.embedded_data_dir": str(tmp_path / "api"),
+            "kube.embedded_port": 0,
+            "pki.join_host": "127.0.0.1",
+            "pki.join_port": 0,
+            "pki.server_names": "localhost",
+        }
+    )
+    extension = pki_extension(settings.pki)
+    async with Hub(settings, extensions=[extension]) as hub:
+        assert extension.pki is not None and extension.pki.ca.origin == "created"
+        edge = await EdgeNode.join(tmp_path, hub, extension, "pi-standalone")
+        link = await edge.dial("quic")
+        await link.close()
+    # A restart on the same data directory keeps the CA: joined nodes stay valid.
+    extension = pki_extension(settings.pki)
+    async with Hub(settings, extensions=[extension]) as hub:
+        assert extension.pki is not None and extension.pki.ca.origin == "loaded"
+        link = await EdgeNode(edge.node, hub).dial("websocket")
+        await link.close()
