@@ -308,6 +308,11 @@ pip_install() {
     fi
     [ "$UPGRADE" = 0 ] || args+=(--upgrade)
     run "${pip[@]}" install "${args[@]}" "$PACKAGE"
+    if [ "$DRY_RUN" = 0 ] && [ ! -x "$VENV/bin/edgeagent" ]; then
+        # Satisfied by a copy outside the venv (--system-site-packages): put it in the venv
+        # itself, so that the unit's /opt/edgeagent/bin/edgeagent exists.
+        run "${pip[@]}" install "${args[@]}" --no-deps --ignore-installed "$PACKAGE"
+    fi
     CHANGED=1
     say "installed $PACKAGE"
 }

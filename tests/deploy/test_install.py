@@ -165,6 +165,7 @@ async def test_install_join_idempotency_and_uninstall(
     expected = f"pi-installed {config['hub']['url']} {cert.serial_number}"
     assert out.decode().strip() == expected
 
+    key_before = key.read_bytes()
     before = snapshot(root)
     second = await install(*args)  # the single-use token is spent: the join must be skipped
     assert second.returncode == 0, second.stdout + second.stderr
@@ -185,6 +186,27 @@ async def test_install_join_idempotency_and_uninstall(
     assert key.exists() and "kept" in removed.stdout  # identity and store stay
     again = await install("--root", str(root), "--uninstall")
     assert again.returncode == 0 and "nothing to uninstall" in again.stdout
+
+    # Reinstall for an offline site from a wheelhouse (no index): the node's identity,
+    # kept by the uninstall, is reused; no token is needed.
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    shutil.copy(wheel, wheelhouse)
+    back = await install(
+        "--root",
+        str(root),
+        "--wheelhouse",
+        str(wheelhouse),
+        "--system-site-packages",
+        "--python",
+        sys.executable,
+        "--runtime",
+        "process",
+    )
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "installed edgefleet" in back.stdout and "joined" not in back.stdout
+    assert (venv / "bin" / "edgeagent").exists() and unit.exists()
+    assert key.read_bytes() == key_before
     purged = await install("--root", str(root), "--uninstall", "--purge")
     assert purged.returncode == 0
     assert not (root / "etc" / "edgeagent").exists() and not state.exists()
