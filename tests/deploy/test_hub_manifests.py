@@ -362,6 +362,15 @@ async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.P
 
             await asyncio.wait_for(_until_async(written), 30)
             await admin.delete(PODS, "app", namespace, grace_period_seconds=30)
+
+            def terminating() -> bool:  # the hub sends the pod again, marked for deletion
+                return any(
+                    p.ref.uid == ref.uid
+                    and (p.object.get("metadata") or {}).get("deletionTimestamp")
+                    for p in pods
+                )
+
+            await asyncio.wait_for(_until(terminating), 30)
             await edge.link.send(PodDeleted(ref))
 
             async def gone() -> bool:
