@@ -86,9 +86,7 @@ def serve(config_path: str | None, **flags: str | None) -> None:
     embedded API server (state in --kube-embedded-data-dir). TLS: --tls-ca-file,
     --tls-cert-file and --tls-key-file are required. Durations are in seconds.
     """
-    overrides = {
-        key.replace("__", "."): value for key, value in flags.items() if value is not None
-    }
+    overrides = {key.replace("__", "."): value for key, value in flags.items() if value is not None}
     try:
         settings = load_hub_settings(config_path, environ=os.environ, overrides=overrides)
     except SettingsError as exc:

@@ -150,9 +150,7 @@ class Hub:
         """
         if self.kube is None or self._started:
             raise HubError("add_informer() is for extensions, before the hub serves")
-        informer = Informer(
-            self.kube, rt, watch_timeout=self.settings.kube.watch_timeout, **kwargs
-        )
+        informer = Informer(self.kube, rt, watch_timeout=self.settings.kube.watch_timeout, **kwargs)
         self._informers.append(informer)
         return informer
 
@@ -409,7 +407,9 @@ class Hub:
     def _refused(self, inbound: Inbound, code: ErrorCode, text: str) -> None:
         kind = type(inbound.message).kind
         self.metrics.refused.labels(kind, code.name).inc()
-        inbound.session.log.warning("refused %s (seq %s): %s: %s", kind, inbound.seq, code.name, text)
+        inbound.session.log.warning(
+            "refused %s (seq %s): %s: %s", kind, inbound.seq, code.name, text
+        )
         if self.events is not None and code is not ErrorCode.UNSUPPORTED:
             self.events.node_event(
                 inbound.node, "Warning", "MessageRefused", f"{kind} refused: {code.name}: {text}"
@@ -420,9 +420,7 @@ def _load_credentials(settings: HubSettings) -> TLSCredentials:
     tls = settings.tls
     missing = [k for k in ("ca_file", "cert_file", "key_file") if getattr(tls, k) is None]
     if missing:
-        raise ConfigError(
-            "TLS material is required: set " + ", ".join(f"tls.{k}" for k in missing)
-        )
+        raise ConfigError("TLS material is required: set " + ", ".join(f"tls.{k}" for k in missing))
     try:
         return TLSCredentials.from_pem(
             tls.ca_file.read_bytes(),  # type: ignore[union-attr]

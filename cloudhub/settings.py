@@ -64,8 +64,10 @@ class ListenSettings:
     )
     quic_port: int = field(
         default=7443,
-        metadata=_h("UDP port for QUIC; 0 picks a free one. Same number as the WebSocket "
-                    "port so that one Service carries both"),
+        metadata=_h(
+            "UDP port for QUIC; 0 picks a free one. Same number as the WebSocket "
+            "port so that one Service carries both"
+        ),
     )
     websocket_host: str = field(
         default="0.0.0.0", metadata=_h("address to listen on for WebSocket over TLS (TCP)")
@@ -83,8 +85,7 @@ class ListenSettings:
     )
     backlog: int = field(
         default=1024,
-        metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives "
-                    "at once"),
+        metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives at once"),
     )
 
     def __post_init__(self) -> None:
@@ -104,8 +105,9 @@ class TLSSettings:
     )
     cert_file: pathlib.Path | None = field(
         default=None,
-        metadata=_h("PEM server certificate (chain) the hub presents, issued by the hub CA; "
-                    "required"),
+        metadata=_h(
+            "PEM server certificate (chain) the hub presents, issued by the hub CA; required"
+        ),
     )
     key_file: pathlib.Path | None = field(
         default=None, metadata=_h("PEM private key of the server certificate; required")
@@ -126,8 +128,9 @@ class KubeSettings:
     )
     embedded_data_dir: pathlib.Path = field(
         default=pathlib.Path("/var/lib/cloudhub/api"),
-        metadata=_h("embedded API (no kubeconfig, not in-cluster): its SQLite state, CA "
-                    "and kubeconfig"),
+        metadata=_h(
+            "embedded API (no kubeconfig, not in-cluster): its SQLite state, CA and kubeconfig"
+        ),
     )
     embedded_host: str = field(
         default="127.0.0.1",
@@ -141,8 +144,7 @@ class KubeSettings:
     )
     watch_timeout: int = field(
         default=300,
-        metadata=_h("how long the API keeps one watch open before the informer re-watches",
-                    "s"),
+        metadata=_h("how long the API keeps one watch open before the informer re-watches", "s"),
     )
 
     def __post_init__(self) -> None:
@@ -173,13 +175,19 @@ class NodeSettings:
     )
     not_ready_grace: float = field(
         default=40.0,
-        metadata=_h("after a disconnect, set Ready=Unknown once this long has passed "
-                    "without a new session (node lifecycle controller: 40 s)", "s"),
+        metadata=_h(
+            "after a disconnect, set Ready=Unknown once this long has passed "
+            "without a new session (node lifecycle controller: 40 s)",
+            "s",
+        ),
     )
     status_report_interval: float = field(
         default=300.0,
-        metadata=_h("refresh a connected node's Ready heartbeat this often; the Lease is "
-                    "the frequent heartbeat (kubelet's nodeStatusReportFrequency: 5 min)", "s"),
+        metadata=_h(
+            "refresh a connected node's Ready heartbeat this often; the Lease is "
+            "the frequent heartbeat (kubelet's nodeStatusReportFrequency: 5 min)",
+            "s",
+        ),
     )
     lease_namespace: str = field(
         default="kube-node-lease", metadata=_h("namespace of the node Leases")
@@ -190,13 +198,17 @@ class NodeSettings:
     )
     writers: int = field(
         default=16,
-        metadata=_h("Lease and Node writes in flight at once (renewals are spread over the "
-                    "interval)"),
+        metadata=_h(
+            "Lease and Node writes in flight at once (renewals are spread over the interval)"
+        ),
     )
     qps: float = field(
         default=50.0,
-        metadata=_h("Node object writes and Events per second (Lease renewals are paced by "
-                    "lease_interval instead)", "1/s"),
+        metadata=_h(
+            "Node object writes and Events per second (Lease renewals are paced by "
+            "lease_interval instead)",
+            "1/s",
+        ),
     )
     burst: int = field(default=100, metadata=_h("Node writes and Events allowed at once"))
 
@@ -226,8 +238,11 @@ class StatusSettings:
 
     qps: float = field(
         default=50.0,
-        metadata=_h("pod status writes per second, whatever the fleet does (kubelet's "
-                    "kubeAPIQPS is 50 for one node)", "1/s"),
+        metadata=_h(
+            "pod status writes per second, whatever the fleet does (kubelet's "
+            "kubeAPIQPS is 50 for one node)",
+            "1/s",
+        ),
     )
     burst: int = field(default=100, metadata=_h("pod status writes allowed at once"))
     workers: int = field(
@@ -235,8 +250,11 @@ class StatusSettings:
     )
     retry_cap: float = field(
         default=30.0,
-        metadata=_h("longest back-off between retries of a write the API refused with a "
-                    "transient error; such writes are retried until they succeed", "s"),
+        metadata=_h(
+            "longest back-off between retries of a write the API refused with a "
+            "transient error; such writes are retried until they succeed",
+            "s",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -249,8 +267,11 @@ class SessionSettings:
 
     heartbeat_interval: float = field(
         default=20.0,
-        metadata=_h("told to agents in the welcome: ping after this long without traffic; "
-                    "below the 30 s UDP idle timeout of common NATs", "s"),
+        metadata=_h(
+            "told to agents in the welcome: ping after this long without traffic; "
+            "below the 30 s UDP idle timeout of common NATs",
+            "s",
+        ),
     )
     liveness_timeout: float = field(
         default=60.0,
@@ -290,8 +311,10 @@ class AuthorizationSettings:
 
     node_authorization: bool = field(
         default=True,
-        metadata=_h("a session may only name its own Node, its pods and the ConfigMaps and "
-                    "Secrets they reference (the Kubernetes Node authorizer's rule)"),
+        metadata=_h(
+            "a session may only name its own Node, its pods and the ConfigMaps and "
+            "Secrets they reference (the Kubernetes Node authorizer's rule)"
+        ),
     )
 
 
@@ -304,8 +327,10 @@ class ObservabilitySettings:
     )
     http_port: int = field(
         default=9095,
-        metadata=_h("port of /metrics, /healthz, /readyz; 9095 stays clear of Prometheus "
-                    "(9090) and its Pushgateway (9091) on a shared host; 0 picks a free one"),
+        metadata=_h(
+            "port of /metrics, /healthz, /readyz; 9095 stays clear of Prometheus "
+            "(9090) and its Pushgateway (9091) on a shared host; 0 picks a free one"
+        ),
     )
     log_format: Literal["json", "text"] = field(
         default="json", metadata=_h("json: one object per line; text: for a terminal")

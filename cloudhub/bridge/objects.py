@@ -43,7 +43,10 @@ def object_ref(obj: dict) -> ObjectRef:
     """
     meta = obj.get("metadata") or {}
     return ObjectRef(
-        obj.get("kind") or "", meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
+        obj.get("kind") or "",
+        meta.get("namespace") or "",
+        meta.get("name") or "",
+        meta.get("uid") or "",
     )
 
 

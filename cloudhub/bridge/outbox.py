@@ -18,7 +18,7 @@ import itertools
 import logging
 from collections.abc import Callable, Hashable
 
-from protocol.errors import ConnectionClosed
+from protocol.errors import ConnectionClosed, StateError
 from protocol.messages import Message
 from protocol.transport import Link
 
@@ -69,7 +69,7 @@ class Outbox:
                 await link.send(message)
                 if self._on_sent is not None:
                     self._on_sent(message)
-        except ConnectionClosed:
+        except (ConnectionClosed, StateError):  # closed, or closing (no send after close)
             items.clear()  # level-based: the next session's sync resends what matters
         finally:
             self._task = None

@@ -393,9 +393,11 @@ class KubeClient:
             query.append(("fieldSelector", field_selector))
         idle = inactivity_timeout if inactivity_timeout is not None else timeout_seconds + 30
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout, sock_read=idle)
+        started = time.monotonic()
         resp = await self._open(
             "watch", "GET", rt, rt.path(namespace), query=query, timeout=timeout
         )
+        self._observe("watch", rt, resp.status, started)
         buffer = b""
         try:
             async for chunk in resp.content.iter_any():

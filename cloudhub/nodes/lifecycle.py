@@ -124,7 +124,10 @@ class NodeLifecycle:
         state.failures = 0
         self._run_now(session.node, REGISTER, state.generation)
         self.events.node_event(
-            session.node, "Normal", "EdgeConnected", f"Edge agent connected over {session.transport}"
+            session.node,
+            "Normal",
+            "EdgeConnected",
+            f"Edge agent connected over {session.transport}",
         )
 
     def disconnected(self, session: NodeSession, was_current: bool) -> None:
@@ -144,7 +147,9 @@ class NodeLifecycle:
             UNKNOWN,
             state.generation,
         )
-        self.events.node_event(session.node, "Normal", "EdgeDisconnected", "Edge agent disconnected")
+        self.events.node_event(
+            session.node, "Normal", "EdgeDisconnected", "Edge agent disconnected"
+        )
 
     def watch_unseen(self, node: str) -> None:
         """A Node this hub has no session for (seen at start, or held by nobody): mark it
@@ -420,4 +425,6 @@ class NodeLifecycle:
             del self._states[node]
         if written is not None:
             self.metrics.node_writes.labels("unknown", "written").inc()
-            log.info("no session for %.0f s: Ready=Unknown", s.not_ready_grace, extra={"node": node})
+            log.info(
+                "no session for %.0f s: Ready=Unknown", s.not_ready_grace, extra={"node": node}
+            )

@@ -272,9 +272,7 @@ def node_status(status: dict, facts: NodeFacts, transport: str, now: float) -> d
     }
 
 
-def build_lease(
-    name: str, namespace: str, *, node_uid: str, duration: int, now: float
-) -> dict:
+def build_lease(name: str, namespace: str, *, node_uid: str, duration: int, now: float) -> dict:
     """A node Lease as kubelet creates it: held by the node, owned by its Node (so that
     deleting the Node deletes the Lease)."""
     stamp = micro_time(now)

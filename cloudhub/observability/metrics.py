@@ -79,7 +79,7 @@ class HubMetrics:
         )
         self.api_latency = Histogram(
             f"{NS}_api_request_duration_seconds",
-            "Kubernetes API request latency by verb and resource (watches: until the stream opened)",
+            "Kubernetes API request latency by verb and resource (watch: until it opened)",
             ["verb", "resource"],
             buckets=_API_LATENCY_BUCKETS,
             registry=registry,
@@ -165,7 +165,7 @@ def _gauge_histogram(name: str, doc: str, values: Iterable[int]) -> GaugeHistogr
         else:
             counts[-1] += 1
     cumulative, buckets = 0, []
-    for bound, count in zip((*DEPTH_BUCKETS, float("inf")), counts):
+    for bound, count in zip((*DEPTH_BUCKETS, float("inf")), counts, strict=False):
         cumulative += count
         buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
     return GaugeHistogramMetricFamily(name, doc, buckets=buckets, gsum_value=total)
@@ -209,7 +209,9 @@ class _ScrapeTime(Collector):
             labels=["resource"],
         )
         synced = GaugeMetricFamily(
-            f"{NS}_informer_synced", "1 once the informer's first list is applied", labels=["resource"]
+            f"{NS}_informer_synced",
+            "1 once the informer's first list is applied",
+            labels=["resource"],
         )
         relists = CounterMetricFamily(
             f"{NS}_informer_relists",

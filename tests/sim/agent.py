@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.backoff import backoff
-from protocol.errors import CloseCode, ConnectionClosed, TransportError
+from protocol.errors import CloseCode, ConnectionClosed, StateError, TransportError
 from protocol.messages import (
     PROTOCOL_VERSION,
     Error,
@@ -47,8 +47,9 @@ CREATED_AT = "sim.edgefleet.io/created-at"
 """Pod annotation: creation time (s since the epoch) for delivery-latency measurement."""
 
 
-def running_status(pod: dict, host_ip: str, now: float) -> dict:
-    """The status a healthy node reports for a pod it runs."""
+def running_status(pod: dict, host_ip: str, now: float, *, restarts: int = 0) -> dict:
+    """The status a healthy node reports for a pod it runs (containers restarted
+    ``restarts`` times)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     containers = (pod.get("spec") or {}).get("containers") or []
     uid = (pod.get("metadata") or {}).get("uid", "")
@@ -67,7 +68,7 @@ def running_status(pod: dict, host_ip: str, now: float) -> dict:
                 "name": c.get("name", "c"),
                 "ready": True,
                 "started": True,
-                "restartCount": 0,
+                "restartCount": restarts,
                 "image": c.get("image", ""),
                 "imageID": "sim://" + str(c.get("image", "")),
                 "containerID": f"sim://{uid}/{c.get('name', 'c')}",
@@ -89,6 +90,9 @@ class SimAgent:
         node_info: the hello's ``node_info`` (labels, capacity, nodeInfo, addresses).
         auto_status: report Running for every pod received (once per resourceVersion).
         auto_delete: answer a terminating pod with ``pod_deleted``.
+        report_on_connect: at every new session, report a fresh status for every pod held,
+            as if its containers restarted while offline (``restartCount`` = sessions - 1):
+            what makes a reconnecting fleet a status storm.
         config: session settings.
         backoff_base / backoff_cap: reconnect delays, seconds (full jitter).
         connect_timeout: seconds per dial.
@@ -107,6 +111,7 @@ class SimAgent:
         node_info: dict[str, Any] | None = None,
         auto_status: bool = True,
         auto_delete: bool = True,
+        report_on_connect: bool = False,
         config: SessionConfig | None = None,
         backoff_base: float = 0.05,
         backoff_cap: float = 1.0,
@@ -124,6 +129,7 @@ class SimAgent:
         self.node_info = node_info if node_info is not None else default_node_info(name)
         self.auto_status = auto_status
         self.auto_delete = auto_delete
+        self.report_on_connect = report_on_connect
         self.config = config or SessionConfig()
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
@@ -148,10 +154,11 @@ class SimAgent:
         self.changed = asyncio.Condition()
         self._waiting: dict[Any, Message] = {}  # queued while offline (latest wins)
         self._flush: asyncio.Task[None] | None = None
-        self._reported: dict[str, str] = {}  # pod uid -> rv whose status was reported
+        self._reported: dict[str, float] = {}  # pod uid -> when first reported (its start)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._synced_in_session = False
+        self._cut_on: Callable[[Message], bool] | None = None
 
     # -- observation ----------------------------------------------------------------------
 
@@ -164,6 +171,11 @@ class SimAgent:
     def synced(self) -> bool:
         """The current session's ``sync_done`` has arrived."""
         return self.connected and self._synced_in_session
+
+    @property
+    def all_acked(self) -> bool:
+        """Everything the agent wanted to send was sent and acknowledged."""
+        return not self.unacked and not self._waiting
 
     def holds(self, kind: str, namespace: str, name: str) -> dict | None:
         """The stored object of that kind and name, if any."""
@@ -214,13 +226,44 @@ class SimAgent:
         if link is not None:
             link.connection_lost("cut by the test")
 
+    def cut_on(self, predicate: Callable[[Message], bool]) -> None:
+        """Cut the link when the next message matching ``predicate`` arrives, before it is
+        applied: that message was in flight when the link went down."""
+        self._cut_on = predicate
+
+    def abandon(self) -> None:
+        """Stop reconnecting but leave the current link as it is, like an agent process
+        that froze: the hub only learns of it when something supersedes or times it out."""
+        self._stop.set()
+
+    def restarted(self, **kwargs: Any) -> SimAgent:
+        """A new agent for the same node with this one's persisted state (store, outbox,
+        next seq), as the same machine after a restart."""
+        agent = SimAgent(
+            self.name,
+            self.credentials,
+            host=self.host,
+            quic_port=self.quic_port,
+            websocket_port=self.websocket_port,
+            transport=kwargs.pop("transport", self.transport),
+            node_info=self.node_info,
+            config=self.config,
+            backoff_base=self.backoff_base,
+            backoff_cap=self.backoff_cap,
+            **kwargs,
+        )
+        agent.store = dict(self.store)
+        agent.unacked = dict(self.unacked)
+        agent.next_seq = self.next_seq
+        return agent
+
     async def run(self) -> None:
         """Dial, serve the session, back off, again; until :meth:`stop`."""
         delays = backoff(uniform=random.uniform, base=self.backoff_base, cap=self.backoff_cap)
         try:
             while not self._stop.is_set():
                 try:
-                    link = await self._dial()
+                    link = await self.dial()
                 except TransportError as exc:
                     self.refusals.append(str(exc))
                     log.debug("%s: dial failed: %s", self.name, exc)
@@ -242,7 +285,12 @@ class SimAgent:
         except asyncio.TimeoutError:
             pass
 
-    async def _dial(self) -> Link:
+    async def dial(self) -> Link:
+        """Dial the hub once with the current inventory and outbox; return the open link.
+
+        Raises:
+            protocol.transport.TransportError: refused, unreachable or rejected.
+        """
         hello = Hello(
             min_version=PROTOCOL_VERSION,
             max_version=PROTOCOL_VERSION,
@@ -271,6 +319,10 @@ class SimAgent:
         self._synced_in_session = False
         # the session has resent what the welcome did not cover; it may have moved next_seq
         self.next_seq = link.session.next_seq
+        if self.report_on_connect:
+            for ref, _, obj in list(self.store.values()):
+                if ref.kind == "Pod" and not (obj.get("metadata") or {}).get("deletionTimestamp"):
+                    self._report(ref, obj)
         await self._notify()
         self._kick()
         try:
@@ -295,6 +347,10 @@ class SimAgent:
     # -- receiving ------------------------------------------------------------------------
 
     def _on_message(self, message: Message) -> None:
+        if self._cut_on is not None and self._cut_on(message):
+            self._cut_on = None
+            self.cut()
+            return
         if isinstance(message, ObjectUpsert):
             ref = message.ref
             self.store[ref.uid] = (ref, message.resource_version, message.object)
@@ -324,10 +380,17 @@ class SimAgent:
             if self.auto_delete:
                 self.send(PodDeleted(ref=ref))
             return
-        if self.auto_status and self._reported.get(ref.uid) != rv:
-            self._reported[ref.uid] = rv
-            status = running_status(pod, self.host_ip, time.time())
-            self.send(PodStatus(ref=ref, status=status, observed_at=time.time()))
+        # Report once per pod, as an agent reports when the status changes, not when the
+        # pod's resourceVersion does (every status write changes that).
+        if self.auto_status and ref.uid not in self._reported:
+            self._reported[ref.uid] = time.time()
+            self._report(ref, pod)
+
+    def _report(self, ref: ObjectRef, pod: dict) -> None:
+        started = self._reported.setdefault(ref.uid, time.time())
+        restarts = self.sessions - 1 if self.report_on_connect else 0
+        status = running_status(pod, self.host_ip, started, restarts=restarts)
+        self.send(PodStatus(ref=ref, status=status, observed_at=time.time()))
 
     # -- sending --------------------------------------------------------------------------
 
@@ -355,7 +418,7 @@ class SimAgent:
                 assert link is not None
                 try:
                     seq = await link.send(message)
-                except ConnectionClosed:
+                except (ConnectionClosed, StateError):  # closed or closing
                     self._waiting[key] = message  # sent next session
                     break
                 if seq is not None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pathlib
+import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -79,6 +80,52 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
         yield Cluster(EMBEDDED, api.kubeconfig_path)
 
 
+class InThread:
+    """Runs coroutines on an event loop of their own in a daemon thread, so that their
+    timing does not depend on how busy the test's loop is (the storm test's API server
+    and its watch)."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Any, timeout: float = 60.0) -> Any:
+        """Run ``coro`` there and wait for its result (blocking: call before or after the
+        test's own async work, or through :meth:`arun`)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def arun(self, coro: Any) -> Any:
+        """Run ``coro`` there; await its result from the test's loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self) -> None:
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        self.run(drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def threaded_cluster() -> Iterator[tuple[Cluster, InThread]]:
+    """The embedded API server on its own thread and loop (and that thread, to run more
+    there): its timing is the API's, however busy the test's loop is."""
+    thread = InThread("embedded-api")
+    server = EmbeddedAPIServer(APIServerSettings(data_dir=None, port=0))
+    thread.run(server.__aenter__())
+    try:
+        yield Cluster(EMBEDDED, server.kubeconfig_path), thread
+    finally:
+        thread.run(server.__aexit__(None, None, None))
+        thread.close()
+
+
 @pytest.fixture
 async def kube(cluster: Cluster) -> AsyncIterator[KubeClient]:
     """A raw-JSON client for the test's own reads and writes."""
@@ -93,7 +140,9 @@ async def kube(cluster: Cluster) -> AsyncIterator[KubeClient]:
 async def namespace(kube: KubeClient) -> str:
     """A fresh namespace (left behind: the API is thrown away, or shared read-only)."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    await kube.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     return name
 
 
@@ -128,7 +177,9 @@ class Hubs:
         await hub.aclose()
         self.hubs.remove(hub)
 
-    def agent(self, name: str, *, transport: str = "websocket", start: bool = True, **kwargs: Any) -> SimAgent:
+    def agent(
+        self, name: str, *, transport: str = "websocket", start: bool = True, **kwargs: Any
+    ) -> SimAgent:
         assert self.hub is not None, "start a hub first"
         credentials = kwargs.pop("credentials", None) or node_credentials(self.pki.ca, name)
         agent = SimAgent(

@@ -52,6 +52,7 @@ async def test_first_session_registers_the_node_and_renews_its_lease(
     assert node["metadata"]["annotations"]["edgefleet.io/transport"] == transport
 
     # the Lease exists, is held by the node, owned by the Node, and keeps being renewed
+    await eventually(lambda: _lease_exists(kube, name), "the Lease")
     lease = await kube.get(LEASES, name, "kube-node-lease")
     assert lease["spec"]["holderIdentity"] == name
     assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
@@ -80,11 +81,11 @@ async def test_first_session_registers_the_node_and_renews_its_lease(
 async def test_disconnect_stops_the_lease_and_sets_ready_unknown_after_the_grace(
     hubs: Hubs, kube: KubeClient, unique
 ) -> None:
-    hub = await hubs.start()
+    await hubs.start()
     name = unique("edge-gone")
     agent = hubs.agent(name)
     await agent.wait_for(lambda: agent.synced, DEADLINE)
-    await eventually(lambda: _registered(hub, name), "registration")
+    await eventually(lambda: _lease_exists(kube, name), "the Lease")
     await agent.stop()
     disconnected_at = (await kube.get(LEASES, name, "kube-node-lease"))["spec"]["renewTime"]
 
@@ -131,6 +132,14 @@ async def test_deleting_the_node_closes_its_session(hubs: Hubs, kube: KubeClient
     closed = [c for c in agent.closes if c.code is CloseCode.UNAUTHORIZED][-1]
     assert "deleted" in closed.reason
     assert agent.sessions == sessions  # the close came from the hub, on that session
+
+
+async def _lease_exists(kube: KubeClient, name: str) -> bool:
+    try:
+        await kube.get(LEASES, name, "kube-node-lease")
+    except KubeNotFound:
+        return False
+    return True
 
 
 async def _registered(hub, name: str) -> bool:
