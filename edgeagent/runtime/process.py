@@ -213,6 +213,14 @@ class ProcessRuntime(ContainerRuntime):
         try:
             data = json.loads((d / "state.json").read_text())
             rec = _Record(**data)
+        except FileNotFoundError:
+            # Created and never recorded: an agent died inside create(). Such a directory
+            # is removed once it is old enough not to be a create() in progress.
+            with contextlib.suppress(OSError):
+                if time.time() - d.stat().st_mtime > 60:
+                    shutil.rmtree(d, ignore_errors=True)
+                    log.info("process runtime: removed unfinished container record %s", d)
+            return
         except (OSError, ValueError, TypeError) as exc:
             log.warning("process runtime: ignoring unreadable record %s: %s", d, exc)
             return

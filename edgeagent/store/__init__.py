@@ -2,6 +2,7 @@
 
 from edgeagent.store.store import (
     SEQ_BLOCK,
+    SEQ_MARGIN,
     ObjectChange,
     OutboxEntry,
     RefLike,
@@ -13,6 +14,7 @@ from edgeagent.store.store import (
 
 __all__ = [
     "SEQ_BLOCK",
+    "SEQ_MARGIN",
     "ObjectChange",
     "OutboxEntry",
     "RefLike",

@@ -49,10 +49,9 @@ def podman_engine(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def podman(podman_engine: PodmanEngine):
-    """The session's podman engine; containers a test leaves behind are removed after it."""
-    yield podman_engine
-    if podman_engine.podman("ps", "-aq", check=False).strip():
-        podman_engine.podman("rm", "-af", "-t", "0", check=False)
+    """The session's podman engine (each test removes its containers; the session's
+    teardown removes anything left)."""
+    return podman_engine
 
 
 @pytest.fixture

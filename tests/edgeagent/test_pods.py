@@ -254,13 +254,22 @@ async def test_liveness_failure_restarts_and_readiness_flips(harness: Harness):
                     "trap 'exit 0' TERM; sleep 600 & wait",
                     harness.kind,
                     livenessProbe={
-                        "exec": {"command": ["/bin/sh", "-c", f"test ! -e {p('/scratch/dead')}"]},
+                        "exec": {  # fails once: the marker goes with the failure
+                            "command": [
+                                "/bin/sh",
+                                "-c",
+                                f"test ! -e {p('/scratch/dead')} || ! rm {p('/scratch/dead')}",
+                            ]
+                        },
                         "periodSeconds": 1,
-                        "failureThreshold": 2,
+                        "failureThreshold": 1,
+                        "timeoutSeconds": 5,  # podman's exec is slow on a loaded machine
                     },
                     readinessProbe={
                         "exec": {"command": ["/bin/sh", "-c", f"test -e {p('/scratch/ready')}"]},
                         "periodSeconds": 1,
+                        "failureThreshold": 1,
+                        "timeoutSeconds": 5,  # podman's exec is slow on a loaded machine
                     },
                     volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
                 )
@@ -288,7 +297,6 @@ async def test_liveness_failure_restarts_and_readiness_flips(harness: Harness):
     )
     reasons = [e["reason"] for e in harness.events(pod)]
     assert "Unhealthy" in reasons and "Killing" in reasons
-    await harness.exec(pod, "c", f"rm {p('/scratch/dead')}")
 
 
 async def test_http_and_tcp_probes(harness: Harness):

@@ -219,3 +219,28 @@ def test_pod_phase_rules():
     assert pod_phase("Always", [], [creating]) == "Pending"
     assert pod_phase("Never", [bad], [creating]) == "Failed"
     assert pod_phase("Always", [backoff], [creating]) == "Pending"
+
+
+def test_process_runtime_agent_imports_no_engine_client(tmp_path: pathlib.Path):
+    """The agent imports only what its configuration uses (aiodocker + aiohttp: ~14 MiB)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pathlib\n"
+        "import edgeagent.__main__, edgeagent.agent\n"
+        "from edgeagent.runtime import make_runtime\n"
+        "from edgeagent.settings import RuntimeSettings\n"
+        f"make_runtime(RuntimeSettings(kind='process'), pathlib.Path({str(tmp_path)!r}))\n"
+        "print(sorted(m for m in ('aiodocker', 'aiohttp', 'numpy', 'rich', 'typer', 'aioquic',"
+        " 'websockets', 'cryptography') if m in sys.modules))\n"
+    )
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=True,
+    )
+    assert out.stdout.strip() == "[]", out.stdout
