@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import functools
 import json
 import pathlib
@@ -37,14 +38,6 @@ FIELD_VALIDATION = ("", "Ignore", "Warn", "Strict")
 _SCHEMA_PATH = pathlib.Path(__file__).with_name("builtin_schema.json")
 _LIST = re.compile(r"^list\[(.+)\]$")
 _DICT = re.compile(r"^dict\(str, (.+)\)$")
-_GO_TYPES = {
-    "str": "string",
-    "int": "int64",
-    "float": "float64",
-    "bool": "bool",
-    "datetime": "Time",
-    "date": "Time",
-}
 
 
 @functools.cache
@@ -82,18 +75,34 @@ class _Decoder:
             f"of type {go_type}"
         )
 
-    def walk(self, type_name: str, value: Any, path: str) -> None:
+    def walk(self, type_name: str, value: Any, path: str) -> Any:
+        """Check ``value`` against ``type_name``; return it, normalised where the API
+        normalises (times to UTC, numeric quantities to text)."""
         if value is None:
-            return
+            return value
         form, inner = _parse(type_name)
         if form == "any":
-            return
+            return value
         if form == "str":
             if not isinstance(value, str):
-                raise self.fail(value, path, _GO_TYPES[type_name])
+                raise self.fail(value, path, "string")
+        elif form in ("time", "microtime"):
+            if not isinstance(value, str):
+                raise self.fail(value, path, "Time")
+            normalised = normalize_time(value, micro=form == "microtime")
+            if normalised is None:
+                layout = _MICRO_LAYOUT if form == "microtime" else _TIME_LAYOUT
+                raise errors.bad_request(
+                    f'{self.kind} in version "{self.version}" cannot be handled as a '
+                    f'{self.kind}: {path}: parsing time "{value}" as "{layout}": the value '
+                    "is not in that format"
+                )
+            return normalised
         elif form == "quantity":
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise self.fail(value, path, "Quantity")
+            if not isinstance(value, str):
+                return _quantity(value)
         elif form == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(value, path, "int64")
@@ -108,20 +117,17 @@ class _Decoder:
                 raise self.fail(value, path, "[]" + inner)
             if _parse(inner)[0] != "any":
                 for i, item in enumerate(value):
-                    self.walk(inner, item, f"{path}[{i}]")
+                    value[i] = self.walk(inner, item, f"{path}[{i}]")
         elif form == "dict":
             if not isinstance(value, dict):
                 raise self.fail(value, path, "map[string]" + inner)
-            inner_form = _parse(inner)[0]
-            if inner_form != "any":
+            if _parse(inner)[0] != "any":
                 for key, item in value.items():
-                    self.walk(inner, item, f"{path}[{key}]")
-                    if inner_form == "quantity" and isinstance(item, (int, float)):
-                        value[key] = _quantity(item)
+                    value[key] = self.walk(inner, item, f"{path}[{key}]")
         else:
             fields = self.types.get(type_name)
             if fields is None:
-                return
+                return value
             if not isinstance(value, dict):
                 raise self.fail(value, path, type_name)
             for key in list(value):
@@ -130,11 +136,63 @@ class _Decoder:
                 if field_type is None:
                     self.unknown.append(sub)
                     del value[key]
+                    continue
+                marker = field_type[0]
+                bare = field_type.lstrip("!?")
+                item = self.walk(bare, value[key], sub)
+                if _omitted(marker, bare, item):
+                    del value[key]
                 else:
-                    item = value[key]
-                    self.walk(field_type, item, sub)
-                    if field_type == "quantity" and isinstance(item, (int, float)):
-                        value[key] = _quantity(item)
+                    value[key] = item
+        return value
+
+
+def _omitted(marker: str, type_name: str, item: Any) -> bool:
+    """Whether Go's JSON encoding (``omitempty``) leaves this value out: null, an
+    empty optional list or map ("!" marks the required ones, kept), or the zero value
+    of a plain scalar field marked "?"."""
+    if item is None:
+        return True  # null decodes to Go's zero value, which JSON then omits
+    if marker == "?":
+        return item in ("", 0, False) and not isinstance(item, float)
+    if marker == "!":
+        return False
+    return (item == [] or item == {}) and type_name[:5] in ("list[", "dict(")
+
+
+_TIME_LAYOUT = "2006-01-02T15:04:05Z07:00"
+_MICRO_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
+_TIME_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$"
+)
+
+
+def normalize_time(value: str, *, micro: bool) -> str | None:
+    """A ``metav1.Time`` (RFC 3339, seconds) or ``metav1.MicroTime`` (RFC 3339 with
+    exactly 6 fractional digits) as kube-apiserver stores it: in UTC, ``Z``, with
+    seconds (Time drops any fraction) or microseconds. None when it does not parse
+    with the layout Go uses for the type."""
+    match = _TIME_RE.match(value)
+    if match is None:
+        return None
+    fraction = match.group(7) or ""
+    if micro and len(fraction) != 7:
+        return None
+    zone = match.group(8)
+    try:
+        offset = datetime.timedelta(0)
+        if zone != "Z":
+            sign = 1 if zone[0] == "+" else -1
+            offset = sign * datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+        stamp = datetime.datetime(
+            *(int(match.group(i)) for i in range(1, 7)),
+            int(fraction[1:7].ljust(6, "0")) if fraction else 0,
+            tzinfo=datetime.timezone(offset),
+        ).astimezone(datetime.timezone.utc)
+    except ValueError:
+        return None
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{stamp.microsecond:06d}Z" if micro else f"{text}Z"
 
 
 def _quantity(number: float) -> str:
@@ -149,9 +207,11 @@ def _parse(type_name: str) -> tuple[str, str]:
     """(form, inner type) of a model type string: ``list[V1Container]`` -> (list, V1Container)."""
     if type_name == "object":
         return ("any", "")
-    if type_name in ("str", "datetime", "date"):
+    if type_name == "str":
         return ("str", "")
-    if type_name in ("int", "float", "bool", "quantity"):
+    if type_name in ("datetime", "date"):
+        return ("time", "")
+    if type_name in ("int", "float", "bool", "quantity", "microtime"):
         return (type_name, "")
     match = _LIST.match(type_name)
     if match:

@@ -34,7 +34,13 @@ def _container(c: dict[str, Any]) -> None:
             c["imagePullPolicy"] = "Always"
         else:
             c["imagePullPolicy"] = "IfNotPresent"
-    c.setdefault("resources", {})
+    resources = c.setdefault("resources", {})
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+        # Requests default to the limits for the resources that set only a limit.
+        requests = resources.setdefault("requests", {})
+        if isinstance(requests, dict):
+            for name, quantity in resources["limits"].items():
+                requests.setdefault(name, quantity)
     for port in c.get("ports") or []:
         if isinstance(port, dict):
             port.setdefault("protocol", "TCP")
@@ -62,7 +68,6 @@ def _pod_spec(spec: dict[str, Any]) -> None:
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("securityContext", {})
     spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("enableServiceLinks", True)
     for field in ("containers", "initContainers"):
         for c in spec.get(field) or []:
             if isinstance(c, dict):
@@ -106,8 +111,6 @@ def _service(obj: dict[str, Any], used_ips: Iterable[str]) -> None:
                 break
     if spec["clusterIP"] != "None":
         spec.setdefault("clusterIPs", [spec["clusterIP"]])
-        spec.setdefault("ipFamilies", ["IPv4"])
-        spec.setdefault("ipFamilyPolicy", "SingleStack")
 
 
 def apply_defaults(kind: str, obj: dict[str, Any], used_ips: Iterable[str] = ()) -> None:
@@ -115,6 +118,7 @@ def apply_defaults(kind: str, obj: dict[str, Any], used_ips: Iterable[str] = ())
     spec = obj.get("spec")
     if kind == "Pod" and isinstance(spec, dict):
         _pod_spec(spec)
+        spec.setdefault("enableServiceLinks", True)  # SetDefaults_Pod, not templates
     elif kind == "Deployment" and isinstance(spec, dict):
         spec.setdefault("replicas", 1)
         spec.setdefault(
@@ -149,6 +153,10 @@ def apply_defaults(kind: str, obj: dict[str, Any], used_ips: Iterable[str] = ())
     elif kind == "Secret":
         if not obj.get("type"):
             obj["type"] = "Opaque"
+    elif kind == "Node":
+        status = obj.get("status")
+        if isinstance(status, dict) and "capacity" in status and "allocatable" not in status:
+            status["allocatable"] = dict(status["capacity"])  # SetDefaults_NodeStatus
     elif kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         status = obj.setdefault("status", {})
@@ -187,8 +195,46 @@ def pod_qos_class(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+#: Status of a new object as kube-apiserver returns it: Go writes the fields of an
+#: empty status that have no omitempty.
+INITIAL_STATUS: dict[str, dict[str, Any]] = {
+    "Deployment": {},
+    "DaemonSet": {
+        "currentNumberScheduled": 0,
+        "numberMisscheduled": 0,
+        "desiredNumberScheduled": 0,
+        "numberReady": 0,
+    },
+    "ReplicaSet": {"replicas": 0},
+    "StatefulSet": {"replicas": 0},
+    "PodDisruptionBudget": {
+        "disruptionsAllowed": 0,
+        "currentHealthy": 0,
+        "desiredHealthy": 0,
+        "expectedPods": 0,
+    },
+    "Ingress": {"loadBalancer": {}},
+}
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
 def apply_create_admission(kind: str, obj: dict[str, Any]) -> None:
-    """What the default admission plugins add to a new object, in place."""
+    """What the default admission plugins add to a new object, in place:
+    ``TaintNodesByCondition`` (a new Node is tainted not-ready until the node
+    lifecycle controller sees it Ready), ``DefaultTolerationSeconds`` and ``Priority``
+    (pods)."""
+    if kind == "Node":
+        spec = obj.setdefault("spec", {})
+        if isinstance(spec, dict):
+            taints = spec.setdefault("taints", [])
+            if isinstance(taints, list) and not any(
+                isinstance(t, dict)
+                and t.get("key") == NOT_READY_TAINT["key"]
+                and t.get("effect") == "NoSchedule"
+                for t in taints
+            ):
+                taints.append(dict(NOT_READY_TAINT))
+        return
     if kind != "Pod":
         return
     spec = obj.get("spec")

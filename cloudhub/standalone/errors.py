@@ -32,6 +32,7 @@ __all__ = [
     "method_not_allowed",
     "not_acceptable",
     "not_found",
+    "storage_refused",
     "too_large_resource_version",
     "unauthorized",
     "unsupported_media_type",
@@ -100,9 +101,10 @@ class StatusError(StandaloneError):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
-        if self.details:
+        if self.reason:
+            body["reason"] = self.reason
+        if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code
         return body
@@ -218,11 +220,13 @@ def too_large_resource_version(asked: int, current: int) -> StatusError:
 
 
 def method_not_allowed(verb: str, resource: str) -> StatusError:
-    """405 for a verb the resource does not support."""
+    """405 for a verb the resource does not support (``verb``/``resource`` for logs only:
+    kube-apiserver's message does not name them)."""
     return StatusError(
         405,
         "MethodNotAllowed",
-        f"the server does not allow this method on the requested resource ({verb} {resource})",
+        "the server does not allow this method on the requested resource",
+        {},
     )
 
 
@@ -231,11 +235,8 @@ def unsupported_media_type(content_type: str, allowed: list[str]) -> StatusError
     return StatusError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted media types include: "
-        f"{', '.join(allowed)}",
-        {"causes": [{"reason": "UnexpectedServerResponse", "message": content_type}]}
-        if content_type
-        else None,
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(allowed),
     )
 
 
@@ -246,6 +247,12 @@ def not_acceptable(accept: str) -> StatusError:
         "NotAcceptable",
         f"only the following media types are accepted: application/json, got {accept}",
     )
+
+
+def storage_refused(message: str) -> StatusError:
+    """500 with no reason, as the storage layer's own refusals come out of
+    kube-apiserver (e.g. a resourceVersion set on create)."""
+    return StatusError(500, "", message)
 
 
 def internal_error(message: str) -> StatusError:

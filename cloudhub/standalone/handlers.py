@@ -50,7 +50,23 @@ _BODY_TYPES = frozenset(
         *patch.PATCH_TYPES,
     }
 )
-_NOT_FOUND = StatusError(404, "NotFound", "the server could not find the requested resource")
+_NOT_FOUND = StatusError(404, "NotFound", "the server could not find the requested resource", {})
+_ROOT_PATHS = [
+    "/api",
+    "/api/v1",
+    "/apis",
+    "/healthz",
+    "/livez",
+    "/openapi/v2",
+    "/openapi/v3",
+    "/readyz",
+    "/version",
+]
+
+
+def _no_such_group() -> web.Response:
+    """What kube-apiserver answers for a group it does not serve: plain text."""
+    return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
 
 
 def _json_response(body: Any, status: int = 200) -> web.Response:
@@ -193,20 +209,7 @@ class APIHandler:
         parts = [p for p in path.split("/") if p]
         method = request.method
         if not parts:
-            return _json_response(
-                {
-                    "paths": [
-                        "/api",
-                        "/api/v1",
-                        "/apis",
-                        "/healthz",
-                        "/livez",
-                        "/openapi/v2",
-                        "/readyz",
-                        "/version",
-                    ]
-                }
-            )
+            return _json_response({"paths": _ROOT_PATHS})
         head = parts[0]
         if head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok", content_type="text/plain")
@@ -222,17 +225,19 @@ class APIHandler:
             types = self.registry.types()
             if len(parts) == 1:
                 return _json_response(discovery.api_group_list(types))
+            if discovery.api_group(types, parts[1]) is None:
+                return _no_such_group()
             if len(parts) == 2:
-                doc = discovery.api_group(types, parts[1])
-                if doc is None:
-                    raise _NOT_FOUND
-                return _json_response(doc)
+                return _json_response(discovery.api_group(types, parts[1]))
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise _NOT_FOUND
+            # kube-apiserver lists its root paths with the 404 of an unknown path.
+            return _json_response({"paths": _ROOT_PATHS}, 404)
         if not rest:
             doc = discovery.api_resource_list(self.registry.types(), group, version)
             if doc is None:
+                if group:
+                    return _no_such_group()
                 raise _NOT_FOUND
             return _json_response(doc)
         watch_prefix = rest[0] == "watch"
@@ -306,7 +311,9 @@ class APIHandler:
         if ctype == protobuf.CONTENT_TYPE:
             return protobuf.decode_object(raw)
         if ctype not in _BODY_TYPES:
-            raise errors.unsupported_media_type(ctype, [JSON, "application/yaml"])
+            raise errors.unsupported_media_type(
+                ctype, [JSON, "application/yaml", protobuf.CONTENT_TYPE]
+            )
         try:
             if ctype in ("application/yaml", "application/apply-patch+yaml"):
                 return yaml.safe_load(raw)

@@ -221,7 +221,13 @@ def _merge_map(original: Any, patch: dict[str, Any], path: str, rules: Mapping[s
     for field, order in orders.items():
         if isinstance(result.get(field), list):
             rule = rules.get(_join(path, field))
-            result[field] = _reorder(result[field], order, rule[1] if rule else None)
+            before = original.get(field) if isinstance(original, dict) else None
+            result[field] = _normalize_order(
+                result[field],
+                order,
+                before if isinstance(before, list) else [],
+                rule[1] if rule else None,
+            )
     if retain is not None:
         if not isinstance(retain, list):
             raise bad_request("$retainKeys must be a list")
@@ -240,47 +246,96 @@ def _strip(value: Any) -> Any:
 def _merge_list(
     original: Any, patch: list[Any], path: str, merge_key: str | None, rules: Mapping[str, Rule]
 ) -> list[Any]:
+    """Merge a patch list into a list with merge strategy, in the order
+    kube-apiserver gives the result (see :func:`_normalize_order`)."""
     current = list(original) if isinstance(original, list) else []
-    if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
-        return [_strip(p) for p in patch if not (isinstance(p, dict) and "$patch" in p)]
     if merge_key is None:
-        out = list(current)
+        merged = list(current)
         for value in patch:
-            if value not in out:
-                out.append(value)
-        return out
+            if value not in merged:
+                merged.append(value)
+        return _normalize_order(merged, patch, current, None)
     item_path = path + "[]"
+    plain: list[dict[str, Any]] = []
+    replace = False
     for item in patch:
         if not isinstance(item, dict):
             raise bad_request(f"{path}: list items must be objects with the key {merge_key!r}")
+        directive = item.get("$patch")
+        if directive == "replace":
+            replace = True
+            continue
+        if directive is not None and directive != "delete":
+            raise bad_request(f"{path}: unknown patch type {directive!r} in list")
         if merge_key not in item:
             raise bad_request(
                 f"{path}: map: {item} does not contain declared merge key: {merge_key}"
             )
+        if directive == "delete":
+            current = [
+                v
+                for v in current
+                if not (isinstance(v, dict) and v.get(merge_key) == item[merge_key])
+            ]
+        else:
+            plain.append(item)
+    if replace:
+        return [_strip(p) for p in plain]
+    merged = list(current)
+    for item in plain:
         key = item[merge_key]
         index = next(
-            (i for i, v in enumerate(current) if isinstance(v, dict) and v.get(merge_key) == key),
+            (i for i, v in enumerate(merged) if isinstance(v, dict) and v.get(merge_key) == key),
             None,
         )
-        if item.get("$patch") == "delete":
-            if index is not None:
-                del current[index]
-            continue
         if index is None:
-            current.append(_merge_map({}, item, item_path, rules))
+            merged.append(_merge_map({}, item, item_path, rules))
         else:
-            current[index] = _merge_map(current[index], item, item_path, rules)
-    return current
+            merged[index] = _merge_map(merged[index], item, item_path, rules)
+    return _normalize_order(merged, plain, current, merge_key)
 
 
-def _reorder(items: list[Any], order: list[Any], merge_key: str | None) -> list[Any]:
+def _normalize_order(
+    merged: list[Any], patch_order: list[Any], server_order: list[Any], merge_key: str | None
+) -> list[Any]:
+    """Order a merged list as apimachinery's strategic merge does: the items the
+    patch names, in the patch's order, interleaved with the items only the server
+    had, in the server's order; an item the server did not have goes before the
+    server-only items not yet placed (a new container comes first unless
+    ``$setElementOrder`` says otherwise)."""
+
     def key_of(v: Any) -> Any:
         if merge_key is not None and isinstance(v, dict):
             return v.get(merge_key)
         return v if not isinstance(v, (dict, list)) else repr(v)
 
-    wanted = [key_of(o) for o in order]
-    position = {k: i for i, k in enumerate(wanted)}
-    ordered = sorted((v for v in items if key_of(v) in position), key=lambda v: position[key_of(v)])
-    rest = [v for v in items if key_of(v) not in position]
-    return ordered + rest
+    patch_keys = [key_of(v) for v in patch_order]
+    server_keys = [key_of(v) for v in server_order]
+    patch_pos = {k: i for i, k in reversed(list(enumerate(patch_keys)))}
+    server_pos = {k: i for i, k in reversed(list(enumerate(server_keys)))}
+    named = sorted(
+        (v for v in merged if key_of(v) in patch_pos), key=lambda v: patch_pos[key_of(v)]
+    )
+    server_only = sorted(
+        (v for v in merged if key_of(v) not in patch_pos),
+        key=lambda v: server_pos.get(key_of(v), len(server_pos)),
+    )
+    out: list[Any] = []
+    i = j = 0
+    while i < len(server_only) or j < len(named):
+        if j >= len(named):
+            out.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            out.append(named[j])
+            j += 1
+        else:
+            left = server_pos.get(key_of(server_only[i]))
+            right = server_pos.get(key_of(named[j]))
+            if left is not None and right is not None and left < right:
+                out.append(server_only[i])
+                i += 1
+            else:
+                out.append(named[j])
+                j += 1
+    return out

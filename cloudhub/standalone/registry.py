@@ -55,6 +55,7 @@ CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 NAMESPACES = "namespaces"
 CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 NAMESPACE_FINALIZER = "kubernetes"
+_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver name generator's alphabet
 _META_ORDER = (
     "name",
@@ -494,7 +495,7 @@ class Registry:
         name = meta.get("name") or ""
         self._check_namespace(rtype, namespace, name, create=True)
         if meta.get("resourceVersion"):
-            raise errors.internal_error(
+            raise errors.storage_refused(
                 "resourceVersion should not be set on objects to be created"
             )
         if rtype.custom:
@@ -552,8 +553,11 @@ class Registry:
             if CRD_FINALIZER not in finalizers:
                 finalizers.append(CRD_FINALIZER)
             obj["status"] = self._crd_status(obj)
-        elif kind in ("Deployment", "DaemonSet", "ReplicaSet", "StatefulSet"):
-            obj["status"] = {}
+        elif kind in defaults.INITIAL_STATUS:
+            obj["status"] = copy.deepcopy(defaults.INITIAL_STATUS[kind])
+        if kind == "DaemonSet":
+            # What apps/v1 shows of the DaemonSet's templateGeneration.
+            obj["metadata"].setdefault("annotations", {})[_DS_TEMPLATE_GENERATION] = "1"
 
     def _crd_status(
         self, crd: dict[str, Any], old: Mapping[str, Any] | None = None
@@ -737,6 +741,17 @@ class Registry:
         if rtype.has_generation and self._generation_changed(rtype, obj, old):
             meta = obj["metadata"]
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
+        if rtype.kind == "DaemonSet" and not rtype.custom:
+            # The annotation shows the DaemonSet's template generation: it is the
+            # server's, whatever the client sent, and counts template changes.
+            old_generation = (old_meta.get("annotations") or {}).get(_DS_TEMPLATE_GENERATION, "1")
+            if not old_generation.isdigit():
+                old_generation = "1"
+            changed = (obj.get("spec") or {}).get("template") != (old.get("spec") or {}).get(
+                "template"
+            )
+            value = str(int(old_generation) + 1) if changed else old_generation
+            obj["metadata"].setdefault("annotations", {})[_DS_TEMPLATE_GENERATION] = value
         self._validate(rtype, obj, name, opts)
         self._fail_invalid(rtype, name, validation.validate_update(rtype, obj, old))
         obj = self._ordered(rtype, obj)
@@ -905,7 +920,6 @@ class Registry:
                 return current, False
             if not meta.get("deletionTimestamp"):
                 meta["deletionTimestamp"] = now_rfc3339()
-                meta["deletionGracePeriodSeconds"] = 0
                 meta["finalizers"] = finalizers
                 obj.setdefault("status", {})["phase"] = "Terminating"
                 if not finalizers:
@@ -935,6 +949,11 @@ class Registry:
             return self._write_modified(rtype, ns, name, obj), False
         if options.dry_run:
             return current, True
+        if rtype.storage_key == "pods" and not meta.get("deletionTimestamp"):
+            # Pods are deleted through the graceful path even with no grace: their
+            # last state carries the deletion time and a grace period of 0.
+            meta["deletionTimestamp"] = now_rfc3339()
+            meta["deletionGracePeriodSeconds"] = 0
         return self._remove(rtype, ns, name, obj), True
 
     def _write_modified(

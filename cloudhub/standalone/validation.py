@@ -50,6 +50,13 @@ MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def _render(value: Any) -> str:
+    """A value as Go's ``%#v`` shows it in field errors (``"x"``, ``5``,
+    ``map[string]string{"a":"b"}``, ``[]string{"a", "b"}``); other shapes as JSON."""
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        inner = ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in sorted(value.items()))
+        return f"map[string]string{{{inner}}}"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "[]string{" + ", ".join(json.dumps(v) for v in value) + "}"
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 

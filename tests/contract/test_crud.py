@@ -314,3 +314,26 @@ async def test_quantities_may_be_json_numbers(kube: Kube) -> None:
     resources = made["spec"]["containers"][0]["resources"]
     assert resources == {"limits": {"cpu": "2"}, "requests": {"cpu": "500m"}}
     assert made["status"]["qosClass"] == "Burstable"
+
+
+async def test_requests_default_to_limits(kube: Kube) -> None:
+    body = pod("lim")
+    body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "500m", "memory": "64Mi"}}
+    made = await kube.core.create_namespaced_pod(kube.ns, body)
+    resources = made.spec.containers[0].resources
+    assert resources.requests == {"cpu": "500m", "memory": "64Mi"}
+    assert made.status.qos_class == "Guaranteed"
+
+
+async def test_empty_optional_lists_and_zero_values_are_dropped(kube: Kube) -> None:
+    body = pod("omit")
+    container = body["spec"]["containers"][0]
+    container["env"] = []
+    container["volumeMounts"] = [{"name": "v", "mountPath": "/v", "readOnly": False}]
+    body["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    status, made, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 201, made
+    stored = made["spec"]["containers"][0]
+    assert "env" not in stored
+    assert stored["volumeMounts"] == [{"name": "v", "mountPath": "/v"}]
+    assert made["spec"]["volumes"] == [{"name": "v", "emptyDir": {}}]

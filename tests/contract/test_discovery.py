@@ -66,12 +66,14 @@ async def test_named_groups(kube: Kube) -> None:
     assert "leases" in leases
 
 
-async def test_unknown_paths_are_404_status(kube: Kube) -> None:
-    for path in (
-        "/apis/nothing.example.com/v1",
-        "/api/v1/frobs",
-        "/apis/apps/v1/namespaces/x/things",
-    ):
+async def test_unknown_paths_are_404(kube: Kube) -> None:
+    # A resource a served group version does not have: a NotFound Status.
+    for path in ("/api/v1/frobs", "/apis/apps/v1/namespaces/x/things"):
         status, body, _ = await kube.raw("GET", path)
         assert status == 404, path
         assert body["kind"] == "Status" and body["reason"] == "NotFound"
+    # A group the server does not serve: kube-apiserver's plain-text 404.
+    for path in ("/apis/nothing.example.com/v1", "/apis/nothing.example.com"):
+        status, body, _ = await kube.raw("GET", path)
+        assert status == 404, path
+        assert body == "404 page not found\n"

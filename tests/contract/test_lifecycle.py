@@ -169,7 +169,9 @@ async def test_merge_json_and_strategic_patches(kube: Kube) -> None:
     )
     assert status == 200, body
     names = [c["name"] for c in body["spec"]["template"]["spec"]["containers"]]
-    assert names == ["c", "side"]
+    # The new container goes first: without $setElementOrder, apimachinery puts the
+    # items a patch adds before the ones only the server had.
+    assert names == ["side", "c"]
     # Merge patch: lists are replaced.
     status, body, _ = await kube.raw(
         "PATCH",
@@ -292,3 +294,34 @@ async def test_scale_subresource(kube: Kube) -> None:
     )
     assert status == 422
     assert body["reason"] == "Invalid"
+
+
+async def test_daemonset_template_generation_annotation(kube: Kube) -> None:
+    key = "deprecated.daemonset.template.generation"
+    labels = {"app": "ds"}
+    made = await kube.apps.create_namespaced_daemon_set(
+        kube.ns,
+        client.V1DaemonSet(
+            metadata=client.V1ObjectMeta(name="ds"),
+            spec=client.V1DaemonSetSpec(
+                selector=client.V1LabelSelector(match_labels=labels),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels),
+                    spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x:1")]),
+                ),
+            ),
+        ),
+    )
+    assert made.metadata.annotations[key] == "1"
+    assert made.status.desired_number_scheduled == 0
+    relabelled = await kube.apps.patch_namespaced_daemon_set(
+        "ds", kube.ns, {"metadata": {"labels": {"x": "y"}}}
+    )
+    assert relabelled.metadata.annotations[key] == "1"
+    changed = await kube.apps.patch_namespaced_daemon_set(
+        "ds",
+        kube.ns,
+        {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:2"}]}}}},
+    )
+    assert changed.metadata.annotations[key] == "2"
+    assert changed.metadata.generation == 2

@@ -69,7 +69,9 @@ async def test_node_unschedulable_field_selector(kube: Kube) -> None:
 
 
 async def test_lease_create_renew_and_conflict(kube: Kube) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    # MicroTime needs its 6 fractional digits: a datetime with microsecond 0 would be
+    # sent without them (isoformat) and refused.
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=123456)
     body = client.V1Lease(
         metadata=client.V1ObjectMeta(name="edge-1"),
         spec=client.V1LeaseSpec(
@@ -95,6 +97,38 @@ async def test_lease_create_renew_and_conflict(kube: Kube) -> None:
     assert err.value.status == 422
 
 
+async def test_times_are_parsed_and_stored_in_utc(kube: Kube) -> None:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{kube.ns}/leases"
+    body = {
+        "metadata": {"name": "t"},
+        "spec": {"renewTime": "2026-01-02T03:04:05.123456+01:00", "holderIdentity": "h"},
+    }
+    status, made, _ = await kube.raw("POST", path, body)
+    assert status == 201, made
+    assert made["spec"]["renewTime"] == "2026-01-02T02:04:05.123456Z"
+    for bad in (
+        "2026-01-02T03:04:05Z",
+        "2026-01-02T03:04:05.1234567Z",
+        "2026-01-02 03:04:05.123456Z",
+    ):
+        body = {"metadata": {"name": "bad"}, "spec": {"renewTime": bad}}
+        status, answer, _ = await kube.raw("POST", path, body)
+        assert status == 400, bad
+        assert answer["reason"] == "BadRequest"
+    event = {
+        "metadata": {"name": "ev"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": kube.ns},
+        "firstTimestamp": "2026-01-02T03:04:05.5+01:00",
+    }
+    status, made, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/events", event)
+    assert status == 201, made
+    assert made["firstTimestamp"] == "2026-01-02T02:04:05Z"
+    event["metadata"]["name"] = "ev2"
+    event["firstTimestamp"] = "yesterday"
+    status, _, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/events", event)
+    assert status == 400
+
+
 async def test_field_validation_strict_refuses_unknown_fields(kube: Kube) -> None:
     body = {"metadata": {"name": "strict"}, "data": {"a": "1"}, "dta": {"typo": "x"}}
     status, answer, _ = await kube.raw(
@@ -110,3 +144,19 @@ async def test_field_validation_strict_refuses_unknown_fields(kube: Kube) -> Non
     status, made, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/configmaps", body)
     assert status == 201
     assert "dta" not in made
+
+
+async def test_new_node_is_tainted_not_ready_and_allocatable_defaults(kube: Kube) -> None:
+    name = kube.unique("fresh")
+    made = await kube.core.create_node(
+        client.V1Node(
+            metadata=client.V1ObjectMeta(name=name),
+            status=client.V1NodeStatus(capacity={"cpu": "2", "pods": "10"}),
+        )
+    )
+    kube.cluster_scoped(lambda: kube.core.delete_node(name))
+    # TaintNodesByCondition admission: not-ready until the node lifecycle says otherwise.
+    assert [(t.key, t.effect) for t in made.spec.taints] == [
+        ("node.kubernetes.io/not-ready", "NoSchedule")
+    ]
+    assert made.status.allocatable == {"cpu": "2", "pods": "10"}

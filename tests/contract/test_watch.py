@@ -142,14 +142,34 @@ async def test_watch_ends_after_timeout_seconds(kube: Kube) -> None:
 
 async def test_bookmark_arrives_before_the_watch_times_out(kube: Kube) -> None:
     listed = await kube.core.list_namespaced_config_map(kube.ns)
-    await kube.core.create_namespaced_config_map(kube.ns, cm("bm"))
-    events = await take(
-        kube.core.list_namespaced_config_map,
-        kube.ns,
-        resource_version=listed.metadata.resource_version,
-        allow_watch_bookmarks=True,
-        timeout_seconds=4,
-    )
+    # kube-apiserver 1.20 sends a bookmark about 2 s before a watch's timeout, and only
+    # once it has seen a change of the resource newer than where the watch started:
+    # the change is made while the watch runs.
+    events: list[dict[str, Any]] = []
+    w = watch.Watch()
+
+    async def until_bookmark() -> None:
+        async for event in w.stream(
+            kube.core.list_namespaced_config_map,
+            kube.ns,
+            resource_version=listed.metadata.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=5,
+        ):
+            events.append(event)
+            if event["type"] == "BOOKMARK":
+                break
+
+    async def change() -> None:
+        await asyncio.sleep(0.5)
+        await kube.core.create_namespaced_config_map(kube.ns, cm("bm"))
+
+    changer = asyncio.create_task(change())
+    try:
+        await asyncio.wait_for(until_bookmark(), DEADLINE_S)
+    finally:
+        await changer
+        await w.close()
     types = [e["type"] for e in events]
     assert types[0] == "ADDED"
     assert "BOOKMARK" in types

@@ -47,8 +47,23 @@ def test_containers_merge_by_name_and_env_by_name() -> None:
     out = smp({"spec": {"containers": [{"name": "app", "env": [{"name": "B", "value": "2"}]}]}})
     app = out["spec"]["containers"][0]
     assert app["image"] == "app:1"
-    assert app["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert app["env"] == [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]
     assert [c["name"] for c in out["spec"]["containers"]] == ["app", "side"]
+
+
+def test_merged_list_order_follows_apimachinery() -> None:
+    names = lambda out: [c["name"] for c in out["spec"]["containers"]]  # noqa: E731
+    # Named items that the server had keep the server's order...
+    assert names(smp({"spec": {"containers": [{"name": "side", "image": "s:2"}]}})) == [
+        "app",
+        "side",
+    ]
+    # ...new ones go before the server-only items not yet placed.
+    assert names(smp({"spec": {"containers": [{"name": "new"}, {"name": "side"}]}})) == [
+        "new",
+        "app",
+        "side",
+    ]
 
 
 def test_lists_without_a_strategy_are_replaced() -> None:
@@ -84,7 +99,8 @@ def test_retain_keys_on_volumes() -> None:
 
 def test_primitive_list_merge_and_delete_from_primitive_list() -> None:
     out = smp({"metadata": {"finalizers": ["b/y"]}})
-    assert out["metadata"]["finalizers"] == ["a/x", "b/y"]
+    # Items the patch names come first when the server did not have them (apimachinery).
+    assert out["metadata"]["finalizers"] == ["b/y", "a/x"]
     out = smp({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x"]}})
     assert out["metadata"]["finalizers"] == []
 
