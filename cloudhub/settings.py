@@ -41,18 +41,21 @@ def _h(text: str, unit: str = "") -> dict[str, str]:
     return {"help": text, "unit": unit} if unit else {"help": text}
 
 
-def _positive(group: str, obj: object, *names: str) -> None:
+# The checks below name the field only: the loader prefixes the group ("listen.").
+
+
+def _positive(obj: object, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if not value > 0:
-            raise SettingsError(f"{group}.{name}", "> 0", value)
+            raise SettingsError(name, "> 0", value)
 
 
-def _port(group: str, obj: object, *names: str) -> None:
+def _port(obj: object, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if not 0 <= value <= 65535:
-            raise SettingsError(f"{group}.{name}", "a port 0..65535", value)
+            raise SettingsError(name, "a port 0..65535", value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +92,10 @@ class ListenSettings:
     )
 
     def __post_init__(self) -> None:
-        _port("listen", self, "quic_port", "websocket_port")
-        _positive("listen", self, "hello_timeout", "backlog")
+        _port(self, "quic_port", "websocket_port")
+        _positive(self, "hello_timeout", "backlog")
         if not (self.quic or self.websocket):
-            raise SettingsError("listen.websocket", "at least one of quic, websocket on", False)
+            raise SettingsError("websocket", "at least one of quic, websocket on", False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +151,10 @@ class KubeSettings:
     )
 
     def __post_init__(self) -> None:
-        _port("kube", self, "embedded_port")
-        _positive("kube", self, "request_timeout", "watch_timeout")
+        _port(self, "embedded_port")
+        _positive(self, "request_timeout", "watch_timeout")
         if self.in_cluster and self.kubeconfig is not None:
-            raise SettingsError("kube.in_cluster", "not together with kube.kubeconfig", True)
+            raise SettingsError("in_cluster", "not together with kube.kubeconfig", True)
 
     @property
     def mode(self) -> Literal["kubeconfig", "in-cluster", "embedded"]:
@@ -214,7 +217,6 @@ class NodeSettings:
 
     def __post_init__(self) -> None:
         _positive(
-            "nodes",
             self,
             "lease_interval",
             "lease_duration",
@@ -226,7 +228,7 @@ class NodeSettings:
         )
         if self.lease_interval >= self.lease_duration:
             raise SettingsError(
-                "nodes.lease_interval",
+                "lease_interval",
                 f"< lease_duration ({self.lease_duration} s)",
                 self.lease_interval,
             )
@@ -258,7 +260,7 @@ class StatusSettings:
     )
 
     def __post_init__(self) -> None:
-        _positive("status", self, "qps", "burst", "workers", "retry_cap")
+        _positive(self, "qps", "burst", "workers", "retry_cap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,10 +287,10 @@ class SessionSettings:
     )
 
     def __post_init__(self) -> None:
-        _positive("session", self, "heartbeat_interval", "liveness_timeout", "close_timeout")
+        _positive(self, "heartbeat_interval", "liveness_timeout", "close_timeout")
         if self.heartbeat_interval >= self.liveness_timeout:
             raise SettingsError(
-                "session.heartbeat_interval",
+                "heartbeat_interval",
                 f"< liveness_timeout ({self.liveness_timeout} s)",
                 self.heartbeat_interval,
             )
@@ -343,8 +345,8 @@ class ObservabilitySettings:
     )
 
     def __post_init__(self) -> None:
-        _port("observability", self, "http_port")
-        _positive("observability", self, "ready_api_timeout")
+        _port(self, "http_port")
+        _positive(self, "ready_api_timeout")
 
 
 @dataclass(frozen=True, slots=True)

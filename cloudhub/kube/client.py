@@ -26,6 +26,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import OpenApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
+from yaml import YAMLError
 
 from cloudhub.errors import (
     ConfigError,
@@ -110,7 +111,7 @@ class KubeClient:
         """
         try:
             api = await k8s_config.new_client_from_config(config_file=path, context=context)
-        except (ConfigException, OSError, ValueError, TypeError) as exc:
+        except (ConfigException, OSError, ValueError, TypeError, KeyError, YAMLError) as exc:
             raise ConfigError(f"cannot use kubeconfig {path!r}: {exc}") from exc
         return cls(api, **kwargs)
 
