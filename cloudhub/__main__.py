@@ -99,12 +99,13 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 
 async def _serve(settings: HubSettings) -> int:
     from cloudhub.hub import Hub
+    from cloudhub.pki.extension import pki_extension  # hook-up (certs)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    hub = Hub(settings)
+    hub = Hub(settings, extensions=[pki_extension(settings.pki)])  # hook-up (certs)
     try:
         await hub.start()
     except (HubError, ProtocolError) as exc:
@@ -126,6 +127,11 @@ async def _serve(settings: HubSettings) -> int:
         return 1
     return 0
 
+
+from cloudhub.pki.cli import node, token  # noqa: E402  hook-up (certs): token and node commands
+
+main.add_command(token)
+main.add_command(node)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

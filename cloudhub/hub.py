@@ -122,7 +122,7 @@ class Hub:
         )
         self.on_node_deleted: list[Callable[[str], None]] = []
         self.identity = f"{socket.gethostname()}-{os.getpid()}"
-        self._credentials = credentials
+        self.credentials = credentials  # hook-up (certs): an extension may set it
         self._extensions = list(extensions or ())
         self._informers: list[Informer] = []
         self._scope = TaskScope(on_failure=self._task_failed)
@@ -195,7 +195,6 @@ class Hub:
             TransportError: an edge listener cannot bind.
         """
         s = self.settings
-        credentials = self._credentials or _load_credentials(s)
         await self.health.start()
         self.kube = await self._connect_kube()
         self._build()
@@ -215,7 +214,7 @@ class Hub:
         self._scope.create_task(self.pod_writer.run(), name="pod-writer")
         self._scope.create_task(self.events.run(), name="events")
         self._scope.create_task(self.lifecycle.run(), name="node-lifecycle")
-        await self._listen(credentials)
+        await self._listen(self.credentials or _load_credentials(s))  # after extensions
         self._started = True
         log.info(
             "serving edges: quic %s, websocket %s, metrics :%s",

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cloudhub.pki.settings import PKISettings  # hook-up (certs)
 from protocol.errors import SettingsError
 from protocol.session import SessionConfig
 from protocol.settings import load_settings
@@ -360,6 +361,7 @@ class HubSettings:
     session: SessionSettings = field(default_factory=SessionSettings)
     authorization: AuthorizationSettings = field(default_factory=AuthorizationSettings)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
+    pki: PKISettings = field(default_factory=PKISettings)  # hook-up (certs)
 
 
 def load_hub_settings(

@@ -156,5 +156,9 @@ def status(config: str | None, state_dir: str | None, sets: tuple[str, ...], as_
         click.echo(render(report))
 
 
+from edgeagent.join import join  # noqa: E402  (hook-up: the certs branch's join command)
+
+main.add_command(join)
+
 if __name__ == "__main__":
     main()

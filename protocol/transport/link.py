@@ -32,6 +32,8 @@ from protocol.session import (
 )
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from protocol.messages import Hello, Message, Welcome
 
 __all__ = ["TRANSPORT_CLOSE_BOUND", "Link"]
@@ -75,11 +77,22 @@ class Link:
         transport: ``"quic"`` or ``"websocket"``.
         peer_node_name: on the hub, the node named by the client certificate (verified
             against the hub CA); on the agent, ``None``.
+        peer_certificate: on the hub, that verified client certificate (a ``cryptography``
+            ``x509.Certificate``: its serial number is what revocation checks); on the
+            agent, ``None``.
     """
 
-    def __init__(self, transport: str, session: Session, *, peer_node_name: str | None) -> None:
+    def __init__(
+        self,
+        transport: str,
+        session: Session,
+        *,
+        peer_node_name: str | None,
+        peer_certificate: x509.Certificate | None = None,
+    ) -> None:
         self.transport = transport
         self.peer_node_name = peer_node_name
+        self.peer_certificate = peer_certificate
         self._session = session
         self._loop = asyncio.get_running_loop()
         self._backend: _Backend | None = None

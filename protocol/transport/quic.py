@@ -58,6 +58,8 @@ from protocol.transport.link import Link
 from protocol.transport.tls import TLSCredentials
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from protocol.messages import Hello, Message
 
 __all__ = ["ALPN", "QuicServer", "connect_quic", "quic_handshake_succeeds", "serve_quic"]
@@ -137,6 +139,7 @@ class _QuicEndpoint:
         self.termination: qe.ConnectionTerminated | None = None
         self.credentials: TLSCredentials | None = None  # set on the server: verify the client
         self.peer_node_name: str | None = None
+        self.peer_certificate: x509.Certificate | None = None
 
     # bytes in
     def datagram_received(self, data: bytes, addr: Any) -> None:
@@ -196,6 +199,7 @@ class _QuicEndpoint:
                 self.quic.close(error_code=_BAD_CERTIFICATE, reason_phrase=str(exc)[:200])
                 return
             self.peer_node_name = name
+            self.peer_certificate = cert
         if not self.handshake.done():
             self.handshake.set_result(None)
 
@@ -598,6 +602,7 @@ class QuicServer(asyncio.DatagramProtocol):
                 "quic",
                 Session(role=Role.SERVER, config=self._config, now=loop.time(), next_seq=1),
                 peer_node_name=endpoint.peer_node_name,
+                peer_certificate=endpoint.peer_certificate,
             )
             endpoint.attach(link)
             self._links.add(link)

@@ -123,6 +123,18 @@ def client_ssl_context(credentials: TLSCredentials) -> ssl.SSLContext:
     return context
 
 
+def parse_certificate(der: bytes) -> x509.Certificate:
+    """A peer certificate from DER bytes.
+
+    Raises:
+        TransportError: the bytes are not a DER X.509 certificate.
+    """
+    try:
+        return x509.load_der_x509_certificate(der)
+    except ValueError as exc:
+        raise TransportError(f"peer certificate does not parse: {exc}") from exc
+
+
 def peer_node_name(certificate: x509.Certificate | bytes | None) -> str:
     """The node name in a peer's (already verified) client certificate.
 

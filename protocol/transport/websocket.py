@@ -58,11 +58,14 @@ from protocol.transport.quic import _rejection
 from protocol.transport.tls import (
     TLSCredentials,
     client_ssl_context,
+    parse_certificate,
     peer_node_name,
     server_ssl_context,
 )
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
     from protocol.messages import Hello, Message
 
 __all__ = [
@@ -212,6 +215,7 @@ class _WebSocketConnection(asyncio.Protocol):
         self._paused = False
         self._writable: asyncio.Future[None] | None = None
         self.peer_node_name: str | None = None
+        self.peer_certificate: x509.Certificate | None = None
 
     # -- connection life ----------------------------------------------------------------------
 
@@ -340,7 +344,11 @@ class _WebSocketConnection(asyncio.Protocol):
         assert self.transport is not None
         ssl_object = self.transport.get_extra_info("ssl_object")
         try:
-            self.peer_node_name = peer_node_name(ssl_object.getpeercert(binary_form=True))
+            der = ssl_object.getpeercert(binary_form=True)
+            if der is None:
+                raise TransportError("the peer presented no certificate")
+            self.peer_certificate = parse_certificate(der)
+            self.peer_node_name = peer_node_name(self.peer_certificate)
         except TransportError as exc:
             ws.send_close(_POLICY_VIOLATION, str(exc)[:120])
             self._send_pending()
@@ -660,6 +668,7 @@ class WebSocketServer:
             "websocket",
             Session(role=Role.SERVER, config=self._config, now=loop.time(), next_seq=1),
             peer_node_name=conn.peer_node_name,
+            peer_certificate=conn.peer_certificate,
         )
         conn.attach(link)
         self._links.add(link)

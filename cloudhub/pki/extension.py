@@ -1,0 +1,115 @@
+"""The PKI as a hub extension: ``Hub(settings, extensions=[pki_extension(settings.pki)])``.
+
+At install (after the hub's API client exists, before it serves edges) it:
+
+1. ensures the hub's namespace exists when the hub runs its embedded API (on a cluster the
+   manifests create it, and the hub's RBAC grants no Namespace writes);
+2. starts :class:`HubPKI`: loads or creates the CA, loads every revocation, starts the join
+   endpoint;
+3. gives the hub its serving credentials (``hub.credentials``) for the edge listeners;
+4. refuses sessions whose certificate is revoked (``hub.edge.peer_checks``);
+5. answers ``cert_renew_request`` (``hub.dispatcher``) with a certificate signed for the
+   node the session authenticated;
+6. revokes a deleted Node's certificates (``hub.on_node_deleted``) and closes the session
+   of a node whose certificate is revoked by any replica or by ``cloudhub node revoke``;
+7. stops all of it when the hub closes (a task owned by the hub).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from cloudhub.errors import KubeConflict
+from cloudhub.kube import NAMESPACES, retrying
+from cloudhub.pki.errors import CertificateRevoked
+from cloudhub.pki.hub import HubPKI
+from cloudhub.pki.settings import PKISettings
+from protocol.errors import CloseCode
+from protocol.messages import CertRenewRequest
+
+if TYPE_CHECKING:
+    from cloudhub.bridge.dispatch import Inbound
+    from cloudhub.hub import Hub
+    from protocol.transport import Link
+
+__all__ = ["PKIExtension", "pki_extension"]
+
+log = logging.getLogger(__name__)
+
+
+class PKIExtension:
+    """Installs the PKI into a hub (see the module docstring); ``pki`` is set once
+    installed."""
+
+    def __init__(self, settings: PKISettings) -> None:
+        self.settings = settings
+        self.pki: HubPKI | None = None
+        self._hub: Hub | None = None
+
+    async def __call__(self, hub: Hub) -> None:
+        assert hub.kube is not None and hub.edge is not None
+        self._hub = hub
+        if hub.settings.kube.mode == "embedded":
+            await self._ensure_namespace(hub)
+        pki = HubPKI(hub.kube, self.settings)
+        # Node deletions come from the hub's own Node informer (on_node_deleted).
+        await pki.start(watch_nodes=False)
+        self.pki = pki
+        hub.credentials = pki.serving_credentials()
+        hub.edge.peer_checks.append(self._peer_check)
+        hub.dispatcher.register(CertRenewRequest, self._renew)
+        hub.on_node_deleted.append(pki.node_deleted)
+        pki.add_revocation_listener(self._revoked)
+        hub.add_task(self._own(pki), name="pki")
+
+    async def _ensure_namespace(self, hub: Hub) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": self.settings.namespace},
+        }
+        try:
+            # rbac: embedded API only (on a cluster, deploy/hub/00-namespace.yaml makes it)
+            await retrying(lambda: hub.kube.create(NAMESPACES, body), what="create namespace")
+        except KubeConflict:
+            pass
+
+    @staticmethod
+    async def _own(pki: HubPKI) -> None:
+        try:
+            await asyncio.Event().wait()  # until the hub cancels its tasks at close
+        finally:
+            await pki.close()
+
+    def _peer_check(self, link: Link) -> str | None:
+        assert self.pki is not None
+        if link.peer_certificate is None:
+            return "no client certificate"
+        try:
+            self.pki.check(link.peer_certificate)
+        except CertificateRevoked as exc:
+            return str(exc)
+        return None
+
+    async def _renew(self, inbound: Inbound) -> None:
+        assert self.pki is not None
+        link = inbound.session.link
+        response = await self.pki.renew(inbound.node, inbound.message, link.peer_certificate)
+        inbound.reply(response)
+
+    def _revoked(self, node: str, serials: frozenset[int]) -> None:
+        hub = self._hub
+        session = hub.registry.get(node) if hub is not None else None
+        if session is None or session.closed:
+            return
+        certificate = session.link.peer_certificate
+        if certificate is not None and certificate.serial_number in serials:
+            log.warning("closing the session of node %s: its certificate was revoked", node)
+            session.close_soon(CloseCode.UNAUTHORIZED, "certificate revoked")
+
+
+def pki_extension(settings: PKISettings) -> PKIExtension:
+    """The PKI extension for ``Hub(..., extensions=[...])``."""
+    return PKIExtension(settings)

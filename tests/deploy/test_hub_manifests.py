@@ -1,0 +1,406 @@
+"""The hub's manifests (deploy/hub/): they apply cleanly, and their RBAC grants exactly the
+API calls the hub's code makes — derived from the source (tests/deploy/apicalls.py) and
+recorded while every PKI flow runs, then enforced for real by kube-apiserver's RBAC
+authorizer with the hub's own ServiceAccount token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import subprocess
+import time
+
+import pytest
+import yaml
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from cloudhub.errors import KubeAPIError
+from cloudhub.kube import NAMESPACES, SECRETS, KubeClient
+from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
+from protocol.messages import KubeEvent, ObjectRef
+from tests.deploy.apicalls import RecordingApiClient, Request, static_calls
+from tests.deploy.hubflows import exercise
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HUB = REPO / "deploy" / "hub"
+NAMESPACE = "edgefleet"
+SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:cloudhub"
+
+
+def manifest_files(*, kubernetes_1_20: bool) -> list[pathlib.Path]:
+    """What to apply, in order: CRDs first, then the hub's files (the policy/v1beta1
+    PodDisruptionBudget on Kubernetes 1.20 and the embedded API)."""
+    crds = sorted((REPO / "deploy" / "crds").glob("*.yaml"))
+    files = sorted(HUB.glob("*.yaml"))
+    if kubernetes_1_20:
+        files = [HUB / "compat-1.20" / f.name if f.name == "40-pdb.yaml" else f for f in files]
+    return crds + files
+
+
+def documents(files: list[pathlib.Path] | None = None) -> list[dict]:
+    docs = []
+    for path in files or manifest_files(kubernetes_1_20=False):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def find(kind: str, docs: list[dict] | None = None) -> list[dict]:
+    return [d for d in docs or documents() if d["kind"] == kind]
+
+
+# -- RBAC as data ------------------------------------------------------------------------
+
+
+def _bound_rules() -> list[tuple[str | None, dict]]:
+    """``(namespace or None for cluster-wide, rule)`` for every rule bound to the hub's
+    ServiceAccount."""
+    subject = {"kind": "ServiceAccount", "name": "cloudhub", "namespace": NAMESPACE}
+    out: list[tuple[str | None, dict]] = []
+    for kind in ("ClusterRole", "Role"):
+        for role in find(kind):
+            meta = role["metadata"]
+            namespace = meta.get("namespace") if kind == "Role" else None
+            bound = [
+                b
+                for b in find(f"{kind}Binding")
+                if b["roleRef"]["kind"] == kind
+                and b["roleRef"]["name"] == meta["name"]
+                and b["metadata"].get("namespace") == namespace
+                and subject in b["subjects"]
+            ]
+            if bound:
+                out += [(namespace, rule) for rule in role["rules"]]
+    return out
+
+
+def granted() -> set[tuple[str, str, str]]:
+    calls = set()
+    for _, rule in _bound_rules():
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    calls.add((group, resource, verb))
+    return calls
+
+
+def allowed(request: Request) -> bool:
+    """RBAC's answer for the hub's ServiceAccount: a ClusterRole rule anywhere, a Role rule
+    in its Role's namespace (as the authorizer computes it)."""
+    for namespace, rule in _bound_rules():
+        if namespace is not None and namespace != request.namespace:
+            continue
+        if (
+            request.group in rule["apiGroups"]
+            and request.resource in rule["resources"]
+            and request.verb in rule["verbs"]
+            and (not rule.get("resourceNames") or request.name in rule["resourceNames"])
+        ):
+            return True
+    return False
+
+
+def test_rbac_grants_exactly_what_the_code_calls() -> None:
+    calls = static_calls()
+    grants = granted()
+    missing = {c: calls[c] for c in calls.keys() - grants}
+    unused = grants - calls.keys()
+    assert not missing, f"API calls the ClusterRole/Roles do not grant: {missing}"
+    assert not unused, f"granted but called nowhere in cloudhub/: {sorted(unused)}"
+    # Calls made only on the embedded API (the hub is its own admin there) stay ungranted.
+    embedded = static_calls(embedded_only=True)
+    assert set(embedded) == {("", "namespaces", "create")}
+    assert not set(embedded) & grants
+
+
+async def test_flows_make_the_calls_found_in_the_source(tmp_path) -> None:
+    # The recorded calls validate the scanner (it misses nothing the flows do; the PKI flows
+    # reach every PKI call it found) and the rules' scoping (namespaced writes happen where
+    # a Role allows them).
+    async with EmbeddedAPIServer(APIServerSettings(port=0)) as api:
+        admin = await KubeClient.from_kubeconfig(str(api.kubeconfig_path))
+        async with admin:
+            await admin.create(
+                NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            )
+            configuration = k8s_client.Configuration()
+            await k8s_config.load_kube_config(
+                config_file=str(api.kubeconfig_path), client_configuration=configuration
+            )
+            recording = RecordingApiClient(configuration)
+            async with KubeClient(recording) as hub_client:
+                await exercise(hub_client, admin, tmp_path, "embedded")
+    recorded = {r.call for r in recording.requests}
+    found = static_calls()
+    assert recorded - set(found) == set(), "calls the source scan did not find"
+    pki_calls = {c for c, where in found.items() if any("cloudhub/pki/" in w for w in where)}
+    assert pki_calls - recorded == set(), "PKI calls in the source the flows never made"
+    refused = [r for r in recording.requests if not allowed(r)]
+    assert not refused, f"requests the RBAC rules would refuse: {refused}"
+
+
+def test_manifest_shape() -> None:
+    (deployment,) = find("Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert spec["serviceAccountName"] == "cloudhub"
+    ports = {(p["name"], p["containerPort"], p.get("protocol", "TCP")) for p in container["ports"]}
+    assert ports == {
+        ("quic", 7443, "UDP"),
+        ("websocket", 7443, "TCP"),
+        ("join", 7444, "TCP"),
+        ("http", 9095, "TCP"),
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] in {p[0] for p in ports}
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    (service,) = find("Service")
+    service_ports = {(p["port"], p["protocol"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert service_ports == {
+        (7443, "UDP", "quic"),
+        (7443, "TCP", "websocket"),
+        (7444, "TCP", "join"),
+        (9095, "TCP", "http"),
+    }
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= template_labels.items()
+    (pdb,) = find("PodDisruptionBudget")
+    (legacy,) = find("PodDisruptionBudget", documents([HUB / "compat-1.20" / "40-pdb.yaml"]))
+    assert (pdb["apiVersion"], legacy["apiVersion"]) == ("policy/v1", "policy/v1beta1")
+    assert pdb["spec"] == legacy["spec"] and pdb["metadata"] == legacy["metadata"]
+    assert pdb["spec"]["selector"]["matchLabels"] == selector
+    assert deployment["spec"]["replicas"] > pdb["spec"]["minAvailable"]
+
+
+async def _kubectl(binary: str, kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
+    proc = await asyncio.create_subprocess_exec(
+        binary,
+        "--kubeconfig",
+        kubeconfig,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return subprocess.CompletedProcess(args, proc.returncode or 0, out.decode(), err.decode())
+
+
+def _apply_args() -> list[str]:
+    args = ["apply"]
+    for path in manifest_files(kubernetes_1_20=True):
+        args += ["-f", str(path)]
+    return args
+
+
+async def test_manifests_apply_cleanly_to_the_embedded_api(kubectl: str) -> None:
+    async with EmbeddedAPIServer(APIServerSettings(port=0)) as api:
+        config = str(api.kubeconfig_path)
+        applied = await _kubectl(kubectl, config, *_apply_args())
+        assert applied.returncode == 0, applied.stderr
+        assert applied.stderr.strip() == "", applied.stderr  # no warnings either
+        again = await _kubectl(kubectl, config, *_apply_args())
+        assert again.returncode == 0 and "unchanged" in again.stdout
+        assert "configured" not in again.stdout and "created" not in again.stdout
+        listed = await _kubectl(
+            kubectl,
+            config,
+            "get",
+            "-o",
+            "json",
+            *[a for p in manifest_files(kubernetes_1_20=True) for a in ("-f", str(p))],
+        )
+        assert listed.returncode == 0, listed.stderr
+        kinds = sorted(item["kind"] for item in json.loads(listed.stdout)["items"])
+        assert kinds == sorted(d["kind"] for d in documents(manifest_files(kubernetes_1_20=True)))
+
+
+@pytest.mark.kubeapiserver
+async def test_hub_runs_under_its_service_account_on_kube_apiserver(
+    kube_apiserver,
+    kubectl: str,
+    tmp_path,
+) -> None:
+    admin_config = str(kube_apiserver.kubeconfig)
+    applied = await _kubectl(kubectl, admin_config, *_apply_args())
+    assert applied.returncode == 0, applied.stderr
+
+    configuration = k8s_client.Configuration()
+    await k8s_config.load_kube_config(config_file=admin_config, client_configuration=configuration)
+    async with k8s_client.ApiClient(configuration) as api:
+        request = k8s_client.AuthenticationV1TokenRequest(
+            spec=k8s_client.V1TokenRequestSpec(
+                audiences=["https://kubernetes.default.svc"], expiration_seconds=3600
+            )
+        )
+        answer = await k8s_client.CoreV1Api(api).create_namespaced_service_account_token(
+            "cloudhub", NAMESPACE, request
+        )
+    token = answer.status.token
+    sa_config = tmp_path / "cloudhub.kubeconfig"
+    sa_config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": kube_apiserver.url,
+                            "certificate-authority": str(kube_apiserver.ca_file),
+                        },
+                    }
+                ],
+                "users": [{"name": "cloudhub", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "cloudhub"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    for verb, resource, where in (
+        ("get", "secrets", ["-n", "kube-system"]),  # read only through the shared informer
+        ("create", "secrets", ["-n", "default"]),  # writes only in the hub's namespace
+        ("delete", "nodes", []),
+        ("create", "namespaces", []),
+    ):
+        can = await _kubectl(kubectl, str(sa_config), "auth", "can-i", verb, resource, *where)
+        assert can.stdout.strip() == "no", (verb, resource, where)
+
+    sa_configuration = k8s_client.Configuration()
+    await k8s_config.load_kube_config(
+        config_file=str(sa_config), client_configuration=sa_configuration
+    )
+    recording = RecordingApiClient(sa_configuration)
+    admin = await KubeClient.from_kubeconfig(admin_config)
+    async with admin, KubeClient(recording) as hub_client:
+        # Every call of the PKI flows, authorized by kube-apiserver's RBAC: a missing rule
+        # fails here with 403 Forbidden.
+        await exercise(hub_client, admin, tmp_path, "kube-apiserver")
+        with pytest.raises(KubeAPIError) as forbidden:
+            await hub_client.get(SECRETS, "anything", "kube-system")
+        assert forbidden.value.status == 403
+        # The only request refused is that deliberate one.
+        assert [(r.verb, r.resource, r.namespace) for r in recording.forbidden] == [
+            ("get", "secrets", "kube-system")
+        ]
+        # The whole hub under its ServiceAccount: registration, Lease, Events, a pod sent
+        # down, its status written back, its deletion finished.
+        await run_hub_as(sa_config, admin, tmp_path)
+    assert {r.call for r in recording.requests} <= set(static_calls())
+
+
+async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.Path) -> None:
+    from cloudhub.hub import Hub
+    from cloudhub.kube import NODES, PODS
+    from cloudhub.pki.extension import pki_extension
+    from cloudhub.settings import load_hub_settings
+    from protocol.messages import PodDeleted, PodStatus
+    from protocol.session import MessageReceived
+    from tests.cloudhub.hub.conftest import TEST_SETTINGS
+    from tests.cloudhub.pki.test_hub_extension import EdgeNode
+
+    settings = load_hub_settings(
+        overrides={
+            **TEST_SETTINGS,
+            "kube.kubeconfig": str(kubeconfig),
+            "pki.namespace": NAMESPACE,
+            "pki.join_host": "127.0.0.1",
+            "pki.join_port": 0,
+            "pki.server_names": "localhost",
+        }
+    )
+    extension = pki_extension(settings.pki)
+    async with Hub(settings, extensions=[extension]) as hub:
+        edge = await EdgeNode.join(tmp, hub, extension, "rbac-hub")
+        edge.link = await edge.dial("websocket")
+        pods: list = []
+
+        async def read() -> None:
+            async for event in edge.link:
+                if isinstance(event, MessageReceived) and event.message.kind == "object_upsert":
+                    pods.append(event.message)
+
+        reader = asyncio.create_task(read())
+        try:
+            namespace = "rbac-apps"
+            await admin.create(
+                NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
+            pod = await admin.create(
+                PODS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "app", "namespace": namespace},
+                    "spec": {
+                        "nodeName": "rbac-hub",
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    },
+                },
+            )
+            ref = ObjectRef("Pod", namespace, "app", pod["metadata"]["uid"])
+            await asyncio.wait_for(_until(lambda: any(p.ref.uid == ref.uid for p in pods)), 30)
+            await edge.link.send(
+                PodStatus(ref, {"phase": "Running", "podIP": "10.0.0.9"}, time.time())
+            )
+            await edge.link.send(
+                KubeEvent(ref, "Normal", "Started", "started container c", time.time())
+            )
+
+            async def written() -> bool:
+                current = await admin.get(PODS, "app", namespace)
+                return (current.get("status") or {}).get("phase") == "Running"
+
+            await asyncio.wait_for(_until_async(written), 30)
+            await admin.delete(PODS, "app", namespace, grace_period_seconds=30)
+
+            def terminating() -> bool:  # the hub sends the pod again, marked for deletion
+                return any(
+                    p.ref.uid == ref.uid
+                    and (p.object.get("metadata") or {}).get("deletionTimestamp")
+                    for p in pods
+                )
+
+            await asyncio.wait_for(_until(terminating), 30)
+            await edge.link.send(PodDeleted(ref))
+
+            async def gone() -> bool:
+                try:
+                    await admin.get(PODS, "app", namespace)
+                except KubeAPIError as exc:
+                    return exc.status == 404
+                return False
+
+            await asyncio.wait_for(_until_async(gone), 30)
+            node = await admin.get(NODES, "rbac-hub")
+            assert node["status"]["conditions"]  # registered with its status
+        finally:
+            await edge.link.close()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        errors = {
+            (sample.labels["verb"], sample.labels["resource"], sample.labels["code"])
+            for metric in hub.metrics.registry.collect()
+            for sample in metric.samples
+            if sample.name.endswith("api_request_errors_total")
+        }
+        assert not {e for e in errors if e[2] == "403"}, errors
+
+
+async def _until(predicate) -> None:
+    while not predicate():  # noqa: ASYNC110 - fed by the reader task
+        await asyncio.sleep(0.05)
+
+
+async def _until_async(predicate) -> None:
+    while not await predicate():  # noqa: ASYNC110 - polling the API
+        await asyncio.sleep(0.1)
