@@ -159,6 +159,7 @@ async def _from_api(kubeconfig: str, kind: str) -> list[dict[str, Any]]:
         if kind != KIND:
             resources.append(DEPLOYMENTS if kind == "Deployment" else DAEMONSETS)
         for resource in resources:
+            # rbac: operator's credentials
             found, _ = await client.list(resource)
             items.extend(found)
         return items

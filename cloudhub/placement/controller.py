@@ -67,8 +67,6 @@ CRD_PATH = pathlib.Path(__file__).with_name("crd.yaml")
 EDGEPLACEMENTS = ResourceType(API_GROUP, "v1alpha1", PLURAL, KIND, True)
 """The EdgePlacement resource type."""
 
-_RESOURCES = {KIND: EDGEPLACEMENTS, "Deployment": DEPLOYMENTS, "DaemonSet": DAEMONSETS}
-
 
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
@@ -142,16 +140,19 @@ class PlacementController:
         if self.settings.install_crd:
             await self._install_crd()
         ns = self.settings.namespace
+        # Each informer names its resource type, so the RBAC check sees every watch.
         watched = [
-            (NODES, None, self._on_node),
-            (EDGEPLACEMENTS, ns, self._on_placement),
-            (PODS, None, self._on_pod),
+            (Informer(self.client, NODES), self._on_node),
+            (Informer(self.client, EDGEPLACEMENTS, namespace=ns), self._on_placement),
+            (Informer(self.client, PODS), self._on_pod),
         ]
         if self.settings.place_workloads:
-            watched += [(DEPLOYMENTS, ns, self._on_workload), (DAEMONSETS, ns, self._on_workload)]
+            watched += [
+                (Informer(self.client, DEPLOYMENTS, namespace=ns), self._on_workload),
+                (Informer(self.client, DAEMONSETS, namespace=ns), self._on_workload),
+            ]
         self._informers = []
-        for rt, namespace, handler in watched:
-            informer = Informer(self.client, rt, namespace=namespace)
+        for informer, handler in watched:
             informer.add_handler(handler)
             self._informers.append(informer)
         tasks = [
@@ -173,6 +174,7 @@ class PlacementController:
     async def _install_crd(self) -> None:
         crd = yaml.safe_load(CRD_PATH.read_text())
         try:
+            # rbac: embedded API only (a cluster gets the CRD from deploy/crds)
             await self.client.create(CRDS, crd)
             log.info("installed CRD %s", crd["metadata"]["name"])
         except KubeConflict:
@@ -365,7 +367,6 @@ class PlacementController:
 
     async def _write_status(self, key: PlacementKey) -> None:
         self._status_pending.discard(key)
-        resource = _RESOURCES[key.kind]
         status = self._statuses.get(key)
         body: dict[str, Any]
         if key.kind == KIND:
@@ -404,10 +405,21 @@ class PlacementController:
                 "numberAvailable": status.ready,
                 "numberUnavailable": max(status.desired - status.ready, 0),
             }
+        patch = {"status": body}
         try:
-            await self.client.patch(
-                resource, key.name, {"status": body}, key.namespace, subresource="status"
-            )
+            # One call per resource type, each named, so the RBAC check sees every one.
+            if key.kind == KIND:
+                await self.client.patch(
+                    EDGEPLACEMENTS, key.name, patch, key.namespace, subresource="status"
+                )
+            elif key.kind == "Deployment":
+                await self.client.patch(
+                    DEPLOYMENTS, key.name, patch, key.namespace, subresource="status"
+                )
+            else:
+                await self.client.patch(
+                    DAEMONSETS, key.name, patch, key.namespace, subresource="status"
+                )
         except KubeNotFound:
             pass
         except KubeAPIError as exc:

@@ -20,7 +20,7 @@ from cloudhub.errors import KubeAPIError
 from cloudhub.kube import NAMESPACES, SECRETS, KubeClient
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from protocol.messages import KubeEvent, ObjectRef
-from tests.deploy.apicalls import RecordingApiClient, Request, static_calls
+from tests.deploy.apicalls import RecordingKubeClient, Request, static_calls
 from tests.deploy.hubflows import exercise
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -111,7 +111,10 @@ def test_rbac_grants_exactly_what_the_code_calls() -> None:
     assert not unused, f"granted but called nowhere in cloudhub/: {sorted(unused)}"
     # Calls made only on the embedded API (the hub is its own admin there) stay ungranted.
     embedded = static_calls(embedded_only=True)
-    assert set(embedded) == {("", "namespaces", "create")}
+    assert set(embedded) == {
+        ("", "namespaces", "create"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "create"),
+    }
     assert not set(embedded) & grants
 
 
@@ -130,8 +133,8 @@ async def test_flows_make_the_calls_found_in_the_source(tmp_path) -> None:
             await k8s_config.load_kube_config(
                 config_file=str(api.kubeconfig_path), client_configuration=configuration
             )
-            recording = RecordingApiClient(configuration)
-            async with KubeClient(recording) as hub_client:
+            recording = RecordingKubeClient(k8s_client.ApiClient(configuration))
+            async with recording as hub_client:
                 await exercise(hub_client, admin, tmp_path, "embedded")
     recorded = {r.call for r in recording.requests}
     found = static_calls()
@@ -278,9 +281,9 @@ async def test_hub_runs_under_its_service_account_on_kube_apiserver(
     await k8s_config.load_kube_config(
         config_file=str(sa_config), client_configuration=sa_configuration
     )
-    recording = RecordingApiClient(sa_configuration)
+    recording = RecordingKubeClient(k8s_client.ApiClient(sa_configuration))
     admin = await KubeClient.from_kubeconfig(admin_config)
-    async with admin, KubeClient(recording) as hub_client:
+    async with admin, recording as hub_client:
         # Every call of the PKI flows, authorized by kube-apiserver's RBAC: a missing rule
         # fails here with 403 Forbidden.
         await exercise(hub_client, admin, tmp_path, "kube-apiserver")
