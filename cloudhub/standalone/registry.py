@@ -44,6 +44,7 @@ from cloudhub.standalone.options import (
     WriteOptions,
     decode_continue,
     encode_continue,
+    parse_resource_version,
 )
 from cloudhub.standalone.resources import BUILTIN_TYPES, ResourceType, field_value
 from cloudhub.standalone.store import ADDED, DELETED, MODIFIED, Change, Entry, Store
@@ -381,10 +382,7 @@ class Registry:
                 )
             rows = store.items_at(key, namespace, revision)
         elif rv_param and rv_param != "0":
-            try:
-                asked = int(rv_param)
-            except ValueError:
-                raise errors.bad_request(f"invalid resource version: {rv_param!r}") from None
+            asked = parse_resource_version(rv_param)
             exact = match == "Exact" or (not match and params.limit > 0)
             if asked > store.revision and not await store.wait_for_revision(asked, 3.0):
                 raise errors.too_large_resource_version(asked, store.revision)
@@ -448,10 +446,7 @@ class Registry:
                 store.unsubscribe(rtype.storage_key, watch)
                 raise
             return watch
-        try:
-            since = int(rv)
-        except ValueError:
-            raise errors.bad_request(f"invalid resource version: {rv!r}") from None
+        since = parse_resource_version(rv)
         watch = Watch(rtype, namespace, params, since, self.watch_queue_events)
         store.subscribe(rtype.storage_key, since, watch)
         watch.bounded = True
