@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from cloudhub.standalone import discovery, errors, openapi, patch, protobuf, tables
+from cloudhub.standalone import bodies, discovery, errors, openapi, patch, protobuf, tables
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
@@ -314,12 +314,21 @@ class APIHandler:
             raise errors.unsupported_media_type(
                 ctype, [JSON, "application/yaml", protobuf.CONTENT_TYPE]
             )
+        if ctype in ("application/yaml", "application/apply-patch+yaml"):
+            try:
+                return bodies.load_yaml(raw)
+            except bodies.BodyError as exc:
+                raise errors.bad_request(f"the request body is refused: {exc}") from None
+            except (ValueError, yaml.YAMLError) as exc:
+                raise errors.bad_request(f"the request body is not valid YAML: {exc}") from None
         try:
-            if ctype in ("application/yaml", "application/apply-patch+yaml"):
-                return yaml.safe_load(raw)
-            return loads(raw)
-        except (ValueError, yaml.YAMLError) as exc:
+            body = loads(raw)
+            bodies.check_depth(body)
+        except bodies.BodyError as exc:
+            raise errors.bad_request(f"the request body is refused: {exc}") from None
+        except ValueError as exc:
             raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
+        return body
 
     def _dry_run(self, request: web.BaseRequest) -> bool:
         values = request.query.getall("dryRun", [])

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cloudhub.standalone import decode, defaults, errors, patch, schema, validation
+from cloudhub.standalone import bodies, decode, defaults, errors, patch, schema, validation
 from cloudhub.standalone.encoding import dumps, loads, now_rfc3339
 from cloudhub.standalone.options import (
     DeleteOptions,
@@ -222,6 +222,11 @@ class Registry:
             raise errors.bad_request(
                 f"the body of the request must be a JSON object for a {rtype.kind}"
             )
+        try:
+            # A patch can nest an object deeper than any one request body.
+            bodies.check_depth(body)
+        except bodies.BodyError as exc:
+            raise errors.bad_request(f"the {rtype.kind} is refused: {exc}") from None
         kind, api_version = body.get("kind"), body.get("apiVersion")
         if kind and kind != rtype.kind:
             raise errors.bad_request(
