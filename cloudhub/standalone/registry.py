@@ -91,11 +91,19 @@ class Registry:
     Args:
         store: The object store (opened).
         watch_queue_events: Per-watch buffer (see settings).
+        max_object_bytes: Largest stored object, as JSON (see settings).
     """
 
-    def __init__(self, store: Store, *, watch_queue_events: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        watch_queue_events: int = 10_000,
+        max_object_bytes: int = 1_572_864,
+    ) -> None:
         self.store = store
         self.watch_queue_events = watch_queue_events
+        self.max_object_bytes = max_object_bytes
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self._by_key: dict[str, list[ResourceType]] = {}
         for rtype in BUILTIN_TYPES:
@@ -179,6 +187,26 @@ class Registry:
             meta.get("uid", ""),
             owners,
         )
+
+    def _new_entry(self, rtype: ResourceType, obj: dict[str, Any]) -> Entry:
+        """The entry of a new state of ``obj`` at the next revision, for :meth:`Store.write`.
+
+        Raises:
+            StatusError: 413 when its JSON is over ``max_object_bytes`` (etcd refuses
+                values over its request limit, 1.5 MiB by default; a patch can grow an
+                object past any one request body).
+        """
+        rv = self.store.next_revision()
+        entry = self._entry(rtype, obj, rv)
+        if len(entry.data) > self.max_object_bytes:
+            self.store.release_revision(rv)
+            raise errors.StatusError(
+                413,
+                "RequestEntityTooLarge",
+                f"{rtype.kind} {obj['metadata'].get('name', '')!r} would be {len(entry.data)} "
+                f"bytes of JSON, over the {self.max_object_bytes}-byte limit of the store",
+            )
+        return entry
 
     def _ordered(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.get("metadata") or {}
@@ -522,8 +550,7 @@ class Registry:
             obj["apiVersion"] = f"{rtype.group}/{rtype.storage_version}"
         if opts.dry_run:
             return self._entry(rtype, obj, 0)
-        rv = store.next_revision()
-        entry = self._entry(rtype, obj, rv)
+        entry = self._new_entry(rtype, obj)
         store.write(ADDED, rtype.storage_key, ns, name, entry)
         if rtype.storage_key == CRD_KEY:
             self._serve_crd(obj)
@@ -770,8 +797,7 @@ class Registry:
             and not meta.get("deletionGracePeriodSeconds")
         ):
             return self._remove(rtype, ns, name, obj)
-        rv = store.next_revision()
-        entry = self._entry(rtype, obj, rv)
+        entry = self._new_entry(rtype, obj)
         store.write(MODIFIED, rtype.storage_key, ns, name, entry)
         if rtype.storage_key == CRD_KEY and not meta.get("deletionTimestamp"):
             self._serve_crd(obj)
@@ -959,8 +985,7 @@ class Registry:
     def _write_modified(
         self, rtype: ResourceType, ns: str, name: str, obj: dict[str, Any]
     ) -> Entry:
-        rv = self.store.next_revision()
-        entry = self._entry(rtype, obj, rv)
+        entry = self._new_entry(rtype, obj)
         self.store.write(MODIFIED, rtype.storage_key, ns, name, entry)
         return entry
 

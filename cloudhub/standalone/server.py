@@ -126,7 +126,11 @@ class EmbeddedAPIServer:
                 commit_interval_s=settings.commit_interval_s,
             )
             rows = await self._store.open()
-            self._registry = Registry(self._store, watch_queue_events=settings.watch_queue_events)
+            self._registry = Registry(
+                self._store,
+                watch_queue_events=settings.watch_queue_events,
+                max_object_bytes=settings.max_object_bytes,
+            )
             self._registry.load(rows)
             self._controllers = Controllers(self._registry)
             await self._controllers.start()

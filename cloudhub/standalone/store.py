@@ -279,9 +279,16 @@ class Store:
     # -- writes ----------------------------------------------------------------
 
     def next_revision(self) -> int:
-        """Reserve the revision of the next write; call :meth:`write` before awaiting."""
+        """Reserve the revision of the next write; call :meth:`write` (or
+        :meth:`release_revision`) before awaiting."""
         self._revision += 1
         return self._revision
+
+    def release_revision(self, rev: int) -> None:
+        """Give back the revision just reserved when its write is refused before
+        :meth:`write`, so that revisions stay gapless."""
+        if rev == self._revision:
+            self._revision -= 1
 
     def write(
         self,

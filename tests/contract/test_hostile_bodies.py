@@ -3,9 +3,12 @@ little, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.contract.conftest import Kube
+from tests.contract.test_crd import crd_body, install, widget
 
 
 def _bomb(levels: int) -> str:
@@ -60,3 +63,28 @@ async def test_deeply_nested_body_is_400(kube: Kube, content_type: str) -> None:
     assert status == 400, body
     assert body["kind"] == "Status"
     assert await _absent(kube, "deep")
+
+
+async def test_an_object_grown_by_patches_is_refused_past_the_store_limit(kube: Kube) -> None:
+    """Each JSON patch ``copy`` doubles the object from a tiny body; etcd refuses a value
+    past its request limit (1.5 MiB by default: kube-apiserver answers 500
+    "etcdserver: request is too large", the embedded server 413). Nothing is kept."""
+    group = await install(kube, crd_body(kube))
+    cr = widget("grow", free={"x": "y" * 100_000})
+    cr["apiVersion"] = f"{group}/v1"
+    path = f"/apis/{group}/v1/namespaces/{kube.ns}/widgets/grow"
+    status, last, _ = await kube.raw("POST", path.rsplit("/", 1)[0], cr)
+    assert status == 201, last
+    for i in range(8):
+        patch = [{"op": "copy", "from": "/spec/free", "path": f"/spec/free/c{i}"}]
+        status, body, _ = await kube.raw(
+            "PATCH", path, patch, content_type="application/json-patch+json"
+        )
+        if status != 200:
+            break
+        last = body
+    assert status in (413, 500), body
+    assert body["kind"] == "Status"
+    assert 500_000 < len(json.dumps(last)) < 1_572_864  # grew, then stopped below 1.5 MiB
+    status, now, _ = await kube.raw("GET", path)
+    assert now["metadata"]["resourceVersion"] == last["metadata"]["resourceVersion"]

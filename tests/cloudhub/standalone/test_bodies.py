@@ -139,3 +139,30 @@ async def test_yaml_aliases_within_the_budget_are_expanded(raw: Raw) -> None:
     )
     assert status == 201, body
     assert body["metadata"]["annotations"] == {"app": "web", "tier": "front"}
+
+
+async def test_an_object_over_the_limit_is_413_and_revisions_stay_gapless() -> None:
+    async with running(settings(max_object_bytes=2048)) as (api, _):
+        ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            raw = Raw(api, session)
+            path = "/api/v1/namespaces/default/configmaps"
+            status, small = await raw("POST", path, {"metadata": {"name": "s"}})
+            assert status == 201
+            status, body = await raw(
+                "POST", path, {"metadata": {"name": "b"}, "data": {"x": "y" * 3000}}
+            )
+            assert status == 413, body
+            assert body["reason"] == "RequestEntityTooLarge"
+            assert "2048-byte limit" in body["message"]
+            status, _ = await raw(
+                "PATCH", f"{path}/s", {"data": {"x": "y" * 3000}}, "application/merge-patch+json"
+            )
+            assert status == 413
+            status, after = await raw("POST", path, {"metadata": {"name": "t"}})
+            assert status == 201
+            assert int(after["metadata"]["resourceVersion"]) == (
+                int(small["metadata"]["resourceVersion"]) + 1
+            )
+            status, got = await raw("GET", f"{path}/s")
+            assert got["metadata"]["resourceVersion"] == small["metadata"]["resourceVersion"]

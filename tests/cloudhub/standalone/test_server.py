@@ -32,6 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
         {"bookmark_interval_s": 0},
         {"default_watch_timeout_s": -1},
         {"max_request_body_bytes": 10},
+        {"max_object_bytes": 100},
         {"commit_interval_s": -0.1},
         {"token": "has space"},
         {"token": ""},
