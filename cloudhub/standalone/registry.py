@@ -109,6 +109,7 @@ class Registry:
         for rtype in BUILTIN_TYPES:
             self._add_type(rtype)
         self.terminating_namespaces: set[str] = set()
+        store.on_undo.append(self._undone)
 
     # -- types -------------------------------------------------------------------
 
@@ -142,6 +143,31 @@ class Registry:
     def _unserve_crd(self, storage_key: str) -> None:
         for rtype in self._by_key.pop(storage_key, []):
             self._types.pop((rtype.group, rtype.version, rtype.plural), None)
+
+    def _undone(self, changes: list[Change]) -> None:
+        """Re-derive, from the store as a failed commit left it, what was changed at
+        write time besides the store: the types served for CRDs and the set of
+        terminating namespaces. Otherwise a CRD whose create was never committed
+        would stay served, and a namespace whose deletion failed would refuse
+        creates until a restart."""
+        for change in changes:
+            if change.resource == CRD_KEY:
+                for entry in (change.entry, change.prev):
+                    if entry is not None:
+                        spec = loads(entry.data).get("spec") or {}
+                        names = spec.get("names") or {}
+                        self._unserve_crd(f"{spec.get('group')}/{names.get('plural')}")
+                current = self.store.get(CRD_KEY, "", change.name)
+                if current is not None:
+                    crd = loads(current.data)
+                    if not _crd_gone(crd):
+                        self._serve_crd(crd)
+            elif change.resource == NAMESPACES:
+                current = self.store.get(NAMESPACES, "", change.name)
+                if current is not None and b'"deletionTimestamp"' in current.data:
+                    self.terminating_namespaces.add(change.name)
+                else:
+                    self.terminating_namespaces.discard(change.name)
 
     def load(self, rows: Iterable[Any]) -> None:
         """Index rows loaded from the durable store (CRDs first, so their types exist)."""

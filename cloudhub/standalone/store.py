@@ -123,6 +123,9 @@ class Store:
         self._revision_changed = asyncio.Event()
         self._closed = False
         self.on_commit: list[Callable[[list[Change]], None]] = []
+        #: Called with the changes a failed commit undid, after memory is restored
+        #: (whoever derived state from them at write time re-derives it).
+        self.on_undo: list[Callable[[list[Change]], None]] = []
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -395,6 +398,8 @@ class Store:
             if not objs:
                 del spaces[change.namespace]
         self._revision = self._durable
+        for hook in self.on_undo:
+            hook(changes)
 
     def _publish(self, changes: list[Change]) -> None:
         history, revs = self._history, self._history_revs

@@ -245,3 +245,47 @@ async def test_full_disk_is_a_clear_500_and_loses_nothing_acknowledged(
         async with running(settings(data_dir=data_dir)) as (_, c):
             listed = await client.CoreV1Api(c).list_namespaced_config_map("default")
             assert {i.metadata.name: i.metadata.resource_version for i in listed.items} == acked
+
+
+async def test_failed_commit_of_a_crd_or_namespace_deletion_leaves_no_trace(
+    data_dir: pathlib.Path,
+) -> None:
+    """What the server derives from a write (a CRD's served type, a terminating
+    namespace) is undone with it when the commit fails."""
+    async with running(settings(data_dir=data_dir)) as (_, c):
+        core = client.CoreV1Api(c)
+        apiext = client.ApiextensionsV1Api(c)
+        custom = client.CustomObjectsApi(c)
+        await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="stay")))
+        blocker = sqlite3.connect(data_dir / "state.db", isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            with pytest.raises(ApiException) as err:
+                await apiext.create_custom_resource_definition(CRD)
+            assert err.value.status == 500
+            with pytest.raises(ApiException) as err:
+                await core.delete_namespace("stay")
+            assert err.value.status == 500
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        # The CRD was never stored: its resources are not served.
+        with pytest.raises(ApiException) as err:
+            await custom.list_namespaced_custom_object(
+                "persist.example.com", "v1", "stay", "gadgets"
+            )
+        assert err.value.status == 404
+        groups = await client.ApisApi(c).get_api_versions()
+        assert "persist.example.com" not in {g.name for g in groups.groups}
+        # The namespace was never deleted: it takes new objects.
+        assert (await core.read_namespace("stay")).status.phase == "Active"
+        await core.create_namespaced_config_map("stay", cm("new"))
+        # Both writes work once the database does.
+        await apiext.create_custom_resource_definition(CRD)
+        await custom.create_namespaced_custom_object(
+            "persist.example.com",
+            "v1",
+            "stay",
+            "gadgets",
+            {"apiVersion": "persist.example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}},
+        )
