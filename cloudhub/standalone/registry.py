@@ -685,6 +685,17 @@ class Registry:
             await self.store.sync()
             return entry, True
         obj = self._check_body(rtype, body, namespace, name, opts)
+        given_uid = obj["metadata"].get("uid")
+        if given_uid and given_uid != current.uid:
+            # A uid in the body is a precondition, as kube-apiserver's update: it
+            # keeps a stale read-modify-write from replacing a recreated object.
+            raise errors.conflict(
+                rtype.plural,
+                rtype.group,
+                name,
+                f"Precondition failed: UID in precondition: {given_uid}, UID in object meta: "
+                f"{current.uid}",
+            )
         entry = self._update_now(rtype, ns, name, current, obj, subresource, opts)
         await self.store.sync()
         return entry, False
@@ -728,6 +739,19 @@ class Registry:
         else:
             raise errors.unsupported_media_type(content_type, list(patch.PATCH_TYPES))
         obj = self._check_body(rtype, obj, namespace, name, opts)
+        patched_uid = obj["metadata"].get("uid")
+        if patched_uid and patched_uid != current.uid:
+            self._fail_invalid(
+                rtype,
+                name,
+                [
+                    errors.StatusCause(
+                        "FieldValueInvalid",
+                        f'Invalid value: "{patched_uid}": field is immutable',
+                        "metadata.uid",
+                    )
+                ],
+            )
         patched_rv = obj["metadata"].get("resourceVersion")
         if patched_rv == original["metadata"].get("resourceVersion"):
             # The patch did not ask for a precondition: do not turn it into one.
