@@ -9,11 +9,14 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
+from collections.abc import Callable
 
 import aiohttp
+import psutil
 import pytest
 from kubernetes_asyncio import client
 
@@ -106,6 +109,74 @@ async def test_a_watch_that_falls_behind_is_ended_and_can_resume() -> None:
         )
         names = {e["object"]["metadata"]["name"] for e in received + resumed}
         assert names == {f"f{i}" for i in range(20)}
+
+
+def _served(port: int, peer: int) -> bool:
+    """Whether the server (this process, on ``port``) holds a socket to client ``peer``."""
+    return any(
+        conn.laddr.port == port and conn.raddr and conn.raddr.port == peer
+        for conn in psutil.Process().net_connections(kind="tcp")
+    )
+
+
+async def _stalled_watch(api: EmbeddedAPIServer, query: str) -> tuple[asyncio.StreamWriter, int]:
+    """A watch whose client never reads (tiny receive buffer, and the stream reader's
+    flow control stops reading the socket once its own buffer is full), and its port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", api.port))
+    ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+    _, writer = await asyncio.open_connection(
+        sock=sock, ssl=ctx, server_hostname="127.0.0.1", limit=4096
+    )
+    writer.write(
+        f"GET /api/v1/namespaces/default/configmaps?watch=1&{query} HTTP/1.1\r\n"
+        f"Host: 127.0.0.1\r\nAuthorization: Bearer {api.token}\r\n\r\n".encode()
+    )
+    await writer.drain()
+    return writer, sock.getsockname()[1]
+
+
+async def _eventually(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _write_big_configmaps(core: client.CoreV1Api, count: int, size: int) -> None:
+    for i in range(count):
+        await core.create_namespaced_config_map(
+            "default",
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"big{i}"), data={"x": "y" * size}
+            ),
+        )
+
+
+async def test_a_client_that_stops_reading_is_cut_off_when_its_watch_overflows() -> None:
+    """The events it cannot take are dropped with the watch, and the connection, stuck
+    in a write the client will never read, is closed: nothing stays pinned for it."""
+    async with running(settings(watch_queue_events=20)) as (api, c):
+        writer, peer = await _stalled_watch(api, "timeoutSeconds=3600")
+        await _eventually(lambda: _served(api.port, peer), "the watch to open")
+        # 12 MB for a client that reads none: more than every buffer on the way holds.
+        await _write_big_configmaps(client.CoreV1Api(c), 200, 60_000)
+        await _eventually(lambda: not _served(api.port, peer), "the stalled watch to be closed")
+        writer.close()
+
+
+async def test_a_stalled_watch_is_cut_off_at_its_timeout() -> None:
+    async with running(settings()) as (api, c):
+        writer, peer = await _stalled_watch(api, "timeoutSeconds=2")
+        await _eventually(lambda: _served(api.port, peer), "the watch to open")
+        # 12 MB the client never reads: the server is stuck writing when the time is up.
+        await _write_big_configmaps(client.CoreV1Api(c), 200, 60_000)
+        await _eventually(lambda: not _served(api.port, peer), "the watch to end at its timeout")
+        writer.close()
 
 
 async def test_body_over_the_limit_is_413() -> None:
