@@ -346,7 +346,26 @@ def _containers(
                 errs.not_supported(f"{mpath}.name", mount["name"], sorted(volumes))
             if not mount.get("mountPath"):
                 errs.required(f"{mpath}.mountPath")
+        resources = c.get("resources")
+        if isinstance(resources, dict):
+            for part in ("limits", "requests"):
+                for res, value in (resources.get(part) or {}).items():
+                    if _negative_quantity(value):
+                        errs.invalid(
+                            f"{cpath}.resources.{part}[{res}]",
+                            value,
+                            "must be greater than or equal to 0",
+                        )
     return names
+
+
+def _negative_quantity(value: Any) -> bool:
+    """A quantity below zero (its syntax was checked when the body was decoded)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value < 0
+    text = str(value).strip()
+    number = re.split(r"[eEinumkKMGTP]", text, maxsplit=1)[0]
+    return number.startswith("-") and any(ch in "123456789" for ch in number)
 
 
 def validate_pod_spec(errs: Errors, spec: Any, path: str) -> None:

@@ -367,6 +367,50 @@ async def test_quantities_may_be_json_numbers(kube: Kube) -> None:
     assert made["status"]["qosClass"] == "Burstable"
 
 
+@pytest.mark.parametrize(
+    ("quantity", "why"),
+    [
+        ("1.2.3", "quantities must match the regular expression"),
+        ("1e3e3", "quantities must match the regular expression"),
+        ("0x10", "quantities must match the regular expression"),
+        ("", "quantities must match the regular expression"),
+        ("1K", "unable to parse quantity's suffix"),
+        ("1e", "unable to parse quantity's suffix"),
+        ("--1", "unable to parse quantity's suffix"),
+        ("1Gi2", "unable to parse quantity's suffix"),
+    ],
+)
+async def test_malformed_quantity_is_400(kube: Kube, quantity: str, why: str) -> None:
+    """kube-apiserver decodes a resource.Quantity as it reads the body; what it cannot
+    parse never reaches the store (nor the placement controller or a kubelet)."""
+    body = pod("badq")
+    body["spec"]["containers"][0]["resources"] = {"requests": {"memory": quantity}}
+    status, answer, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 400, answer
+    assert answer["reason"] == "BadRequest"
+    assert why in answer["message"]
+    status, _, _ = await kube.raw("GET", f"/api/v1/namespaces/{kube.ns}/pods/badq")
+    assert status == 404
+
+
+@pytest.mark.parametrize("quantity", ["1.5Gi", "100m", "1e3", "2E-1", " 64Mi ", ".5", "5.", "e3"])
+async def test_well_formed_quantities_are_accepted(kube: Kube, quantity: str) -> None:
+    body = pod("goodq")
+    body["spec"]["containers"][0]["resources"] = {"requests": {"memory": quantity}}
+    status, answer, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 201, answer
+
+
+async def test_negative_request_is_422(kube: Kube) -> None:
+    body = pod("negq")
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "-100m"}}
+    status, answer, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 422, answer
+    cause = answer["details"]["causes"][0]
+    assert cause["field"] == "spec.containers[0].resources.requests[cpu]"
+    assert "must be greater than or equal to 0" in cause["message"]
+
+
 async def test_requests_default_to_limits(kube: Kube) -> None:
     body = pod("lim")
     body["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "500m", "memory": "64Mi"}}
