@@ -123,6 +123,8 @@ class SQLiteBackend(StorageBackend):
                 )
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open {path}: {exc}") from exc
+        except OSError as exc:  # the data directory cannot be made
+            raise StorageError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
 
     def load(self) -> tuple[int, Iterator[Row]]:
         try:

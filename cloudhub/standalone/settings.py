@@ -9,6 +9,7 @@ environment.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 
 from cloudhub.standalone.errors import ConfigurationError
@@ -82,6 +83,9 @@ class APIServerSettings:
     def __post_init__(self) -> None:
         if self.data_dir is not None and not isinstance(self.data_dir, pathlib.Path):
             object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
+        for name in ("bookmark_interval_s", "default_watch_timeout_s", "commit_interval_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigurationError(f"{name} must be a finite number of seconds")
         if not 0 <= self.port <= 65535:
             raise ConfigurationError(f"port must be 0..65535, got {self.port}")
         if self.watch_history_events < 1:

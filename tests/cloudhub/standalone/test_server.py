@@ -37,6 +37,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
         {"max_request_body_bytes": 10},
         {"max_object_bytes": 100},
         {"commit_interval_s": -0.1},
+        {"commit_interval_s": float("nan")},
+        {"bookmark_interval_s": float("inf")},
+        {"default_watch_timeout_s": float("nan")},
         {"token": "has space"},
         {"token": ""},
     ],
@@ -246,6 +249,38 @@ def test_cli_rejects_bad_options() -> None:
     )
     assert proc.returncode == 2
     assert "port" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--commit-interval", "nan"), ("--bookmark-interval", "inf")]
+)
+def test_cli_rejects_non_finite_seconds(flag: str, value: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudhub.standalone", flag, value, "--in-memory"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "must be a finite number of seconds" in proc.stderr
+
+
+def test_cli_unusable_data_dir_is_exit_1_with_a_message(tmp_path: pathlib.Path) -> None:
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudhub.standalone", "--data-dir", str(a_file), "--port", "0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: cannot create {a_file}"), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_cli_serves_until_sigterm(tmp_path: pathlib.Path) -> None:
