@@ -176,6 +176,9 @@ async def test_pod_field_selectors(kube: Kube) -> None:
     assert {p.metadata.name for p in not_a.items} == {"on-b", "nowhere"}
     by_name = await kube.core.list_namespaced_pod(kube.ns, field_selector="metadata.name=on-b")
     assert [p.metadata.name for p in by_name.items] == ["on-b"]
+    # Empty terms are skipped (a trailing comma, as selectors are often built by joining).
+    trailing = await kube.core.list_namespaced_pod(kube.ns, field_selector="metadata.name=on-b,")
+    assert [p.metadata.name for p in trailing.items] == ["on-b"]
     everywhere = await kube.core.list_pod_for_all_namespaces(
         field_selector=f"metadata.namespace={kube.ns},spec.nodeName=node-b"
     )
