@@ -622,6 +622,17 @@ def validate_update(
                 errs.forbidden("immutable", "field is immutable when `immutable` is set")
         if kind == "Secret" and new.get("type") != old.get("type"):
             errs.invalid("type", new.get("type"), "field is immutable")
+    elif kind == "CustomResourceDefinition":
+        # What decides where and how its objects are stored cannot change once it is
+        # established (here: from its creation), as kube-apiserver's CRD validation.
+        new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        for field in ("group", "scope"):
+            if new_spec.get(field) != old_spec.get(field):
+                errs.invalid(f"spec.{field}", new_spec.get(field), "field is immutable")
+        new_names, old_names = new_spec.get("names") or {}, old_spec.get("names") or {}
+        for field in ("plural", "kind"):
+            if new_names.get(field) != old_names.get(field):
+                errs.invalid(f"spec.names.{field}", new_names.get(field), "field is immutable")
     elif kind == "Service":
         new_ip = (new.get("spec") or {}).get("clusterIP")
         old_ip = (old.get("spec") or {}).get("clusterIP")

@@ -309,3 +309,33 @@ async def test_crd_deletion_completes_when_the_last_finalizer_goes(kube: Kube) -
         return False
 
     await kube.eventually(gone, "the CRD to be deleted after its last finalizer")
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ([{"op": "replace", "path": "/spec/scope", "value": "Cluster"}], "spec.scope"),
+        ([{"op": "replace", "path": "/spec/names/kind", "value": "Gizmo"}], "spec.names.kind"),
+        # v1 is where the objects are stored: it cannot leave spec.versions.
+        (
+            [{"op": "replace", "path": "/spec/versions/0/name", "value": "v2"}],
+            "status.storedVersions[0]",
+        ),
+    ],
+)
+async def test_crd_changes_that_would_strand_its_objects_are_422(
+    kube: Kube, widgets: str, patch: list, field: str
+) -> None:
+    cr = widget("kept")
+    cr["apiVersion"] = f"{widgets}/v1"
+    await kube.custom.create_namespaced_custom_object(widgets, "v1", kube.ns, "widgets", cr)
+    status, body, _ = await kube.raw(
+        "PATCH",
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{widgets}",
+        patch,
+        content_type="application/json-patch+json",
+    )
+    assert status == 422, body
+    assert field in {c["field"] for c in body["details"]["causes"]}
+    got = await kube.custom.get_namespaced_custom_object(widgets, "v1", kube.ns, "widgets", "kept")
+    assert got["spec"]["size"] == 3
