@@ -109,6 +109,9 @@ def validate_command(files: tuple[str, ...]) -> None:
             click.echo(f"error: {exc}", err=True)
             failed = True
             continue
+        if not docs:  # nothing checked is not a pass
+            click.echo(f"error: {path}: no YAML documents", err=True)
+            failed = True
         for doc in docs:
             label = _label(doc)
             try:

@@ -1,14 +1,16 @@
 """Errors of the hub's device tools.
 
-``DevicesError`` is the root. When ``cloudhub.errors`` lands it should derive from that
-package root. Schema and value errors come from ``protocol.devices`` (``InvalidDocument``,
-``InvalidValue``) and are not re-wrapped.
+``DevicesError`` is the root, under the hub's :class:`cloudhub.errors.HubError`. Schema
+and value errors come from ``protocol.devices`` (``InvalidDocument``, ``InvalidValue``)
+and are not re-wrapped.
 """
 
 from __future__ import annotations
 
+from cloudhub.errors import HubError
 
-class DevicesError(Exception):
+
+class DevicesError(HubError):
     """Root of the hub's device-tool errors."""
 
 

@@ -69,7 +69,8 @@ def load_text(text: str, path: str = "<string>") -> list[LoadedDocument]:
     """Parse every document of a YAML text; empty documents are skipped.
 
     Raises:
-        ManifestError: a syntax error or a duplicate key, with line and column.
+        ManifestError: a syntax error or a duplicate key, with line and column, or
+            nesting too deep to parse.
     """
     loader = _StrictLoader(text)
     docs: list[LoadedDocument] = []
@@ -92,6 +93,9 @@ def load_text(text: str, path: str = "<string>") -> list[LoadedDocument]:
         ) from exc
     except yaml.YAMLError as exc:
         raise ManifestError(path, f"invalid YAML: {exc}") from exc
+    except RecursionError:
+        # PyYAML composes nested collections recursively.
+        raise ManifestError(path, "invalid YAML: nested too deeply") from None
     finally:
         loader.dispose()
     return docs

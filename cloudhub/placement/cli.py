@@ -122,10 +122,7 @@ def explain_command(
         else:
             items = []
             for path in fleet_files:
-                with open(path) as f:
-                    for _, doc in load_documents(f.read(), path):
-                        is_list = str(doc.get("kind", "")).endswith("List")
-                        items.extend(doc.get("items") or [] if is_list else [doc])
+                items.extend(_fleet_objects(path))
         planner = _planner(items, now)
     except (
         OSError,
@@ -147,6 +144,32 @@ def explain_command(
             click.echo(
                 f"{condition.type}={condition.status} ({condition.reason}): {condition.message}"
             )
+
+
+def _fleet_objects(path: str) -> list[dict[str, Any]]:
+    """The objects of a fleet file: its documents, and the items of its Lists.
+
+    Raises:
+        TranslationError: the file is not UTF-8 YAML, or an item is not an object.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise TranslationError(path, f"not UTF-8 text: {exc.reason}") from exc
+    out: list[dict[str, Any]] = []
+    for source, doc in load_documents(text, path):
+        if not str(doc.get("kind", "")).endswith("List"):
+            out.append(doc)
+            continue
+        items = doc.get("items") or []
+        if not isinstance(items, list):
+            raise TranslationError(source, "items must be a list")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise TranslationError(f"{source} items[{i}]", "must be an object")
+            out.append(item)
+    return out
 
 
 async def _from_api(kubeconfig: str, kind: str) -> list[dict[str, Any]]:

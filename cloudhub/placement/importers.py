@@ -92,16 +92,22 @@ class _Doc:
         return str(self.obj.get("apiVersion") or "").split("/")[0]
 
     @property
+    def metadata(self) -> Mapping[str, Any]:
+        meta = self.obj.get("metadata")
+        return meta if isinstance(meta, Mapping) else {}
+
+    @property
     def name(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("name") or "")
+        return str(self.metadata.get("name") or "")
 
     @property
     def namespace(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("namespace") or "")
+        return str(self.metadata.get("namespace") or "")
 
     @property
     def labels(self) -> dict[str, str]:
-        return dict((self.obj.get("metadata") or {}).get("labels") or {})
+        labels = self.metadata.get("labels")
+        return dict(labels) if isinstance(labels, Mapping) else {}
 
 
 def load_documents(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
@@ -121,6 +127,8 @@ def load_documents(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
         raise TranslationError(source, f"not valid YAML: {exc}") from exc
+    except RecursionError:
+        raise TranslationError(source, "not valid YAML: nested too deeply") from None
     out = []
     for i, doc in enumerate(docs):
         if doc is None:
@@ -141,9 +149,11 @@ def import_files(paths: Iterable[str | pathlib.Path], **options: Any) -> list[Im
     for path in paths:
         path = pathlib.Path(path)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise TranslationError(str(path), f"cannot read: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise TranslationError(str(path), f"not UTF-8 text: {exc.reason}") from exc
         docs.extend(load_documents(text, str(path)))
     return import_documents(docs, **options)
 
@@ -176,7 +186,22 @@ def import_documents(
     for doc in docs:
         handler = _HANDLERS.get((doc.group, doc.kind))
         if handler is not None:
-            results.append(handler(ctx, doc))
+            try:
+                results.append(handler(ctx, doc))
+            except InvalidSpec as exc:
+                result = ImportResult(doc.source, doc.kind, _ref(doc, ctx))
+                result.untranslated.append(f"{exc}; nothing translated")
+                results.append(result)
+            except _SHAPE_ERRORS as exc:
+                # Foreign documents are read as their authors' schemas say; a field
+                # of another type than the schema's (a list where a map belongs...)
+                # is this document's fault: say so and go on with the others.
+                result = ImportResult(doc.source, doc.kind, _ref(doc, ctx))
+                result.untranslated.append(
+                    f"the document does not have the shape of a {doc.kind} "
+                    f"({type(exc).__name__}: {exc}); nothing translated"
+                )
+                results.append(result)
         elif doc.kind in _PASSIVE_KINDS:
             continue
         else:
@@ -188,6 +213,9 @@ def import_documents(
             results.append(result)
     return results
 
+
+#: What reading a field of an unexpected type raises in the handlers below.
+_SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 
 # Workloads and plain resources are inputs to the translation, not documents to translate.
 _PASSIVE_KINDS = {

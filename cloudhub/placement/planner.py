@@ -51,6 +51,10 @@ Rules (each has a test in ``tests/cloudhub/placement``):
 - Surplus and rolling updates never take a group's Ready count below its
   desired count (surplus) or below ``desired - maxUnavailable`` (updates),
   and an update never runs more than ``desired + maxSurge`` pods per group.
+  Surplus also never takes the placement's Ready count below the sum of its
+  targets (targets move between groups when a group comes back from an
+  outage), and a pod last seen Ready on a node that is away again counts as
+  possibly running: it goes once the pods replacing it are Ready.
 """
 
 from __future__ import annotations
@@ -332,6 +336,7 @@ class _Group:
 
 class _State:
     __slots__ = (
+        "blocked",
         "conds",
         "dirty",
         "groups",
@@ -342,8 +347,10 @@ class _State:
         "pods",
         "rebalance",
         "rebuild",
+        "round",
         "sel",
         "short",
+        "spare",
         "stale_stats",
         "status",
         "targets_stale",
@@ -371,6 +378,11 @@ class _State:
         self.unassigned = 0
         self.status: PlacementStatus | None = None
         self.conds: dict[str, Condition] = {}
+        # Groups whose surplus waits for Ready pods elsewhere in the placement, and
+        # how many Ready pods the placement has beyond its targets (this round).
+        self.blocked: set[str] = set()
+        self.spare: int | None = None  # computed when first needed (see _spare_ready)
+        self.round: Mapping[str, _Group] = {}
 
 
 class Planner:
@@ -1284,9 +1296,36 @@ class Planner:
             if not capped:
                 break
             self._compute_targets(state)
+        for value in state.blocked:
+            if value in state.groups and value not in touched:
+                touched[value] = state.groups[value]
+        state.blocked = set()
+        state.spare = None
+        state.round = touched
         for value in sorted(touched):
             self._delete_phase(state, touched[value], plan)
         return set(touched)
+
+    def _spare_ready(self, state: _State) -> int:
+        """Ready pods (on online nodes) the placement has beyond the sum of its group
+        targets: what surplus deletions may take, whichever group holds the surplus.
+        A group's own check is not enough when targets move between groups (a group
+        back from an outage takes its share again while its pods are not Ready).
+        Counted once per round, when a surplus deletion first needs it."""
+        if state.spare is not None:
+            return state.spare
+        touched = state.round
+        target = ready = 0
+        for value, group in state.groups.items():
+            target += group.target
+            if value in touched:
+                if group.cls is None:
+                    group.cls = self._classify(state, group)
+                ready += self._count_ready(group.cls[0])
+            else:
+                ready += group.stats[2]
+        state.spare = ready - target
+        return state.spare
 
     def _compute_targets(self, state: _State) -> None:
         spec = state.p.spec
@@ -1415,6 +1454,10 @@ class Planner:
             for p in pods
             if p.ready and (node := nodes.get(p.node)) is not None and node.offline_since is None
         )
+
+    def _away(self, pod: _Pod) -> bool:
+        node = self._nodes.get(pod.node)
+        return node is not None and node.offline_since is not None
 
     def _ready(self, pod: _Pod) -> bool:
         if not pod.ready:
@@ -1707,13 +1750,31 @@ class Planner:
             for pod in victims[:surplus]:
                 if pod.assumed and pod.created == self._now:
                     break
-                if self._ready(pod) and ready - 1 < target:
-                    break
+                # A Ready pod goes only while Ready ones remain for every target, in its
+                # group and across the placement. A pod last seen Ready on a node that
+                # is away again (a flapping node) may well be running: it goes once its
+                # replacement is proven. A group short of Ready pods is looked at again
+                # when one of its pods changes; one waiting for other groups is kept in
+                # `blocked` to be looked at with them.
+                if self._ready(pod):
+                    if ready - 1 < target:
+                        break
+                    if self._spare_ready(state) <= 0:
+                        state.blocked.add(group.value)
+                        break
+                elif pod.ready and self._away(pod):
+                    if ready < target:
+                        break
+                    if self._spare_ready(state) < 0:
+                        state.blocked.add(group.value)
+                        break
                 reason = (
                     f"surplus: node {pod.node} came back after its replica was replaced"
                     if pod.evict_first
                     else "surplus replica"
                 )
+                if self._ready(pod) and state.spare is not None:
+                    state.spare -= 1
                 self._delete(pod, reason, plan)
                 remaining.remove(pod)
                 ready -= self._ready(pod)

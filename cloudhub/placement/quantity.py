@@ -12,6 +12,7 @@ units) rounded up to a whole number, as the scheduler does.
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from functools import lru_cache
@@ -37,6 +38,13 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+#: Most digits a quantity's number may have, and the largest decimal exponent: far
+#: beyond any real request or capacity (int64 has 19 digits; ``E`` is 10**18), and
+#: small enough that arithmetic on hostile input stays instant.
+MAX_DIGITS = 64
+MAX_EXPONENT = 40
+_MAX_BITS = 213  # about MAX_DIGITS decimal digits
+
 _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))"
     r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
@@ -55,28 +63,47 @@ def parse_quantity(text: str | int | float) -> Fraction:
         The exact value (cores for CPU, bytes for memory).
 
     Raises:
-        InvalidSpec: the text is not a quantity (path left empty for the
-            caller to fill in through :func:`to_units`).
+        InvalidSpec: the text is not a quantity, or is outside what it may hold:
+            more than :data:`MAX_DIGITS` digits or an exponent beyond
+            ±:data:`MAX_EXPONENT` (path left empty for the caller to fill in
+            through :func:`to_units`).
     """
     if isinstance(text, bool):
         raise InvalidSpec("", f"not a quantity: {text!r}")
     if isinstance(text, int):
+        if text.bit_length() > _MAX_BITS:
+            raise InvalidSpec("", f"a number of {text.bit_length()} bits is not a quantity")
         return Fraction(text)
     if isinstance(text, float):
+        if not math.isfinite(text):
+            raise InvalidSpec("", f"not a quantity: {text!r}")
         return Fraction(str(text))
     if not isinstance(text, str):
         raise InvalidSpec("", f"not a quantity: {text!r}")
     match = _QUANTITY.match(text.strip())
     if match is None:
-        raise InvalidSpec("", f"not a quantity: {text!r}")
+        raise InvalidSpec("", f"not a quantity: {_show(text)}")
+    if sum(ch.isdigit() for ch in match["num"]) > MAX_DIGITS:
+        raise InvalidSpec("", f"{_show(text)} has more than {MAX_DIGITS} digits")
     value = Fraction(match["num"])
     if match["bin"]:
         value *= _BINARY[match["bin"]]
     elif match["exp"]:
-        value *= Fraction(10) ** int(match["exp"][1:])
+        exponent = match["exp"][1:]
+        # Bounded before computing: 10 ** 999999999 takes minutes and gigabytes.
+        if len(exponent.lstrip("+-")) > 3 or abs(int(exponent)) > MAX_EXPONENT:
+            raise InvalidSpec(
+                "", f"{_show(text)}: the exponent must be within -{MAX_EXPONENT}..{MAX_EXPONENT}"
+            )
+        value *= Fraction(10) ** int(exponent)
     else:
         value *= _DECIMAL[match["dec"] or ""]
     return value
+
+
+def _show(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def to_units(resource: str, text: str | int | float, path: str = "") -> int:

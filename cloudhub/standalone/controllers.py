@@ -93,6 +93,8 @@ class Controllers:
                     self._gc_due = kick = True
                 if change.namespace in self.registry.terminating_namespaces:
                     kick = True
+                if self._crd_terminating(change.resource):
+                    kick = True  # its last objects going lets the CRD go
             elif b'"deletionTimestamp"' in data:
                 kick = True
                 if b'"orphan"' in data or b'"foregroundDeletion"' in data:
@@ -101,6 +103,14 @@ class Controllers:
                 kick = True
         if kick:
             self._wake.set()
+
+    def _crd_terminating(self, storage_key: str) -> bool:
+        """Whether ``storage_key`` holds custom resources of a CRD being deleted."""
+        rtype = self.registry.type_for_key(storage_key)
+        if rtype is None or not rtype.custom:
+            return False
+        crd = self.registry.store.get(CRD_KEY, "", f"{rtype.plural}.{rtype.group}")
+        return crd is not None and b'"deletionTimestamp"' in crd.data
 
     async def _run(self) -> None:
         while True:

@@ -103,6 +103,12 @@ class _Decoder:
                 raise self.fail(value, path, "Quantity")
             if not isinstance(value, str):
                 return _quantity(value)
+            why = quantity_error(value)
+            if why:
+                raise errors.bad_request(
+                    f'{self.kind} in version "{self.version}" cannot be handled as a '
+                    f"{self.kind}: {path}: {why}"
+                )
         elif form == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(value, path, "int64")
@@ -193,6 +199,34 @@ def normalize_time(value: str, *, micro: bool) -> str | None:
         return None
     text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
     return f"{text}.{stamp.microsecond:06d}Z" if micro else f"{text}Z"
+
+
+_QUANTITY_SHAPE = re.compile(r"[+-]?[0-9]*(?:\.[0-9]*)?(?P<suffix>[eEinumkKMGTP]*[+-]?[0-9]*)")
+_QUANTITY_SUFFIXES = frozenset(
+    ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E")
+)
+_QUANTITY_EXPONENT = re.compile(r"[eE][+-]?[0-9]+")
+
+
+def quantity_error(text: str) -> str | None:
+    """Why ``text`` is not a ``resource.Quantity``, in the words of its parser, or None.
+
+    The grammar is ``ParseQuantity``'s: a signed decimal number, then nothing, a
+    binary suffix (``Ki`` ... ``Ei``), a decimal one (``n u m k M G T P E``) or an
+    exponent (``e3``, ``E-2``). The value is not computed (and not canonicalised):
+    kube-apiserver stores ``1.5Gi`` as ``1536Mi``, this server as given.
+    """
+    text = text.strip()  # as the parser, which trims spaces first
+    match = _QUANTITY_SHAPE.fullmatch(text) if text else None
+    if match is None:
+        return (
+            "quantities must match the regular expression "
+            "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        )
+    suffix = match["suffix"]
+    if suffix not in _QUANTITY_SUFFIXES and not _QUANTITY_EXPONENT.fullmatch(suffix):
+        return "unable to parse quantity's suffix"
+    return None
 
 
 def _quantity(number: float) -> str:

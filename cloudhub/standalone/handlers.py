@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from cloudhub.standalone import discovery, errors, openapi, patch, protobuf, tables
+from cloudhub.standalone import bodies, discovery, errors, openapi, patch, protobuf, tables
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
@@ -41,6 +41,12 @@ JSON = "application/json"
 _PUBLIC = frozenset({"/healthz", "/livez", "/readyz", "/version"})
 #: How often an idle watch checks that its client is still connected (seconds).
 _IDLE_CHECK_S = 15.0
+#: Most bytes of events a watch hands to its connection at once; the rest waits in
+#: the watch's queue, bounded by ``watch_queue_events``.
+_WATCH_CHUNK_BYTES = 256 * 1024
+#: Seconds a watch's client has to take the end of its stream (after its timeout, an
+#: overflow or at shutdown) before the connection is closed under it.
+_EOF_GRACE_S = 5.0
 _BODY_TYPES = frozenset(
     {
         JSON,
@@ -314,12 +320,21 @@ class APIHandler:
             raise errors.unsupported_media_type(
                 ctype, [JSON, "application/yaml", protobuf.CONTENT_TYPE]
             )
+        if ctype in ("application/yaml", "application/apply-patch+yaml"):
+            try:
+                return bodies.load_yaml(raw)
+            except bodies.BodyError as exc:
+                raise errors.bad_request(f"the request body is refused: {exc}") from None
+            except (ValueError, yaml.YAMLError) as exc:
+                raise errors.bad_request(f"the request body is not valid YAML: {exc}") from None
         try:
-            if ctype in ("application/yaml", "application/apply-patch+yaml"):
-                return yaml.safe_load(raw)
-            return loads(raw)
-        except (ValueError, yaml.YAMLError) as exc:
+            body = loads(raw)
+            bodies.check_depth(body)
+        except bodies.BodyError as exc:
+            raise errors.bad_request(f"the request body is refused: {exc}") from None
+        except ValueError as exc:
             raise errors.bad_request(f"the request body is not valid JSON: {exc}") from None
+        return body
 
     def _dry_run(self, request: web.BaseRequest) -> bool:
         values = request.query.getall("dryRun", [])
@@ -522,7 +537,6 @@ class APIHandler:
             await resp.write_eof()
             return resp
         waker = _Waker(asyncio.get_running_loop())
-        watch.wakeup = waker.wake
         self._watches.add(waker)
         try:
             return await self._stream(request, watch, waker, as_table)
@@ -553,6 +567,31 @@ class APIHandler:
         headers = [True]
         include = request.query.get("includeObject", "Metadata")
         render = self.registry.render
+        transport = request.transport
+        writing = [False]
+
+        def stop_if_stalled() -> None:
+            """The watch must end (overflow, deadline): a write blocked on a client that
+            does not read would hold the connection and its buffers forever."""
+            if writing[0] and transport is not None:
+                transport.abort()
+            waker.wake()
+
+        def wake() -> None:
+            if watch.ended:
+                stop_if_stalled()
+            else:
+                waker.wake()
+
+        watch.wakeup = wake
+        expiry = loop.call_at(deadline, stop_if_stalled)
+
+        async def write(data: bytes) -> None:
+            writing[0] = True
+            try:
+                await resp.write(data)
+            finally:
+                writing[0] = False
 
         def line(event: str, data: bytes, shared: bytes | None = None) -> bytes:
             if as_table:
@@ -571,15 +610,29 @@ class APIHandler:
             return b'{"type":"%s","object":%s}\n' % (event.encode(), data)
 
         try:
-            if watch.initial:
-                chunk = [line("ADDED", render(rtype, e)) for _, _, e in watch.initial]
-                watch.initial = []
-                await resp.write(b"".join(chunk))
+            initial, watch.initial = watch.initial, []
+            chunk: list[bytes] = []
+            size = 0
+            for _, _, entry in initial:
+                chunk.append(line("ADDED", render(rtype, entry)))
+                size += len(chunk[-1])
+                if size >= _WATCH_CHUNK_BYTES:
+                    await write(b"".join(chunk))
+                    chunk, size = [], 0
+            if chunk:
+                await write(b"".join(chunk))
             while True:
+                if watch.ended or self._stopping.is_set():
+                    break  # an overflowed watch drops its backlog: the client re-watches
+                now = loop.time()
+                if now >= deadline:
+                    break
                 if watch.queue:
-                    chunk = []
+                    chunk, size = [], 0
                     custom_version = rtype.custom and rtype.version != rtype.storage_version
-                    while watch.queue:
+                    # Bounded chunks: the backlog waits in the queue (where it counts
+                    # towards watch_queue_events), not in the transport's buffer.
+                    while watch.queue and size < _WATCH_CHUNK_BYTES:
                         event, change = watch.queue.popleft()
                         if event == PREV_DELETED:
                             chunk.append(
@@ -589,13 +642,9 @@ class APIHandler:
                             chunk.append(line(event, render(rtype, change.entry)))
                         else:
                             chunk.append(line(event, b"", change.event_line(event)))
-                    await resp.write(b"".join(chunk))
+                        size += len(chunk[-1])
+                    await write(b"".join(chunk))
                     continue
-                if watch.ended or self._stopping.is_set():
-                    break
-                now = loop.time()
-                if now >= deadline:
-                    break
                 if bookmarks and now >= next_bookmark:
                     bookmark = {
                         "kind": rtype.kind,
@@ -605,12 +654,11 @@ class APIHandler:
                             "creationTimestamp": None,
                         },
                     }
-                    await resp.write(dumps({"type": "BOOKMARK", "object": bookmark}) + b"\n")
+                    await write(dumps({"type": "BOOKMARK", "object": bookmark}) + b"\n")
                     next_bookmark = now + settings.bookmark_interval_s
                     if deadline - 2 > now:
                         next_bookmark = min(next_bookmark, deadline - 2)
                     continue
-                transport = request.transport
                 if transport is None or transport.is_closing():
                     break  # the client went away while the watch was idle
                 wait_until = min(deadline, next_bookmark) if bookmarks else deadline
@@ -618,9 +666,18 @@ class APIHandler:
                 # Nothing can be delivered between the checks above and this wait
                 # (both run on the event loop without yielding), so no wake-up is lost.
                 await waker.wait_until(wait_until)
-            await resp.write_eof()
+            # The end of the stream may wait behind everything a stalled client left
+            # unread: it gets a little time to take it, then the connection is cut.
+            cut = loop.call_later(_EOF_GRACE_S, transport.abort) if transport else None
+            try:
+                await resp.write_eof()
+            finally:
+                if cut is not None:
+                    cut.cancel()
         except (ConnectionResetError, ConnectionError):
             pass
+        finally:
+            expiry.cancel()
         return resp
 
 

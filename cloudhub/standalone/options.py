@@ -28,6 +28,7 @@ __all__ = [
     "WriteOptions",
     "decode_continue",
     "encode_continue",
+    "parse_resource_version",
 ]
 
 
@@ -204,11 +205,43 @@ def encode_continue(revision: int, start: str) -> str:
 
 
 def decode_continue(token: str) -> tuple[int, str]:
+    """The (revision, last key) of a ``continue`` token from :func:`encode_continue`.
+
+    Raises:
+        StatusError: 400 when the token is not one of ours (any client can send
+            anything here: a token that decodes to JSON of another shape too).
+    """
     try:
         padded = token + "=" * (-len(token) % 4)
         data = loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         if data.get("v") != "meta.k8s.io/v1":
             raise ValueError("unknown version")
-        return int(data["rv"]), str(data["start"])
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        revision, start = data.get("rv"), data.get("start")
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise ValueError(f"rv must be an integer, got {revision!r}")
+        if not isinstance(start, str):
+            raise ValueError(f"start must be a string, got {start!r}")
+        return revision, start
+    except (ValueError, binascii.Error) as exc:
         raise errors.bad_request(f"continue key is not valid: {exc}") from None
+
+
+def parse_resource_version(value: str) -> int:
+    """A ``resourceVersion`` query parameter as a revision.
+
+    kube-apiserver parses it as an unsigned decimal integer (Go's
+    ``strconv.ParseUint``): a sign, spaces, underscores or anything else are
+    refused, never read as some other revision, and so is a number of more than
+    20 digits (past 2**64).
+
+    Raises:
+        StatusError: 400 when ``value`` is not a plain decimal number.
+    """
+    if not value.isascii() or not value.isdigit() or len(value) > 20:
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise errors.bad_request(
+            f'resourceVersion: Invalid value: "{shown}": must be a 64-bit unsigned decimal integer'
+        )
+    return int(value)

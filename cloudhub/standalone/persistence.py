@@ -17,6 +17,7 @@ Schema (``state.db``)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 import sqlite3
@@ -122,6 +123,8 @@ class SQLiteBackend(StorageBackend):
                 )
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open {path}: {exc}") from exc
+        except OSError as exc:  # the data directory cannot be made
+            raise StorageError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
 
     def load(self) -> tuple[int, Iterator[Row]]:
         try:
@@ -173,7 +176,11 @@ class SQLiteBackend(StorageBackend):
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (str(revision),))
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # SQLite rolls back by itself on some errors (a full disk, an I/O
+                # error): then ROLLBACK fails, and its error would hide the cause.
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise StorageError(f"commit to {self.path} failed: {exc}") from exc

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cloudhub.standalone import decode, defaults, errors, patch, schema, validation
+from cloudhub.standalone import bodies, decode, defaults, errors, patch, schema, validation
 from cloudhub.standalone.encoding import dumps, loads, now_rfc3339
 from cloudhub.standalone.options import (
     DeleteOptions,
@@ -44,6 +44,7 @@ from cloudhub.standalone.options import (
     WriteOptions,
     decode_continue,
     encode_continue,
+    parse_resource_version,
 )
 from cloudhub.standalone.resources import BUILTIN_TYPES, ResourceType, field_value
 from cloudhub.standalone.store import ADDED, DELETED, MODIFIED, Change, Entry, Store
@@ -90,16 +91,25 @@ class Registry:
     Args:
         store: The object store (opened).
         watch_queue_events: Per-watch buffer (see settings).
+        max_object_bytes: Largest stored object, as JSON (see settings).
     """
 
-    def __init__(self, store: Store, *, watch_queue_events: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        watch_queue_events: int = 10_000,
+        max_object_bytes: int = 1_572_864,
+    ) -> None:
         self.store = store
         self.watch_queue_events = watch_queue_events
+        self.max_object_bytes = max_object_bytes
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self._by_key: dict[str, list[ResourceType]] = {}
         for rtype in BUILTIN_TYPES:
             self._add_type(rtype)
         self.terminating_namespaces: set[str] = set()
+        store.on_undo.append(self._undone)
 
     # -- types -------------------------------------------------------------------
 
@@ -133,6 +143,31 @@ class Registry:
     def _unserve_crd(self, storage_key: str) -> None:
         for rtype in self._by_key.pop(storage_key, []):
             self._types.pop((rtype.group, rtype.version, rtype.plural), None)
+
+    def _undone(self, changes: list[Change]) -> None:
+        """Re-derive, from the store as a failed commit left it, what was changed at
+        write time besides the store: the types served for CRDs and the set of
+        terminating namespaces. Otherwise a CRD whose create was never committed
+        would stay served, and a namespace whose deletion failed would refuse
+        creates until a restart."""
+        for change in changes:
+            if change.resource == CRD_KEY:
+                for entry in (change.entry, change.prev):
+                    if entry is not None:
+                        spec = loads(entry.data).get("spec") or {}
+                        names = spec.get("names") or {}
+                        self._unserve_crd(f"{spec.get('group')}/{names.get('plural')}")
+                current = self.store.get(CRD_KEY, "", change.name)
+                if current is not None:
+                    crd = loads(current.data)
+                    if not _crd_gone(crd):
+                        self._serve_crd(crd)
+            elif change.resource == NAMESPACES:
+                current = self.store.get(NAMESPACES, "", change.name)
+                if current is not None and b'"deletionTimestamp"' in current.data:
+                    self.terminating_namespaces.add(change.name)
+                else:
+                    self.terminating_namespaces.discard(change.name)
 
     def load(self, rows: Iterable[Any]) -> None:
         """Index rows loaded from the durable store (CRDs first, so their types exist)."""
@@ -179,6 +214,26 @@ class Registry:
             owners,
         )
 
+    def _new_entry(self, rtype: ResourceType, obj: dict[str, Any]) -> Entry:
+        """The entry of a new state of ``obj`` at the next revision, for :meth:`Store.write`.
+
+        Raises:
+            StatusError: 413 when its JSON is over ``max_object_bytes`` (etcd refuses
+                values over its request limit, 1.5 MiB by default; a patch can grow an
+                object past any one request body).
+        """
+        rv = self.store.next_revision()
+        entry = self._entry(rtype, obj, rv)
+        if len(entry.data) > self.max_object_bytes:
+            self.store.release_revision(rv)
+            raise errors.StatusError(
+                413,
+                "RequestEntityTooLarge",
+                f"{rtype.kind} {obj['metadata'].get('name', '')!r} would be {len(entry.data)} "
+                f"bytes of JSON, over the {self.max_object_bytes}-byte limit of the store",
+            )
+        return entry
+
     def _ordered(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.get("metadata") or {}
         ordered_meta = {k: meta[k] for k in _META_ORDER if k in meta}
@@ -221,6 +276,11 @@ class Registry:
             raise errors.bad_request(
                 f"the body of the request must be a JSON object for a {rtype.kind}"
             )
+        try:
+            # A patch can nest an object deeper than any one request body.
+            bodies.check_depth(body)
+        except bodies.BodyError as exc:
+            raise errors.bad_request(f"the {rtype.kind} is refused: {exc}") from None
         kind, api_version = body.get("kind"), body.get("apiVersion")
         if kind and kind != rtype.kind:
             raise errors.bad_request(
@@ -381,10 +441,7 @@ class Registry:
                 )
             rows = store.items_at(key, namespace, revision)
         elif rv_param and rv_param != "0":
-            try:
-                asked = int(rv_param)
-            except ValueError:
-                raise errors.bad_request(f"invalid resource version: {rv_param!r}") from None
+            asked = parse_resource_version(rv_param)
             exact = match == "Exact" or (not match and params.limit > 0)
             if asked > store.revision and not await store.wait_for_revision(asked, 3.0):
                 raise errors.too_large_resource_version(asked, store.revision)
@@ -448,10 +505,7 @@ class Registry:
                 store.unsubscribe(rtype.storage_key, watch)
                 raise
             return watch
-        try:
-            since = int(rv)
-        except ValueError:
-            raise errors.bad_request(f"invalid resource version: {rv!r}") from None
+        since = parse_resource_version(rv)
         watch = Watch(rtype, namespace, params, since, self.watch_queue_events)
         store.subscribe(rtype.storage_key, since, watch)
         watch.bounded = True
@@ -522,8 +576,7 @@ class Registry:
             obj["apiVersion"] = f"{rtype.group}/{rtype.storage_version}"
         if opts.dry_run:
             return self._entry(rtype, obj, 0)
-        rv = store.next_revision()
-        entry = self._entry(rtype, obj, rv)
+        entry = self._new_entry(rtype, obj)
         store.write(ADDED, rtype.storage_key, ns, name, entry)
         if rtype.storage_key == CRD_KEY:
             self._serve_crd(obj)
@@ -632,6 +685,17 @@ class Registry:
             await self.store.sync()
             return entry, True
         obj = self._check_body(rtype, body, namespace, name, opts)
+        given_uid = obj["metadata"].get("uid")
+        if given_uid and given_uid != current.uid:
+            # A uid in the body is a precondition, as kube-apiserver's update: it
+            # keeps a stale read-modify-write from replacing a recreated object.
+            raise errors.conflict(
+                rtype.plural,
+                rtype.group,
+                name,
+                f"Precondition failed: UID in precondition: {given_uid}, UID in object meta: "
+                f"{current.uid}",
+            )
         entry = self._update_now(rtype, ns, name, current, obj, subresource, opts)
         await self.store.sync()
         return entry, False
@@ -675,6 +739,19 @@ class Registry:
         else:
             raise errors.unsupported_media_type(content_type, list(patch.PATCH_TYPES))
         obj = self._check_body(rtype, obj, namespace, name, opts)
+        patched_uid = obj["metadata"].get("uid")
+        if patched_uid and patched_uid != current.uid:
+            self._fail_invalid(
+                rtype,
+                name,
+                [
+                    errors.StatusCause(
+                        "FieldValueInvalid",
+                        f'Invalid value: "{patched_uid}": field is immutable',
+                        "metadata.uid",
+                    )
+                ],
+            )
         patched_rv = obj["metadata"].get("resourceVersion")
         if patched_rv == original["metadata"].get("resourceVersion"):
             # The patch did not ask for a precondition: do not turn it into one.
@@ -770,8 +847,7 @@ class Registry:
             and not meta.get("deletionGracePeriodSeconds")
         ):
             return self._remove(rtype, ns, name, obj)
-        rv = store.next_revision()
-        entry = self._entry(rtype, obj, rv)
+        entry = self._new_entry(rtype, obj)
         store.write(MODIFIED, rtype.storage_key, ns, name, entry)
         if rtype.storage_key == CRD_KEY and not meta.get("deletionTimestamp"):
             self._serve_crd(obj)
@@ -959,8 +1035,7 @@ class Registry:
     def _write_modified(
         self, rtype: ResourceType, ns: str, name: str, obj: dict[str, Any]
     ) -> Entry:
-        rv = self.store.next_revision()
-        entry = self._entry(rtype, obj, rv)
+        entry = self._new_entry(rtype, obj)
         self.store.write(MODIFIED, rtype.storage_key, ns, name, entry)
         return entry
 

@@ -318,6 +318,12 @@ def validate_crd(crd: Mapping[str, Any]) -> list[StatusCause]:
         errs.invalid(
             "spec.versions", storage, "must have exactly one version marked as storage version"
         )
+    # Objects are stored at every version in storedVersions: dropping one from
+    # spec.versions would strand them (kube-apiserver refuses it the same way).
+    stored = (crd.get("status") or {}).get("storedVersions") or []
+    for i, version in enumerate(stored if isinstance(stored, list) else []):
+        if version not in seen:
+            errs.invalid(f"status.storedVersions[{i}]", version, "must appear in spec.versions")
     return errs.causes
 
 

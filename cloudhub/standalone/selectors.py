@@ -297,7 +297,7 @@ def parse_field_selector(text: str | None) -> FieldSelector:
     for part in parts:
         part = part.strip()
         if not part:
-            raise bad_request(f"invalid selector: '{text}'; can't understand ''")
+            continue  # empty terms ("a=b,") are skipped, as fields.ParseSelector does
         for op in ("!=", "==", "="):
             idx = part.find(op)
             if idx > 0:

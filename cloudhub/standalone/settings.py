@@ -9,6 +9,7 @@ environment.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 
 from cloudhub.standalone.errors import ConfigurationError
@@ -53,6 +54,9 @@ class APIServerSettings:
             30 and 60 minutes; a fixed value here is enough as clients re-watch.
         max_request_body_bytes: Largest request body accepted (413 beyond). 3 MiB,
             as kube-apiserver: etcd's default value limit is 1.5 MiB per object.
+        max_object_bytes: Largest object stored, as JSON (413 beyond). 1.5 MiB, etcd's
+            default request limit: without one, patches that each fit in a request
+            (a JSON patch ``copy`` doubles an object) grow an object without bound.
         commit_interval_s: Longest time the writer waits to gather more writes
             into one SQLite transaction (group commit). ``0`` commits as soon as the
             previous commit finished, which already batches concurrent writes.
@@ -72,12 +76,16 @@ class APIServerSettings:
     bookmark_interval_s: float = 60.0
     default_watch_timeout_s: float = 1800.0
     max_request_body_bytes: int = 3 * 1024 * 1024
+    max_object_bytes: int = 1_572_864
     commit_interval_s: float = 0.0
     synchronous_full: bool = True
 
     def __post_init__(self) -> None:
         if self.data_dir is not None and not isinstance(self.data_dir, pathlib.Path):
             object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
+        for name in ("bookmark_interval_s", "default_watch_timeout_s", "commit_interval_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigurationError(f"{name} must be a finite number of seconds")
         if not 0 <= self.port <= 65535:
             raise ConfigurationError(f"port must be 0..65535, got {self.port}")
         if self.watch_history_events < 1:
@@ -99,6 +107,10 @@ class APIServerSettings:
         if self.max_request_body_bytes < 1024:
             raise ConfigurationError(
                 f"max_request_body_bytes must be at least 1024, got {self.max_request_body_bytes}"
+            )
+        if self.max_object_bytes < 1024:
+            raise ConfigurationError(
+                f"max_object_bytes must be at least 1024, got {self.max_object_bytes}"
             )
         if self.commit_interval_s < 0:
             raise ConfigurationError(

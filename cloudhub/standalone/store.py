@@ -123,6 +123,9 @@ class Store:
         self._revision_changed = asyncio.Event()
         self._closed = False
         self.on_commit: list[Callable[[list[Change]], None]] = []
+        #: Called with the changes a failed commit undid, after memory is restored
+        #: (whoever derived state from them at write time re-derives it).
+        self.on_undo: list[Callable[[list[Change]], None]] = []
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -279,9 +282,16 @@ class Store:
     # -- writes ----------------------------------------------------------------
 
     def next_revision(self) -> int:
-        """Reserve the revision of the next write; call :meth:`write` before awaiting."""
+        """Reserve the revision of the next write; call :meth:`write` (or
+        :meth:`release_revision`) before awaiting."""
         self._revision += 1
         return self._revision
+
+    def release_revision(self, rev: int) -> None:
+        """Give back the revision just reserved when its write is refused before
+        :meth:`write`, so that revisions stay gapless."""
+        if rev == self._revision:
+            self._revision -= 1
 
     def write(
         self,
@@ -388,6 +398,8 @@ class Store:
             if not objs:
                 del spaces[change.namespace]
         self._revision = self._durable
+        for hook in self.on_undo:
+            hook(changes)
 
     def _publish(self, changes: list[Change]) -> None:
         history, revs = self._history, self._history_revs

@@ -346,7 +346,26 @@ def _containers(
                 errs.not_supported(f"{mpath}.name", mount["name"], sorted(volumes))
             if not mount.get("mountPath"):
                 errs.required(f"{mpath}.mountPath")
+        resources = c.get("resources")
+        if isinstance(resources, dict):
+            for part in ("limits", "requests"):
+                for res, value in (resources.get(part) or {}).items():
+                    if _negative_quantity(value):
+                        errs.invalid(
+                            f"{cpath}.resources.{part}[{res}]",
+                            value,
+                            "must be greater than or equal to 0",
+                        )
     return names
+
+
+def _negative_quantity(value: Any) -> bool:
+    """A quantity below zero (its syntax was checked when the body was decoded)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value < 0
+    text = str(value).strip()
+    number = re.split(r"[eEinumkKMGTP]", text, maxsplit=1)[0]
+    return number.startswith("-") and any(ch in "123456789" for ch in number)
 
 
 def validate_pod_spec(errs: Errors, spec: Any, path: str) -> None:
@@ -603,6 +622,17 @@ def validate_update(
                 errs.forbidden("immutable", "field is immutable when `immutable` is set")
         if kind == "Secret" and new.get("type") != old.get("type"):
             errs.invalid("type", new.get("type"), "field is immutable")
+    elif kind == "CustomResourceDefinition":
+        # What decides where and how its objects are stored cannot change once it is
+        # established (here: from its creation), as kube-apiserver's CRD validation.
+        new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        for field in ("group", "scope"):
+            if new_spec.get(field) != old_spec.get(field):
+                errs.invalid(f"spec.{field}", new_spec.get(field), "field is immutable")
+        new_names, old_names = new_spec.get("names") or {}, old_spec.get("names") or {}
+        for field in ("plural", "kind"):
+            if new_names.get(field) != old_names.get(field):
+                errs.invalid(f"spec.names.{field}", new_names.get(field), "field is immutable")
     elif kind == "Service":
         new_ip = (new.get("spec") or {}).get("clusterIP")
         old_ip = (old.get("spec") or {}).get("clusterIP")

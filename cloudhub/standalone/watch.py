@@ -80,7 +80,11 @@ class Watch(Subscriber):
         if not event:
             return True
         if self.bounded and len(self.queue) >= self.max_queued:
+            # The watch ends here: its backlog is dropped at once (the client
+            # re-watches from the last resourceVersion it got), so a client that
+            # stopped reading holds no events.
             self.ended = "overflow"
+            self.queue.clear()
             if self.wakeup:
                 self.wakeup()
             return False

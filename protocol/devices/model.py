@@ -243,7 +243,7 @@ class _Checker:
         if not isinstance(value, str):
             hint = ""
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                hint = f" (quote it: '{value}')"
+                hint = f" (quote it: '{_number(value)}')"
             self.add(where, f"must be a string, got {_describe(value)}{hint}")
             return ""
         if required and not value:
@@ -276,6 +276,13 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _number(value: int | float) -> str:
+    """A number as text; an integer past Python's int/str limit (4300 digits) by size."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"<{value.bit_length()}-bit integer>"
+    return str(value)
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, Mapping):
         return "a mapping"
@@ -284,7 +291,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, (int, float)):
-        return f"the number {value}"
+        return f"the number {_number(value)}"
     if isinstance(value, str):
         return f"the string {value!r}"
     if value is None:
@@ -377,6 +384,9 @@ def _parse_bound(
     where = _join(path, key)
     if not ptype.numeric:
         c.add(where, f"applies only to INT, FLOAT and DOUBLE properties, not {ptype.kubeedge}")
+        return None
+    if ptype is PropertyType.INT and len(text.strip().lstrip("+-").lstrip("0")) > 19:
+        c.add(where, f"must be an integer that fits 64 bits, got {text[:40]!r}")
         return None
     try:
         bound: int | float = int(text) if ptype is PropertyType.INT else float(text)

@@ -64,6 +64,9 @@ def _fail(prop: ModelProperty, reason: Reason, message: str) -> InvalidValue:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 256:
+        # repr() of an int past 4300 digits raises (Python's int/str limit).
+        return f"<{'-' if value < 0 else ''}{value.bit_length()}-bit integer>"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -92,9 +95,12 @@ def parse_text(prop: ModelProperty, text: str) -> Value:
     if ptype is PropertyType.STRING:
         return text
     if ptype is PropertyType.INT:
-        if not _INT_TEXT.fullmatch(text.strip()):
+        digits = text.strip()
+        if not _INT_TEXT.fullmatch(digits):
             raise _fail(prop, Reason.TYPE_MISMATCH, f"{_show(text)} is not an integer")
-        return _check_range(prop, int(text))
+        if len(digits.lstrip("+-").lstrip("0")) > 19:  # past int64, whatever the digits
+            raise _fail(prop, Reason.OUT_OF_RANGE, f"{_show(text)} does not fit a 64-bit INT")
+        return _check_range(prop, int(digits))
     if ptype in (PropertyType.FLOAT, PropertyType.DOUBLE):
         try:
             number = float(text)
@@ -138,7 +144,12 @@ def coerce(prop: ModelProperty, value: Any) -> Value:
     if ptype in (PropertyType.FLOAT, PropertyType.DOUBLE):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _fail(prop, Reason.TYPE_MISMATCH, f"{_show(value)} is not a number")
-        return _check_range(prop, float(value))
+        try:
+            number = float(value)
+        except OverflowError:
+            why = f"{_show(value)} is not a finite number"
+            raise _fail(prop, Reason.OUT_OF_RANGE, why) from None
+        return _check_range(prop, number)
     if ptype is PropertyType.BOOLEAN:
         if not isinstance(value, bool):
             raise _fail(prop, Reason.TYPE_MISMATCH, f"{_show(value)} is not true or false")
@@ -209,7 +220,7 @@ def _check_range(prop: ModelProperty, number: int | float) -> int | float:
         if prop.type is PropertyType.FLOAT and abs(number) > FLOAT32_MAX:
             raise _fail(prop, Reason.OUT_OF_RANGE, f"{number!r} does not fit a 32-bit FLOAT")
     elif not INT64_MIN <= number <= INT64_MAX:
-        raise _fail(prop, Reason.OUT_OF_RANGE, f"{number} does not fit a 64-bit INT")
+        raise _fail(prop, Reason.OUT_OF_RANGE, f"{_show(number)} does not fit a 64-bit INT")
     if prop.minimum is not None and number < prop.minimum:
         raise _fail(prop, Reason.OUT_OF_RANGE, f"{number!r} is below the minimum {prop.minimum!r}")
     if prop.maximum is not None and number > prop.maximum:

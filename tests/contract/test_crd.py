@@ -268,3 +268,74 @@ async def test_invalid_crd_is_422(kube: Kube) -> None:
     )
     assert status == 422
     assert "metadata.name" in {c["field"] for c in answer["details"]["causes"]}
+
+
+async def test_crd_deletion_completes_when_the_last_finalizer_goes(kube: Kube) -> None:
+    """A custom resource holding a finalizer keeps its CRD (deletionTimestamp, cleanup
+    finalizer) until the finalizer is removed; then both go, with nothing else to
+    prompt it."""
+    body = crd_body(kube)
+    group = await install(kube, body)
+    cr = widget("held")
+    cr["apiVersion"] = f"{group}/v1"
+    cr["metadata"]["finalizers"] = ["contract.edgefleet.io/hold"]
+    await kube.custom.create_namespaced_custom_object(group, "v1", kube.ns, "widgets", cr)
+    await kube.apiext.delete_custom_resource_definition(body["metadata"]["name"])
+
+    async def held_terminating() -> bool:
+        got = await kube.custom.get_namespaced_custom_object(
+            group, "v1", kube.ns, "widgets", "held"
+        )
+        return bool(got["metadata"].get("deletionTimestamp"))
+
+    await kube.eventually(held_terminating, "the custom resource to be terminating")
+    crd = await kube.apiext.read_custom_resource_definition(body["metadata"]["name"])
+    assert crd.metadata.deletion_timestamp is not None
+    await kube.custom.patch_namespaced_custom_object(
+        group,
+        "v1",
+        kube.ns,
+        "widgets",
+        "held",
+        {"metadata": {"finalizers": None}},
+        _content_type=MERGE,
+    )
+
+    async def gone() -> bool:
+        try:
+            await kube.apiext.read_custom_resource_definition(body["metadata"]["name"])
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    await kube.eventually(gone, "the CRD to be deleted after its last finalizer")
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ([{"op": "replace", "path": "/spec/scope", "value": "Cluster"}], "spec.scope"),
+        ([{"op": "replace", "path": "/spec/names/kind", "value": "Gizmo"}], "spec.names.kind"),
+        # v1 is where the objects are stored: it cannot leave spec.versions.
+        (
+            [{"op": "replace", "path": "/spec/versions/0/name", "value": "v2"}],
+            "status.storedVersions[0]",
+        ),
+    ],
+)
+async def test_crd_changes_that_would_strand_its_objects_are_422(
+    kube: Kube, widgets: str, patch: list, field: str
+) -> None:
+    cr = widget("kept")
+    cr["apiVersion"] = f"{widgets}/v1"
+    await kube.custom.create_namespaced_custom_object(widgets, "v1", kube.ns, "widgets", cr)
+    status, body, _ = await kube.raw(
+        "PATCH",
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{widgets}",
+        patch,
+        content_type="application/json-patch+json",
+    )
+    assert status == 422, body
+    assert field in {c["field"] for c in body["details"]["causes"]}
+    got = await kube.custom.get_namespaced_custom_object(widgets, "v1", kube.ns, "widgets", "kept")
+    assert got["spec"]["size"] == 3

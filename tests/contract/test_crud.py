@@ -95,6 +95,57 @@ async def test_update_with_stale_resource_version_is_409_conflict(kube: Kube) ->
     assert current.data == {"v": "2"}
 
 
+async def test_update_of_a_recreated_object_with_the_old_uid_is_409(kube: Kube) -> None:
+    """A read-modify-write without resourceVersion still carries the uid it read: the
+    uid is a precondition, so the update does not land on a new object of that name."""
+    old = await kube.core.create_namespaced_config_map(kube.ns, cm("r", v="1"))
+    await kube.core.delete_namespaced_config_map("r", kube.ns)
+    new = await kube.core.create_namespaced_config_map(kube.ns, cm("r", v="new"))
+    stale = cm("r", v="stale")
+    stale.metadata.uid = old.metadata.uid
+    status, body, _ = await kube.raw(
+        "PUT",
+        f"/api/v1/namespaces/{kube.ns}/configmaps/r",
+        kube.api.sanitize_for_serialization(stale),
+    )
+    assert status == 409, body
+    assert body["reason"] == "Conflict"
+    assert "Precondition failed: UID in precondition" in body["message"]
+    current = await kube.core.read_namespaced_config_map("r", kube.ns)
+    assert current.data == {"v": "new"}
+    assert current.metadata.resource_version == new.metadata.resource_version
+    # The right uid is no obstacle.
+    stale.metadata.uid = new.metadata.uid
+    replaced = await kube.core.replace_namespaced_config_map("r", kube.ns, stale)
+    assert replaced.data == {"v": "stale"}
+
+
+@pytest.mark.parametrize(
+    ("content_type", "patch"),
+    [
+        ("application/merge-patch+json", {"metadata": {"uid": "0000"}, "data": {"v": "2"}}),
+        ("application/strategic-merge-patch+json", {"metadata": {"uid": "0000"}}),
+        (
+            "application/json-patch+json",
+            [{"op": "replace", "path": "/metadata/uid", "value": "0000"}],
+        ),
+    ],
+)
+async def test_patching_the_uid_is_422_immutable(
+    kube: Kube, content_type: str, patch: object
+) -> None:
+    made = await kube.core.create_namespaced_config_map(kube.ns, cm("p", v="1"))
+    status, body, _ = await kube.raw(
+        "PATCH", f"/api/v1/namespaces/{kube.ns}/configmaps/p", patch, content_type=content_type
+    )
+    assert status == 422, body
+    assert body["details"]["causes"][0]["field"] == "metadata.uid"
+    assert "field is immutable" in body["message"]
+    current = await kube.core.read_namespaced_config_map("p", kube.ns)
+    assert current.metadata.uid == made.metadata.uid
+    assert current.metadata.resource_version == made.metadata.resource_version
+
+
 async def test_update_without_resource_version_is_unconditional(kube: Kube) -> None:
     await kube.core.create_namespaced_config_map(kube.ns, cm("u", v="1"))
     replaced = await kube.core.replace_namespaced_config_map("u", kube.ns, cm("u", v="2"))
@@ -314,6 +365,50 @@ async def test_quantities_may_be_json_numbers(kube: Kube) -> None:
     resources = made["spec"]["containers"][0]["resources"]
     assert resources == {"limits": {"cpu": "2"}, "requests": {"cpu": "500m"}}
     assert made["status"]["qosClass"] == "Burstable"
+
+
+@pytest.mark.parametrize(
+    ("quantity", "why"),
+    [
+        ("1.2.3", "quantities must match the regular expression"),
+        ("1e3e3", "quantities must match the regular expression"),
+        ("0x10", "quantities must match the regular expression"),
+        ("", "quantities must match the regular expression"),
+        ("1K", "unable to parse quantity's suffix"),
+        ("1e", "unable to parse quantity's suffix"),
+        ("--1", "unable to parse quantity's suffix"),
+        ("1Gi2", "unable to parse quantity's suffix"),
+    ],
+)
+async def test_malformed_quantity_is_400(kube: Kube, quantity: str, why: str) -> None:
+    """kube-apiserver decodes a resource.Quantity as it reads the body; what it cannot
+    parse never reaches the store (nor the placement controller or a kubelet)."""
+    body = pod("badq")
+    body["spec"]["containers"][0]["resources"] = {"requests": {"memory": quantity}}
+    status, answer, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 400, answer
+    assert answer["reason"] == "BadRequest"
+    assert why in answer["message"]
+    status, _, _ = await kube.raw("GET", f"/api/v1/namespaces/{kube.ns}/pods/badq")
+    assert status == 404
+
+
+@pytest.mark.parametrize("quantity", ["1.5Gi", "100m", "1e3", "2E-1", " 64Mi ", ".5", "5.", "e3"])
+async def test_well_formed_quantities_are_accepted(kube: Kube, quantity: str) -> None:
+    body = pod("goodq")
+    body["spec"]["containers"][0]["resources"] = {"requests": {"memory": quantity}}
+    status, answer, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 201, answer
+
+
+async def test_negative_request_is_422(kube: Kube) -> None:
+    body = pod("negq")
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "-100m"}}
+    status, answer, _ = await kube.raw("POST", f"/api/v1/namespaces/{kube.ns}/pods", body)
+    assert status == 422, answer
+    cause = answer["details"]["causes"][0]
+    assert cause["field"] == "spec.containers[0].resources.requests[cpu]"
+    assert "must be greater than or equal to 0" in cause["message"]
 
 
 async def test_requests_default_to_limits(kube: Kube) -> None:

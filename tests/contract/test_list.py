@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 
 import pytest
 from kubernetes_asyncio import client
@@ -80,6 +81,46 @@ async def test_invalid_continue_token_is_400(kube: Kube) -> None:
 
 
 @pytest.mark.parametrize(
+    "token",
+    [
+        # base64url of JSON that is not a continue key: an array, a string, a number,
+        # and objects whose fields have the wrong types.
+        base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        for raw in (
+            b"[1]",
+            b'"x"',
+            b"7",
+            b'{"v":"meta.k8s.io/v1","rv":"x","start":"a"}',
+            b'{"v":"meta.k8s.io/v1","rv":3,"start":[]}',
+        )
+    ],
+)
+async def test_continue_token_of_another_shape_is_400(kube: Kube, token: str) -> None:
+    status, body, _ = await kube.raw(
+        "GET",
+        f"/api/v1/namespaces/{kube.ns}/configmaps",
+        query=[("limit", 1), ("continue", token)],
+    )
+    assert status == 400, body
+    assert body["reason"] == "BadRequest"
+
+
+@pytest.mark.parametrize("rv", ["-5", "abc", "1.5", "+7", " 7", "9" * 30])
+@pytest.mark.parametrize("verb", ["list", "watch"])
+async def test_malformed_resource_version_is_refused(kube: Kube, rv: str, verb: str) -> None:
+    """kube-apiserver parses resourceVersion as an unsigned integer and refuses the rest
+    (1.20 answers 500 with the strconv error; the embedded server 400): never a list, a
+    watch, or a 410 that would send the client relisting."""
+    query: list[tuple[str, object]] = [("resourceVersion", rv)]
+    if verb == "watch":
+        query += [("watch", "true"), ("timeoutSeconds", 1)]
+    status, body, _ = await kube.raw("GET", f"/api/v1/namespaces/{kube.ns}/configmaps", query=query)
+    assert status in (400, 500), body
+    assert body["kind"] == "Status"
+    assert "resourceVersion" in body["message"] or "ParseUint" in body["message"]
+
+
+@pytest.mark.parametrize(
     ("selector", "expected"),
     [
         ("tier=web", {"a", "b"}),
@@ -135,6 +176,9 @@ async def test_pod_field_selectors(kube: Kube) -> None:
     assert {p.metadata.name for p in not_a.items} == {"on-b", "nowhere"}
     by_name = await kube.core.list_namespaced_pod(kube.ns, field_selector="metadata.name=on-b")
     assert [p.metadata.name for p in by_name.items] == ["on-b"]
+    # Empty terms are skipped (a trailing comma, as selectors are often built by joining).
+    trailing = await kube.core.list_namespaced_pod(kube.ns, field_selector="metadata.name=on-b,")
+    assert [p.metadata.name for p in trailing.items] == ["on-b"]
     everywhere = await kube.core.list_pod_for_all_namespaces(
         field_selector=f"metadata.namespace={kube.ns},spec.nodeName=node-b"
     )

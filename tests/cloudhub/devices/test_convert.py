@@ -191,6 +191,28 @@ def test_cli_convert_refuses_non_device_documents(tmp_path: pathlib.Path) -> Non
     assert result.exit_code == 1 and "not UTF-8" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["convert", "validate"])
+def test_cli_refuses_empty_and_too_deep_files_cleanly(tmp_path: pathlib.Path, command: str) -> None:
+    """Both commands say what is wrong with a file and exit 1: no traceback, and an
+    empty file is not a file that validated."""
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing here\n")
+    for path, message in ((deep, "nested too deeply"), (empty, "no YAML documents")):
+        result = CliRunner().invoke(devices, [command, str(path)])
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert f"error: {path}" in result.stderr and message in result.stderr
+
+
+def test_device_tool_errors_are_hub_errors() -> None:
+    from cloudhub.devices.errors import DevicesError
+    from cloudhub.errors import HubError
+
+    assert issubclass(DevicesError, HubError)
+
+
 def test_cli_validate_checks_devices_against_models(tmp_path: pathlib.Path) -> None:
     repo = pathlib.Path(__file__).resolve().parents[3]
     examples = sorted(str(p) for p in (repo / "deploy" / "examples" / "devices").glob("*.yaml"))

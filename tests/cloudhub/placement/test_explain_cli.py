@@ -137,3 +137,18 @@ def test_cli_explain_from_files(tmp_path: pathlib.Path) -> None:
     assert any(line.startswith("Placed=True") for line in lines)
     missing = CliRunner().invoke(placement, ["explain", "other", "--fleet", str(fleet_file)])
     assert missing.exit_code == 1 and "no EdgePlacement default/other found" in missing.stderr
+
+
+def test_cli_explain_rejects_broken_fleet_files(tmp_path: pathlib.Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00kind: List")
+    result = CliRunner().invoke(placement, ["explain", "web", "--fleet", str(binary)])
+    assert result.exit_code == 1 and "not UTF-8" in result.stderr
+    not_list = tmp_path / "items.yaml"
+    not_list.write_text("apiVersion: v1\nkind: List\nitems: {a: 1}\n")
+    result = CliRunner().invoke(placement, ["explain", "web", "--fleet", str(not_list)])
+    assert result.exit_code == 1 and "items must be a list" in result.stderr
+    scalar_item = tmp_path / "scalar.yaml"
+    scalar_item.write_text("apiVersion: v1\nkind: List\nitems: [3]\n")
+    result = CliRunner().invoke(placement, ["explain", "web", "--fleet", str(scalar_item)])
+    assert result.exit_code == 1 and "items[0]" in result.stderr

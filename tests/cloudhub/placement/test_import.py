@@ -8,6 +8,7 @@ authors had in mind and asserts the outcome they meant.
 from __future__ import annotations
 
 import copy
+import pathlib
 from collections import Counter
 
 import pytest
@@ -235,6 +236,58 @@ def test_unknown_kinds_and_broken_yaml() -> None:
     assert "not valid YAML" in str(info.value) and str(BROKEN_YAML) in str(info.value)
     with pytest.raises(TranslationError, match="cannot read"):
         import_files([MANIFESTS / "no-such-file.yaml"])
+
+
+def _malformed(path: pathlib.Path, where: list, value: object) -> list[tuple[str, dict]]:
+    """The documents of a real file, with the field at ``where`` (in the first placement
+    document) replaced by a value of the wrong type."""
+    docs = load_documents(path.read_text(), str(path))
+    for _, doc in docs:
+        if doc.get("kind") in ("PropagationPolicy", "UnitedDeployment", "DeploymentGrid"):
+            node = doc
+            for key in where[:-1]:
+                node = node[key]
+            node[where[-1]] = value
+            return docs
+    raise AssertionError(f"no placement document in {path}")
+
+
+@pytest.mark.parametrize(
+    ("path", "where", "value"),
+    [
+        (KARMADA_PROBE, ["spec", "resourceSelectors"], [["nested"]]),
+        (KARMADA_PROBE, ["spec", "placement", "clusterAffinity"], ["member1"]),
+        (KARMADA_PROBE, ["spec", "placement", "clusterAffinity", "clusterNames"], [["a"], 7]),
+        (KARMADA_PROBE, ["spec", "placement", "replicaScheduling"], 3),
+        (YURT_UD, ["spec", "topology", "pools"], [["cloud"]]),
+        (YURT_UD, ["spec", "topology", "pools", 0, "nodeSelectorTerm"], ["x"]),
+        (SUPEREDGE_GRID, ["spec"], True),
+        (SUPEREDGE_GRID, ["spec", "template"], ["x"]),
+    ],
+)
+def test_documents_of_the_wrong_shape_are_reported_not_raised(
+    path: pathlib.Path, where: list, value: object
+) -> None:
+    """Foreign documents are untrusted input: a field of the wrong type makes that
+    document untranslated, with a reason, and the other documents still translate."""
+    docs = _malformed(path, where, value)
+    results = import_documents(docs)
+    broken = [r for r in results if any("nothing translated" in u for u in r.untranslated)]
+    assert len(broken) == 1 and broken[0].placements == []
+    assert str(path) in broken[0].source
+
+
+def test_files_that_are_not_text_or_too_deep_are_translation_errors(
+    tmp_path: pathlib.Path,
+) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(256)))
+    with pytest.raises(TranslationError, match="not UTF-8"):
+        import_files([binary])
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(TranslationError, match="nested too deeply"):
+        import_files([deep])
 
 
 # KubeEdge EdgeApplication/NodeGroup and OpenYurt YurtAppSet v1beta1: the corpus

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import pathlib
+import time
 
 import jsonschema
 import pytest
@@ -251,6 +252,50 @@ def test_quantities(resource: str, text: object, units: int) -> None:
 def test_bad_quantities(text: object) -> None:
     with pytest.raises(InvalidSpec, match=r"x\.y"):
         to_units("memory", text, "x.y")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1e999999999",  # 10 ** 999999999 exactly: minutes of CPU and gigabytes
+        "1e-999999999",
+        "1e41",
+        "1" * 5000,  # past Python's int-from-text limit (a plain ValueError)
+        "0." + "1" * 5000,
+        float("inf"),
+        float("nan"),
+        10**300,
+    ],
+    ids=[
+        "1e999999999",
+        "1e-999999999",
+        "1e41",
+        "5000-digits",
+        "5000-decimals",
+        "inf",
+        "nan",
+        "10**300",
+    ],
+)
+def test_hostile_quantities_are_invalid_at_once(text: object) -> None:
+    """Quantities come from anyone who can write a Node, Pod or EdgePlacement: a bad one
+    is an InvalidSpec naming its path, found without computing the value."""
+    loop_start = time.perf_counter()
+    with pytest.raises(InvalidSpec, match=r"x\.y"):
+        to_units("cpu", text, "x.y")
+    assert time.perf_counter() - loop_start < 1.0
+
+
+def test_hostile_quantity_in_a_placement_or_node_is_reported_not_raised() -> None:
+    from cloudhub.placement.errors import InvalidObject
+    from cloudhub.placement.nodes import parse_node
+    from tests.cloudhub.placement.fleet import node
+
+    obj = placement_obj("p", {"template": template(cpu="1e999999999"), "replicas": 1})
+    with pytest.raises(InvalidSpec, match=r"resources\.requests\.cpu"):
+        parse_placement(obj)
+    with pytest.raises(InvalidObject, match="allocatable"):
+        parse_node(node("n", cpu="9" * 5000))
 
 
 def test_requests_follow_the_scheduler() -> None:

@@ -163,6 +163,14 @@ def _check_step(fleet: Fleet, plan: Any, facts: dict[str, Any]) -> None:
     placements=[_P, dict(_P, replicas=1), _P],
     events=[("offline", 0), ("update", 1)],
 )
+# Found by this test (an oracle too strict, not a planner fault): an update surges a
+# pod onto the only node, which goes away before either pod is proven; the update waits
+# with two pods placed for one desired until the node is back.
+@example(
+    nodes=[_N],
+    placements=[dict(_P, replicas=1), _P],
+    events=[("update", 0), ("offline", 0)],
+)
 def test_invariants_hold_through_random_events(nodes, placements, events) -> None:
     fleet = Fleet()
     names = []
@@ -238,7 +246,16 @@ def test_invariants_hold_through_random_events(nodes, placements, events) -> Non
             assert all(v == 1 for v in per_node.values()), per_node
         else:
             assert len(online) <= placement.spec.total_replicas(), (name, len(online))
-            assert status.placed <= status.desired
+            away = [
+                p
+                for p in fleet.pods.values()
+                if p["metadata"]["labels"][LABEL_PLACEMENT] == name
+                and p["spec"]["nodeName"] in fleet.offline
+            ]
+            if not away:
+                # With pods on a node that is away, an update may be stuck halfway
+                # (its surge pod there cannot turn Ready): more placed than desired.
+                assert status.placed <= status.desired
 
 
 @settings(max_examples=60, deadline=None)

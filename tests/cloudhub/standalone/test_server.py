@@ -9,11 +9,15 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
+import tracemalloc
+from collections.abc import Callable
 
 import aiohttp
+import psutil
 import pytest
 from kubernetes_asyncio import client
 
@@ -32,7 +36,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
         {"bookmark_interval_s": 0},
         {"default_watch_timeout_s": -1},
         {"max_request_body_bytes": 10},
+        {"max_object_bytes": 100},
         {"commit_interval_s": -0.1},
+        {"commit_interval_s": float("nan")},
+        {"bookmark_interval_s": float("inf")},
+        {"default_watch_timeout_s": float("nan")},
         {"token": "has space"},
         {"token": ""},
     ],
@@ -107,6 +115,124 @@ async def test_a_watch_that_falls_behind_is_ended_and_can_resume() -> None:
         assert names == {f"f{i}" for i in range(20)}
 
 
+def _served(port: int, peer: int) -> bool:
+    """Whether the server (this process, on ``port``) holds a socket to client ``peer``."""
+    return any(
+        conn.laddr.port == port and conn.raddr and conn.raddr.port == peer
+        for conn in psutil.Process().net_connections(kind="tcp")
+    )
+
+
+async def _stalled_watch(api: EmbeddedAPIServer, query: str) -> tuple[asyncio.StreamWriter, int]:
+    """A watch whose client never reads (tiny receive buffer, and the stream reader's
+    flow control stops reading the socket once its own buffer is full), and its port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", api.port))
+    ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+    _, writer = await asyncio.open_connection(
+        sock=sock, ssl=ctx, server_hostname="127.0.0.1", limit=4096
+    )
+    writer.write(
+        f"GET /api/v1/namespaces/default/configmaps?watch=1&{query} HTTP/1.1\r\n"
+        f"Host: 127.0.0.1\r\nAuthorization: Bearer {api.token}\r\n\r\n".encode()
+    )
+    await writer.drain()
+    return writer, sock.getsockname()[1]
+
+
+async def _eventually(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _write_big_configmaps(core: client.CoreV1Api, count: int, size: int) -> None:
+    for i in range(count):
+        await core.create_namespaced_config_map(
+            "default",
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"big{i}"), data={"x": "y" * size}
+            ),
+        )
+
+
+async def test_a_client_that_stops_reading_is_cut_off_when_its_watch_overflows() -> None:
+    """The events it cannot take are dropped with the watch, and the connection, stuck
+    in a write the client will never read, is closed: nothing stays pinned for it."""
+    async with running(settings(watch_queue_events=20)) as (api, c):
+        writer, peer = await _stalled_watch(api, "timeoutSeconds=3600")
+        await _eventually(lambda: _served(api.port, peer), "the watch to open")
+        # 12 MB for a client that reads none: more than every buffer on the way holds.
+        await _write_big_configmaps(client.CoreV1Api(c), 200, 60_000)
+        await _eventually(lambda: not _served(api.port, peer), "the stalled watch to be closed")
+        writer.close()
+
+
+async def test_a_stalled_watch_is_cut_off_at_its_timeout() -> None:
+    async with running(settings()) as (api, c):
+        writer, peer = await _stalled_watch(api, "timeoutSeconds=2")
+        await _eventually(lambda: _served(api.port, peer), "the watch to open")
+        # 12 MB the client never reads: the server is stuck writing when the time is up.
+        await _write_big_configmaps(client.CoreV1Api(c), 200, 60_000)
+        await _eventually(lambda: not _served(api.port, peer), "the watch to end at its timeout")
+        writer.close()
+
+
+_WATCHER = """
+import asyncio, ssl, sys, aiohttp
+async def main(url, token, cafile, count):
+    ctx = ssl.create_default_context(cafile=cafile)
+    headers = {"Authorization": "Bearer " + token}
+    connector = aiohttp.TCPConnector(ssl=ctx, limit=0)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        watches = []
+        for _ in range(count):
+            watches.append(await session.get(
+                url + "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=600"
+            ))
+        print("open", flush=True)
+        sys.stdin.readline()
+        for watch in watches:
+            watch.close()
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+"""
+
+
+async def test_an_idle_watch_costs_the_server_little_memory() -> None:
+    """Each connection's TLS layer reads through a buffer shared by the thread: asyncio's
+    own gives every connection 256 KiB, ~290 KiB per idle watch in all."""
+    count = 100
+    async with running(settings()) as (api, _):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                _WATCHER,
+                api.url,
+                api.token,
+                str(api.ca_cert_path),
+                str(count),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+            assert proc.stdin is not None and proc.stdout is not None
+            assert await asyncio.wait_for(proc.stdout.readline(), 60) == b"open\n"
+            per_watch = (tracemalloc.get_traced_memory()[0] - before) / count
+            proc.stdin.write(b"\n")
+            await proc.stdin.drain()
+            await asyncio.wait_for(proc.wait(), 60)
+        finally:
+            tracemalloc.stop()
+    assert per_watch < 64 * 1024, f"{per_watch / 1024:.0f} KiB per idle watch"
+
+
 async def test_body_over_the_limit_is_413() -> None:
     async with running(settings(max_request_body_bytes=4096)) as (api, _):
         ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
@@ -174,6 +300,38 @@ def test_cli_rejects_bad_options() -> None:
     )
     assert proc.returncode == 2
     assert "port" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--commit-interval", "nan"), ("--bookmark-interval", "inf")]
+)
+def test_cli_rejects_non_finite_seconds(flag: str, value: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudhub.standalone", flag, value, "--in-memory"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "must be a finite number of seconds" in proc.stderr
+
+
+def test_cli_unusable_data_dir_is_exit_1_with_a_message(tmp_path: pathlib.Path) -> None:
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudhub.standalone", "--data-dir", str(a_file), "--port", "0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: cannot create {a_file}"), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_cli_serves_until_sigterm(tmp_path: pathlib.Path) -> None:

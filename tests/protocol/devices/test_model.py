@@ -121,6 +121,26 @@ def test_every_model_problem_is_reported_with_its_path() -> None:
     assert exc.value.kind == "DeviceModel" and exc.value.name == "default/Bad_Name"
 
 
+def test_bounds_too_large_for_python_or_int64_are_problems_not_crashes() -> None:
+    """A YAML integer has no size limit; Python refuses to print one past 4300 digits."""
+    doc = copy.deepcopy(MODEL)
+    doc["spec"]["properties"] = [
+        {"name": "a", "type": "INT", "accessMode": "ReadOnly", "maximum": 10**5000},
+        {"name": "b", "type": "INT", "accessMode": "ReadOnly", "maximum": "9" * 5000},
+        {"name": "c", "type": "INT", "accessMode": "ReadOnly", "minimum": "-" + "9" * 20},
+    ]
+    with pytest.raises(InvalidDocument) as exc:
+        parse_device_model(doc)
+    found = problems_of(exc)
+    assert (
+        "must be a string, got the number <16610-bit integer>"
+        in found["spec.properties[0].maximum"]
+    )
+    assert "fits 64 bits" in found["spec.properties[1].maximum"]
+    assert "fits 64 bits" in found["spec.properties[2].minimum"]
+    assert str(exc.value)
+
+
 def test_v1alpha2_is_refused_with_one_pointer_to_the_converter() -> None:
     doc = copy.deepcopy(MODEL)
     doc["apiVersion"] = "devices.kubeedge.io/v1alpha2"

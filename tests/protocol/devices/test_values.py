@@ -127,6 +127,30 @@ def test_json_type_mismatches_are_refused(p: ModelProperty, value: object) -> No
     assert exc.value.reason == "TypeMismatch"
 
 
+@pytest.mark.parametrize("p", [INT, DOUBLE, FLOAT, BOOL, STRING, BYTES])
+@pytest.mark.parametrize(
+    "value", [10**5000, -(10**5000), 2**1100], ids=["1e5000", "-1e5000", "2**1100"]
+)
+def test_huge_integers_are_refused_not_raised(p: ModelProperty, value: int) -> None:
+    """JSON and YAML integers have no size limit: one past Python's int/str limit (4300
+    digits) must still be an InvalidValue, whose message can be printed."""
+    with pytest.raises(InvalidValue) as exc:
+        coerce(p, value)
+    assert exc.value.reason in ("OutOfRange", "TypeMismatch")
+    assert str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "text", ["1" * 5000, "-" + "9" * 5000, "+000" + "1" * 20], ids=["5000", "-5000", "20"]
+)
+def test_integer_text_too_long_for_int64_is_out_of_range(text: str) -> None:
+    for check in (parse_text, check_desired):
+        with pytest.raises(InvalidValue) as exc:
+            check(INT, text)
+        assert exc.value.reason == "OutOfRange"
+    assert parse_text(INT, "+000" + "42") == 42  # leading zeros are not digits of the value
+
+
 def test_desired_value_for_a_read_only_property_is_refused() -> None:
     ro = prop(PropertyType.DOUBLE, AccessMode.READ_ONLY)
     with pytest.raises(InvalidValue) as exc:
