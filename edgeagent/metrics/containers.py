@@ -11,8 +11,9 @@ Helpers for the runtimes:
   :func:`usage_from_docker_stats` turns one ``GET /containers/{id}/stats?stream=false``
   answer into a :class:`ResourceUsage`.
 - Process runtime: :class:`CgroupReader` reads a cgroup (v2, or v1 ``cpuacct`` and
-  ``memory``) when each pod has its own; :func:`process_tree_usage` sums a process tree
-  through ``psutil`` when it has not.
+  ``memory``) when a container has its own (:meth:`CgroupReader.cgroup_of` says where a
+  process is); :func:`process_tree_usage` sums a process tree through ``psutil`` when it
+  has not.
 """
 
 from __future__ import annotations
@@ -157,12 +158,45 @@ class CgroupReader:
         self._cpuacct = cpuacct
         self._memory = os.path.join(root, "memory")
 
-    def read(self, cgroup: str) -> ResourceUsage:
+    def cgroup_of(self, pid: int | str) -> tuple[str, str]:
+        """Where a process is accounted, from ``/proc/<pid>/cgroup``.
+
+        Args:
+            pid: a process id, or ``"self"``.
+
+        Returns:
+            ``(cpu cgroup, memory cgroup)``: on v2 the unified path twice; on v1 the paths
+            in the ``cpuacct`` and ``memory`` hierarchies (they may differ).
+
+        Raises:
+            SamplingError: the process is gone, or is in neither hierarchy.
+        """
+        try:
+            text = _read(f"/proc/{pid}/cgroup")
+        except OSError as exc:
+            raise SamplingError(f"cgroup of process {pid}", str(exc)) from exc
+        cpu = memory = None
+        for line in text.splitlines():
+            _, controllers, path = line.split(":", 2)
+            names = controllers.split(",")
+            if self.version == 2 and controllers == "":
+                cpu = memory = path
+            elif "cpuacct" in names:
+                cpu = path
+            elif "memory" in names:
+                memory = path
+        if cpu is None or memory is None:
+            raise SamplingError(f"cgroup of process {pid}", "no cpu or memory controller")
+        return cpu, memory
+
+    def read(self, cgroup: str, memory_cgroup: str | None = None) -> ResourceUsage:
         """Read one cgroup.
 
         Args:
             cgroup: its path inside the hierarchy (``"/edgeagent/pod-1234"``), as in
                 ``/proc/<pid>/cgroup``.
+            memory_cgroup: on v1, the path in the ``memory`` hierarchy when it differs
+                from ``cgroup`` (see :meth:`cgroup_of`).
 
         Returns:
             cgroup v2: ``cpu.stat`` ``usage_usec`` x 1000 and ``memory.current`` minus
@@ -182,7 +216,8 @@ class CgroupReader:
                 cpu_ns = (usec or 0) * 1000
             else:
                 cpu_ns = int(_read(os.path.join(self._cpuacct, rel, "cpuacct.usage")))
-                mem = os.path.join(self._memory, rel)
+                mem_rel = rel if memory_cgroup is None else memory_cgroup.strip("/")
+                mem = os.path.join(self._memory, mem_rel)
                 current = int(_read(os.path.join(mem, "memory.usage_in_bytes")))
                 inactive = _stat_field(
                     _read(os.path.join(mem, "memory.stat")), "total_inactive_file"
