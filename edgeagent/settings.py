@@ -17,6 +17,10 @@ The file mirrors the groups::
         url: unix:///var/run/docker.sock
     pods:
       backoff_initial: 10
+    devices:                  # device twins and the local device API (docs/devices.md)
+      socket_path: /run/edgeagent/devices.sock
+    metrics:                  # node and pod metrics (docs/metrics.md)
+      sample_interval_s: 15
 
 A key that is not a setting is an error naming it (a typo must not be silently ignored).
 """
@@ -31,13 +35,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeagent.devices.settings import DeviceSettings
 from edgeagent.errors import ConfigError
+from edgeagent.metrics.settings import MetricsSettings
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
     "AgentSettings",
+    "DeviceSettings",
     "DockerSettings",
     "HubSettings",
+    "MetricsSettings",
     "PodSettings",
     "ProcessSettings",
     "RuntimeSettings",
@@ -195,11 +203,17 @@ class AgentSettings:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     pods: PodSettings = field(default_factory=PodSettings)
     hub: HubSettings = field(default_factory=HubSettings)
+    devices: DeviceSettings = field(default_factory=DeviceSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     @property
     def store_path(self) -> pathlib.Path:
         """The SQLite database file."""
         return self.state_dir / "store.db"
+
+    def device_socket_path(self) -> pathlib.Path:
+        """The device API's Unix socket (``devices.socket_path`` or its default)."""
+        return pathlib.Path(self.devices.socket_path or self.state_dir / "devices.sock")
 
     def cert_path(self) -> pathlib.Path:
         """The node certificate file (``hub.cert_file`` or its default)."""
