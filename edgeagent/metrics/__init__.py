@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         ContainerStatsSource,
         ResourceUsage,
         process_tree_usage,
+        process_trees_usage,
         usage_from_docker_stats,
     )
     from edgeagent.metrics.errors import (
@@ -76,6 +77,7 @@ _WHERE = {
     "ContainerStatsSource": "containers",
     "ResourceUsage": "containers",
     "process_tree_usage": "containers",
+    "process_trees_usage": "containers",
     "usage_from_docker_stats": "containers",
     "MetricsError": "errors",
     "MetricsSettingsError": "errors",
@@ -128,6 +130,7 @@ __all__ = [
     "StreamState",
     "find_gpus",
     "process_tree_usage",
+    "process_trees_usage",
     "read_thermal_zones",
     "usage_from_docker_stats",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "ContainerStatsSource",
     "ResourceUsage",
     "process_tree_usage",
+    "process_trees_usage",
     "usage_from_docker_stats",
 ]
 
@@ -244,24 +245,73 @@ def process_tree_usage(pid: int) -> ResourceUsage:
     Raises:
         SamplingError: the process no longer exists or cannot be read.
     """
+    usage = process_trees_usage([pid]).get(pid)
+    if usage is None:
+        raise SamplingError(f"process {pid}", "exited")
+    return usage
+
+
+def process_trees_usage(pids: Sequence[int]) -> dict[int, ResourceUsage]:
+    """:func:`process_tree_usage` of several trees, with one pass over ``/proc`` to find
+    every process's parent (psutil's ``children()`` makes that pass once per call: ten
+    pods would cost ten).
+
+    Args:
+        pids: the trees' top processes.
+
+    Returns:
+        Each tree's usage by its top pid; a tree whose top process has exited is left out.
+
+    Raises:
+        SamplingError: a process exists but cannot be read (permissions).
+    """
     import psutil  # lazy: about 2 MB of RSS, only once metrics run
 
-    try:
-        top = psutil.Process(pid)
-        procs = [top, *top.children(recursive=True)]
-    except psutil.Error as exc:
-        raise SamplingError(f"process {pid}", str(exc)) from exc
-    cpu_s = 0.0
-    rss = 0
-    for proc in procs:
+    children = _children_by_parent()
+    out: dict[int, ResourceUsage] = {}
+    for top in pids:
+        cpu_s = 0.0
+        rss = 0
+        todo = [top]
         try:
-            with proc.oneshot():
-                t = proc.cpu_times()
-                cpu_s += t.user + t.system + t.children_user + t.children_system
-                rss += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            if proc is top:
-                raise SamplingError(f"process {pid}", "exited") from None
-        except psutil.Error as exc:
-            raise SamplingError(f"process {proc.pid}", str(exc)) from exc
-    return ResourceUsage(int(cpu_s * 1e9), rss)
+            while todo:
+                pid = todo.pop()
+                todo.extend(children.get(pid, ()))
+                try:
+                    proc = psutil.Process(pid)
+                    with proc.oneshot():
+                        t = proc.cpu_times()
+                        cpu_s += t.user + t.system + t.children_user + t.children_system
+                        rss += proc.memory_info().rss
+                except psutil.NoSuchProcess:
+                    if pid == top:
+                        raise _Gone from None
+                except psutil.Error as exc:
+                    raise SamplingError(f"process {pid}", str(exc)) from exc
+        except _Gone:
+            continue
+        out[top] = ResourceUsage(int(cpu_s * 1e9), rss)
+    return out
+
+
+def _children_by_parent(proc: str = "/proc") -> dict[int, list[int]]:
+    """Every process's children, from one read of each ``/proc/<pid>/stat`` (psutil's
+    ``process_iter`` reads two files per process and builds an object for each: four times
+    slower on a Raspberry Pi's 150 processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+class _Gone(Exception):
+    """The top process of a tree exited."""

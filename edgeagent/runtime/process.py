@@ -502,7 +502,7 @@ class ProcessRuntime(ContainerRuntime):
             CgroupReader,
             ContainerStats,
             ResourceUsage,
-            process_tree_usage,
+            process_trees_usage,
         )
         from edgeagent.metrics.errors import SamplingError
 
@@ -526,24 +526,30 @@ class ProcessRuntime(ContainerRuntime):
         shared: dict[tuple[str, str], int] = {}
         for path in where.values():
             shared[path] = shared.get(path, 0) + 1
+        own = {
+            rec.id
+            for rec in running
+            if (path := where.get(rec.id)) is not None
+            and agent is not None
+            and path[0] != agent[0]
+            and path[1] != agent[1]
+            and shared[path] == 1
+        }
+        usages: dict[str, ResourceUsage] = {}
+        for rec in running:
+            if rec.id in own:
+                with contextlib.suppress(SamplingError):  # exited meanwhile
+                    usages[rec.id] = reader.read(*where[rec.id])
+        trees = [rec for rec in running if rec.id not in own]
+        by_pid = process_trees_usage([rec.wpid for rec in trees]) if trees else {}  # type: ignore[misc]
+        for rec in trees:
+            if rec.wpid in by_pid:
+                usages[rec.id] = by_pid[rec.wpid]  # type: ignore[index]
         out = []
         for rec in running:
-            path = where.get(rec.id)
-            own = (
-                path is not None
-                and agent is not None
-                and path[0] != agent[0]
-                and path[1] != agent[1]
-                and shared[path] == 1
-            )
-            try:
-                usage: ResourceUsage = (
-                    reader.read(path[0], path[1])  # type: ignore[index]
-                    if own
-                    else process_tree_usage(rec.wpid)  # type: ignore[arg-type]
-                )
-            except SamplingError:
-                continue  # exited meanwhile
+            usage = usages.get(rec.id)
+            if usage is None:
+                continue
             out.append(
                 ContainerStats(
                     namespace=rec.labels.get(Labels.POD_NAMESPACE, ""),

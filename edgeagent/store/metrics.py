@@ -15,10 +15,17 @@ may lose:
   the hub discards it by its identity.
 - ``seal_batch``, ``create_stream``: committed before they return. A sealed batch is sent
   right after; if its seal could roll back, the same identity ``(stream_id, batch_seq)``
-  could later name other samples and the hub would discard those as a duplicate.
+  could later name other samples and the hub would discard those as a duplicate, or its
+  samples could be sealed again under another identity and counted twice.
 
 Committing one sample every 15 s would cost 240 commits an hour of at least one 4 KiB
-page each (plus WAL frame headers), about 1 MB/h on its own.
+page each (plus WAL frame headers), about 1 MB/h on its own. While connected, a seal a
+minute is the one commit that cannot wait; it writes two pages (the samples it takes, the
+batch), because ``metrics_stream.next_batch_seq`` is kept as a *reservation*: every batch
+seq below it may have been used, and it moves ``BATCH_SEQ_BLOCK`` ahead only once that
+many seals have used it up (the next batch seq itself is kept in memory, and after a
+restart numbering resumes at the reservation). The gap this leaves after a restart is
+harmless: the hub keeps the highest batch seq per stream and drops anything at or below.
 """
 
 from __future__ import annotations
@@ -33,7 +40,11 @@ from edgeagent.metrics.storage import ROW_OVERHEAD_BYTES, SealedBatch, StoredSam
 if TYPE_CHECKING:
     from edgeagent.store.store import Store
 
-__all__ = ["MetricsBacklog", "SQLiteMetricsStorage"]
+__all__ = ["BATCH_SEQ_BLOCK", "MetricsBacklog", "SQLiteMetricsStorage"]
+
+BATCH_SEQ_BLOCK = 64
+"""Batch seqs reserved per write of ``metrics_stream`` (an hour of batches at the default
+60 s interval)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,10 +71,17 @@ class SQLiteMetricsStorage:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._next_batch_seq: int | None = None  # in memory; the row holds the reservation
 
     def stream(self) -> StreamState | None:
         rows = self._store._read("SELECT stream_id, next_batch_seq FROM metrics_stream")
-        return StreamState(rows[0][0], rows[0][1]) if rows else None
+        if not rows:
+            return None
+        stream_id, reserved = rows[0]
+        if self._next_batch_seq is None or self._next_batch_seq > reserved:
+            # At open (or after a rollback): resume at the reservation, above anything used.
+            self._next_batch_seq = reserved
+        return StreamState(stream_id, self._next_batch_seq)
 
     def create_stream(self, state: StreamState) -> None:
         """Record the stream identity and commit it.
@@ -78,6 +96,7 @@ class SQLiteMetricsStorage:
                 (state.stream_id, state.next_batch_seq),
             )
         self._store.flush()
+        self._next_batch_seq = state.next_batch_seq
 
     def append_sample(self, data: bytes) -> int:
         with self._store._write(background=True) as conn:
@@ -109,13 +128,15 @@ class SQLiteMetricsStorage:
             StoreError: the commit failed: the batch, and the store's open batch with it,
                 rolled back (the samples stay; nothing was sent).
         """
+        rows = self._store._read("SELECT next_batch_seq FROM metrics_stream")
+        if not rows:
+            raise MetricsError("seal_batch() before create_stream()")
         with self._store._write() as conn:
-            cur = conn.execute(
-                "UPDATE metrics_stream SET next_batch_seq = ? WHERE id = 1",
-                (batch.batch_seq + 1,),
-            )
-            if cur.rowcount != 1:
-                raise MetricsError("seal_batch() before create_stream()")
+            if batch.batch_seq >= rows[0][0]:
+                conn.execute(
+                    "UPDATE metrics_stream SET next_batch_seq = ? WHERE id = 1",
+                    (batch.batch_seq + BATCH_SEQ_BLOCK,),
+                )
             conn.execute(
                 "INSERT INTO metrics_batch (batch_seq, body, samples, first_t_ms, last_t_ms) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -124,7 +145,12 @@ class SQLiteMetricsStorage:
             conn.executemany(
                 "DELETE FROM metrics_sample WHERE seq = ?", [(s,) for s in sample_seqs]
             )
-        self._store.flush()
+        try:
+            self._store.flush()
+        except Exception:
+            self._next_batch_seq = None  # rolled back: re-read the reservation
+            raise
+        self._next_batch_seq = max(self._next_batch_seq or 0, batch.batch_seq + 1)
 
     def batches(self) -> list[SealedBatch]:
         rows = self._store._read(

@@ -847,8 +847,14 @@ class Store:
         """Drop messages the hub acknowledged (cumulative: every seq ≤ ``up_to``).
 
         Returns:
-            How many were removed.
+            How many were removed. An ack that covers none of them (it acknowledged twin
+            reports or metrics batches, which have their own outbox) writes nothing, so
+            it costs no commit.
         """
+        if not self._read(
+            "SELECT 1 FROM outbox WHERE seq IS NOT NULL AND seq <= ? LIMIT 1", (up_to,)
+        ):
+            return 0
         with self._write() as conn:
             cur = conn.execute("DELETE FROM outbox WHERE seq IS NOT NULL AND seq <= ?", (up_to,))
             return cur.rowcount

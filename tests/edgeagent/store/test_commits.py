@@ -126,3 +126,39 @@ async def test_wait_committed_reports_a_full_disk(small_fs: pathlib.Path) -> Non
     finally:
         (small_fs / "filler").unlink(missing_ok=True)
         s.close()
+
+
+def _wal_frames(path: pathlib.Path) -> list[int]:
+    """Page numbers of the frames in a WAL file, in order (the SQLite WAL format)."""
+    import struct
+
+    data = path.with_name(path.name + "-wal").read_bytes()
+    page_size = struct.unpack(">I", data[8:12])[0]
+    pages, offset = [], 32
+    while offset + 24 + page_size <= len(data):
+        pages.append(struct.unpack(">I", data[offset : offset + 4])[0])
+        offset += 24 + page_size
+    return pages
+
+
+def test_a_connected_minute_costs_one_commit_of_two_pages(tmp_path: pathlib.Path) -> None:
+    """The SD-card budget: per batch interval one commit, writing the sample page and the
+    batch page; acks (metrics and generic outbox alike) ride along with it."""
+    path = tmp_path / "store.db"
+    clock = Clock()
+    with Store.open(path, monotonic=clock) as s:
+        forwarder = MetricsForwarder(s.metrics(), MetricsSettings())
+        samples = iter(typical_node_samples(40))
+        for minute in range(6):
+            before = len(_wal_frames(path))
+            for _ in range(4):
+                forwarder.add(next(samples))
+            batch = forwarder.seal()
+            assert batch is not None
+            frames = _wal_frames(path)[before:]
+            if minute:  # the first seal also takes the reservation of batch seqs
+                assert len(frames) == 2, (minute, frames)
+            forwarder.acked(batch.batch_seq)
+            assert s.outbox_ack(10**12) == 0  # an ack of a metrics batch: no outbox rows
+            assert s.flush_due() == clock.t + 300.0  # the acks wait for the next seal
+            clock.t += 60
