@@ -1,8 +1,8 @@
 """The storage interface of the metrics store-and-forward buffer, and an in-memory one.
 
 The agent store implements :class:`MetricsStorage` (:mod:`edgeagent.store.metrics`,
-``Store.metrics()``) with these tables; every method is one transaction, so a ``kill -9`` at any instant leaves either the
-state before or the state after it::
+``Store.metrics()``) with these tables; every method is one transaction, so a ``kill -9``
+at any instant leaves either the state before or the state after it::
 
     CREATE TABLE metrics_stream (
         id             INTEGER PRIMARY KEY CHECK (id = 1),  -- a single row

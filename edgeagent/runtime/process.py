@@ -402,6 +402,10 @@ class ProcessRuntime(ContainerRuntime):
             self._kill_hard(rec)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(rec.exited.wait(), timeout=10.0)
+        elif rec.shim_pid is not None:
+            # A start() cancelled after the fork (the agent stopping mid-start) leaves a
+            # shim that was never marked running: end its processes all the same.
+            _kill_group(rec.shim_pid, rec.shim_start)
         watcher = self._watchers.pop(container_id, None)
         if watcher is not None:
             watcher.cancel()

@@ -53,7 +53,8 @@ def _pod(kind: str) -> dict:
         idle = {"name": "idle", "command": ["sleep", "100000"]}
     for c in (work, idle):
         c.update(image="localhost/busybox:latest", imagePullPolicy="IfNotPresent")
-    return make_pod("stats", [work, idle], namespace="metrics")
+    # Never: the container stopped at the end stays stopped (no restart racing teardown)
+    return make_pod("stats", [work, idle], namespace="metrics", restartPolicy="Never")
 
 
 def _duration_ns(text: str) -> int:
