@@ -11,6 +11,7 @@ process moves a little between two reads).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -276,3 +277,38 @@ async def test_process_container_in_a_cgroup_of_its_own_is_read_from_it(tmp_path
             await rt.remove(info.id)
         await rt.close()
         group.remove()
+
+
+async def test_removing_a_container_whose_start_was_cancelled_ends_its_processes(
+    tmp_path,
+) -> None:
+    """An agent stopping in the middle of ``start()`` (after the fork) must not leave the
+    command running when the container is then removed (found by the stats tests)."""
+    from edgeagent.runtime import ContainerConfig
+    from edgeagent.runtime.process import ProcessRuntime, proc_start_time
+    from edgeagent.settings import ProcessSettings
+
+    rt = ProcessRuntime(tmp_path / "rt", ProcessSettings(), "127.0.0.1")
+    await rt.connect()
+    try:
+        config = ContainerConfig(
+            name="cancelled",
+            image="",
+            command=("/bin/sh", "-c", "echo $$ > mypid; exec sleep 100000"),
+            labels={Labels.MANAGED: "true"},
+        )
+        cid = await rt.create(config)
+        start = asyncio.ensure_future(rt.start(cid))
+        await asyncio.sleep(0)  # start() forks, then waits for the shim's pid file
+        start.cancel()
+        await asyncio.gather(start, return_exceptions=True)
+        pid_file = tmp_path / "rt" / cid / "root" / "mypid"
+        await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid")
+        pid = int(pid_file.read_text())
+        assert proc_start_time(pid) is not None
+        await rt.remove(cid)
+        await wait_until(lambda: proc_start_time(pid) is None, what="the command to end")
+    finally:
+        for info in await rt.list():
+            await rt.remove(info.id)
+        await rt.close()
