@@ -138,8 +138,8 @@ def run(
 @common
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def status(config: str | None, state_dir: str | None, sets: tuple[str, ...], as_json: bool) -> None:
-    """Print node, hub session, certificate, pods and outbox from the local store
-    (works with the agent stopped and the hub unreachable)."""
+    """Print node, hub session, certificate, outbox, devices, metrics backlog and pods from
+    the local store (works with the agent stopped and the hub unreachable)."""
     try:
         settings = _load(config, state_dir, sets)
         from edgeagent.statusreport import collect, render

@@ -5,9 +5,13 @@ Start-up order (what ``edgeagent run`` does):
 1. open the store (a damaged file is moved aside; another agent holding it is fatal);
 2. reach the container runtime, retrying while the engine is not up yet;
 3. start the pod reconciler — every cached pod is brought back at once, with no hub;
-4. tell systemd ``READY=1`` (not waiting for the cloud: the agent works offline);
-5. start the services (the hub uplink plugs in here) and the housekeeping loop (commits
-   batched store writes, pings the systemd watchdog, keeps ``STATUS=`` current).
+4. load the device twins from the store's Device/DeviceModel objects (when enabled);
+5. tell systemd ``READY=1`` (not waiting for the cloud: the agent works offline);
+6. start the built-in services (the device API, metrics: :mod:`edgeagent.services`), the
+   given services (the hub uplink plugs in here; it finds the twins and the
+   :class:`~edgeagent.streams.HubStreams` in its :class:`AgentContext`) and the
+   housekeeping loop (commits batched store writes, pings the systemd watchdog, keeps
+   ``STATUS=`` current).
 
 SIGTERM sets the stop event: the agent commits the store and exits; pods keep running,
 as with kubelet.
@@ -21,7 +25,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from edgeagent.errors import ContainerRuntimeError, StoreError
 from edgeagent.pods.reconciler import PodReconciler
@@ -30,6 +34,10 @@ from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings
 from edgeagent.store import Store
 from edgeagent.tasks import TaskSet
+
+if TYPE_CHECKING:
+    from edgeagent.devices import EdgeTwins
+    from edgeagent.streams import HubStreams
 
 __all__ = ["Agent", "AgentContext", "AgentService", "detect_host_ip"]
 
@@ -50,6 +58,10 @@ class AgentContext:
         reconciler: the pod reconciler.
         node_name: this node's name.
         host_ip: this node's IP.
+        twins: the node's device twins (``None`` when ``devices.enabled`` is off): the
+            uplink has no need of them beyond ``streams``.
+        streams: twin reports and metrics batches for the uplink, and where it hands
+            back their acknowledgements and ``twin_desired`` (see ``edgeagent.streams``).
     """
 
     settings: AgentSettings
@@ -58,6 +70,8 @@ class AgentContext:
     reconciler: PodReconciler
     node_name: str
     host_ip: str
+    twins: EdgeTwins | None = None
+    streams: HubStreams | None = None
 
 
 class AgentService(Protocol):
@@ -123,6 +137,7 @@ class Agent:
             settings.store_path, settings.store, wall_clock=self._wall, monotonic=self._mono
         )
         runtime: ContainerRuntime | None = None
+        builtins = None
         tasks = TaskSet("agent")
         try:
             store.add_dirty_hook(self._dirty.set)
@@ -139,7 +154,21 @@ class Agent:
                 host_ip=host_ip,
                 wall_clock=self._wall,
             )
-            ctx = AgentContext(settings, store, runtime, reconciler, settings.node_name, host_ip)
+            from edgeagent.services import build_builtins
+
+            builtins = build_builtins(
+                settings, store, runtime, wall_clock=self._wall, monotonic=self._mono
+            )
+            ctx = AgentContext(
+                settings,
+                store,
+                runtime,
+                reconciler,
+                settings.node_name,
+                host_ip,
+                twins=builtins.twins,
+                streams=builtins.streams,
+            )
             self.context = ctx
             core = [
                 tasks.spawn(reconciler.run(), "reconciler"),
@@ -152,7 +181,7 @@ class Agent:
                 runtime.kind,
                 len(store.list_objects("Pod")),
             )
-            for service in self.services:
+            for service in [*builtins.services, *self.services]:
                 tasks.spawn(self._supervise(service, ctx), service.name)
             stopper = asyncio.ensure_future(stop.wait())
             try:
@@ -165,6 +194,8 @@ class Agent:
         finally:
             self.notifier.stopping("stopping; pods keep running")
             await tasks.close()
+            if builtins is not None:
+                builtins.close()
             if runtime is not None:
                 await runtime.close()
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from edgeagent.errors import StoreError
 from edgeagent.settings import AgentSettings
 from edgeagent.store import Store
 
@@ -24,6 +25,50 @@ def _cert_expiry(settings: AgentSettings) -> dict[str, Any]:
         return {"path": str(path), "not_after": None, "error": f"unreadable: {exc}"}
     left = (not_after - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
     return {"path": str(path), "not_after": not_after.isoformat(), "seconds_left": int(left)}
+
+
+def _devices(store: Store, settings: AgentSettings) -> dict[str, Any]:
+    if not settings.devices.enabled:
+        return {"enabled": False}
+    try:
+        summary = store.twins().summary()
+        count = len(store.list_objects("Device"))
+        models = len(store.list_objects("DeviceModel"))
+    except StoreError as exc:  # e.g. a store from an agent before device twins
+        return {"enabled": True, "error": str(exc)}
+    return {
+        "enabled": True,
+        "devices": count,
+        "models": models,
+        "desired": summary.devices_with_desired,
+        "reported": summary.reported,
+        "reported_pending": summary.reported_pending,
+        "history_pending": summary.history_pending,
+        "observed_pending": summary.observed_pending,
+        "socket": str(settings.device_socket_path()),
+    }
+
+
+def _metrics(store: Store, settings: AgentSettings) -> dict[str, Any]:
+    if not settings.metrics.enabled:
+        return {"enabled": False}
+    try:
+        backlog = store.metrics().backlog()
+    except StoreError as exc:
+        return {"enabled": True, "error": str(exc)}
+    oldest = None
+    if backlog.oldest_t_ms is not None:
+        oldest = datetime.datetime.fromtimestamp(
+            backlog.oldest_t_ms / 1000, datetime.timezone.utc
+        ).isoformat()
+    return {
+        "enabled": True,
+        "samples_pending": backlog.samples,
+        "batches_pending": backlog.batches,
+        "bytes": backlog.bytes,
+        "budget_bytes": settings.metrics.budget_bytes,
+        "oldest": oldest,
+    }
 
 
 def collect(settings: AgentSettings) -> dict[str, Any]:
@@ -68,6 +113,8 @@ def collect(settings: AgentSettings) -> dict[str, Any]:
             "certificate": _cert_expiry(settings),
             "pods": pods,
             "outbox_depth": store.outbox_depth(),
+            "devices": _devices(store, settings),
+            "metrics": _metrics(store, settings),
             "store": {"path": str(settings.store_path), "schema_version": store.schema_version()},
         }
     finally:
@@ -90,6 +137,8 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append(f"certificate: {cert.get('error')}")
     lines.append(f"outbox:      {report['outbox_depth']} message(s) waiting for the hub")
+    lines.append("devices:     " + _devices_line(report.get("devices") or {}))
+    lines.append("metrics:     " + _metrics_line(report.get("metrics") or {}))
     lines.append(f"pods:        {len(report['pods'])}")
     if report["pods"]:
         rows = [("NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS")]
@@ -102,3 +151,29 @@ def render(report: dict[str, Any]) -> str:
                 "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
             )
     return "\n".join(lines)
+
+
+def _devices_line(d: dict[str, Any]) -> str:
+    if not d.get("enabled"):
+        return "disabled"
+    if "error" in d:
+        return f"unavailable ({d['error']})"
+    text = (
+        f"{d['devices']} device(s), {d['models']} model(s), desired {d['desired']}, "
+        f"reported {d['reported']} ({d['reported_pending']} waiting for the hub)"
+    )
+    if d["history_pending"]:
+        text += f", history {d['history_pending']}"
+    return text
+
+
+def _metrics_line(m: dict[str, Any]) -> str:
+    if not m.get("enabled"):
+        return "disabled"
+    if "error" in m:
+        return f"unavailable ({m['error']})"
+    text = (
+        f"{m['batches_pending']} batch(es) + {m['samples_pending']} sample(s) waiting for the "
+        f"hub, {m['bytes'] / 1024:.1f} of {m['budget_bytes'] / 1024:.0f} KiB"
+    )
+    return text + (f", oldest {m['oldest'][:19]}Z" if m.get("oldest") else "")

@@ -2,20 +2,55 @@
 
 See docs/devices.md. The device model and value rules are shared with the hub in
 ``protocol.devices``.
+
+Names are imported on first use (PEP 562), so that the agent's settings can import
+``edgeagent.devices.settings`` without loading the device API and h11.
 """
 
-from edgeagent.devices.api import APIStartError, DeviceAPIServer
-from edgeagent.devices.errors import BadRequest, DeviceNotFound, ModelUnavailable, TwinError
-from edgeagent.devices.settings import DeviceSettings
-from edgeagent.devices.store import DesiredRecord, MemoryTwinStore, TwinStore
-from edgeagent.devices.twins import (
-    DesiredOutcome,
-    DesiredView,
-    EdgeTwins,
-    EventKind,
-    Reading,
-    TwinEvent,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgeagent.devices.api import APIStartError, DeviceAPIServer
+    from edgeagent.devices.errors import (
+        BadRequest,
+        DeviceNotFound,
+        ModelUnavailable,
+        TwinError,
+    )
+    from edgeagent.devices.feed import TwinFeed
+    from edgeagent.devices.settings import DeviceSettings
+    from edgeagent.devices.store import DesiredRecord, MemoryTwinStore, TwinStore
+    from edgeagent.devices.twins import (
+        DesiredOutcome,
+        DesiredView,
+        EdgeTwins,
+        EventKind,
+        Reading,
+        TwinEvent,
+    )
+
+_WHERE = {
+    "APIStartError": "api",
+    "DeviceAPIServer": "api",
+    "BadRequest": "errors",
+    "DeviceNotFound": "errors",
+    "ModelUnavailable": "errors",
+    "TwinError": "errors",
+    "DeviceSettings": "settings",
+    "TwinFeed": "feed",
+    "DesiredRecord": "store",
+    "MemoryTwinStore": "store",
+    "TwinStore": "store",
+    "DesiredOutcome": "twins",
+    "DesiredView": "twins",
+    "EdgeTwins": "twins",
+    "EventKind": "twins",
+    "Reading": "twins",
+    "TwinEvent": "twins",
+}
 
 __all__ = [
     "APIStartError",
@@ -33,5 +68,15 @@ __all__ = [
     "Reading",
     "TwinError",
     "TwinEvent",
+    "TwinFeed",
     "TwinStore",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

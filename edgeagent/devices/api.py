@@ -16,8 +16,13 @@ Routes (all JSON; see docs/devices.md for the shapes):
 
 Errors are ``{"error": {"status", "reason", "message", "property"?}}`` with status 400
 (malformed request), 404 (no such device or route), 405, 413 (body over
-``max_body_bytes``), 422 (a value breaks the model: nothing stored) or 503 (the
-DeviceModel has not reached the node yet).
+``max_body_bytes``), 422 (a value breaks the model: nothing stored), 503 (the
+DeviceModel has not reached the node yet, or the agent store failed) or 507 (the disk is
+full: the report was not kept).
+
+A report is answered once it is durable: the server awaits its ``durable`` callable (the
+agent passes ``Store.wait_committed``, a group commit within ``store.commit_delay``), so
+a report the mapper saw accepted survives a crash of the agent.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -46,6 +51,7 @@ from edgeagent.devices.twins import (
     Reading,
     TwinEvent,
 )
+from edgeagent.errors import StoreError, StoreFullError
 from protocol.devices import Device, InvalidValue, ReportedValue, to_json
 
 log = logging.getLogger(__name__)
@@ -105,11 +111,22 @@ class DeviceAPIServer:
     Args:
         twins: the node's twins.
         settings: socket path and mode, optional loopback TCP port, limits.
+        durable: awaited after reports are stored and before the mapper is answered; it
+            returns once they are committed, or raises ``StoreError`` (the mapper gets
+            507/503 and the report was not kept). ``None``: answer at once (a store that
+            needs no commit, such as ``MemoryTwinStore``).
     """
 
-    def __init__(self, twins: EdgeTwins, settings: DeviceSettings) -> None:
+    def __init__(
+        self,
+        twins: EdgeTwins,
+        settings: DeviceSettings,
+        *,
+        durable: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._twins = twins
         self._settings = settings
+        self._durable = durable
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._waiters = _Waiters()
@@ -140,6 +157,8 @@ class DeviceAPIServer:
                 binding failed.
         """
         path = self._settings.socket_path
+        if not path:
+            raise APIStartError("device API: no socket path configured")
         try:
             _clear_stale_socket(path)
             server = await asyncio.start_unix_server(
@@ -274,7 +293,7 @@ class DeviceAPIServer:
                 return 200, await self._desired(namespace, name, query)
             if parts[4] == "reported":
                 _allow(method, "POST")
-                return 200, self._report(namespace, name, body)
+                return 200, await self._report(namespace, name, body)
         except DeviceNotFound as exc:
             raise _HTTPError(404, "NotFound", str(exc)) from exc
         except ModelUnavailable as exc:
@@ -283,6 +302,10 @@ class DeviceAPIServer:
             raise _HTTPError(422, exc.reason, exc.message, exc.property) from exc
         except BadRequest as exc:
             raise _HTTPError(400, "BadRequest", str(exc)) from exc
+        except StoreFullError as exc:
+            raise _HTTPError(507, "StoreFull", str(exc)) from exc
+        except StoreError as exc:
+            raise _HTTPError(503, "StoreUnavailable", str(exc)) from exc
         raise _HTTPError(404, "NotFound", f"no route for {url.path}")
 
     async def _desired(self, namespace: str, name: str, query: dict[str, list[str]]) -> Any:
@@ -308,13 +331,15 @@ class DeviceAPIServer:
             self._twins.mark_observed(view.uid, view.version, time.time())
         return _desired_json(view)
 
-    def _report(self, namespace: str, name: str, body: bytes) -> Any:
+    async def _report(self, namespace: str, name: str, body: bytes) -> Any:
         try:
             payload = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BadRequest(f"body is not JSON: {exc}") from exc
         readings, history = _parse_report(payload)
         reports = self._twins.report(namespace, name, readings, now=time.time(), history=history)
+        if self._durable is not None:
+            await self._durable()
         return {"accepted": [_report_json(r) for r in reports]}
 
     def _device_json(self, device: Device, *, full: bool = False) -> dict[str, Any]:

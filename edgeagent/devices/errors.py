@@ -1,13 +1,15 @@
 """Errors of the agent's device twins and local device API.
 
-``TwinError`` is the root; when ``edgeagent.errors`` lands it should derive from that
-package root. Value errors are ``protocol.devices.InvalidValue`` (not re-wrapped).
+``TwinError`` is the root, under the agent's root ``edgeagent.errors.AgentError``. Value
+errors are ``protocol.devices.InvalidValue`` (not re-wrapped).
 """
 
 from __future__ import annotations
 
+from edgeagent.errors import AgentError
 
-class TwinError(Exception):
+
+class TwinError(AgentError):
     """Root of the agent's twin errors."""
 
 

@@ -8,11 +8,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class DeviceSettings:
-    """Device twins on the edge and the local device API mappers use.
+    """Device twins on the edge and the local device API mappers use (the agent's
+    settings group ``devices``).
 
     Attributes:
-        socket_path: the Unix socket mappers connect to. Under ``/run`` so it disappears
-            at reboot; the directory should be ``0750`` root:<mapper group>.
+        enabled: serve device twins and the device API (the agent feeds them the Device
+            and DeviceModel objects the hub sends this node).
+        socket_path: the Unix socket mappers connect to; empty means
+            ``<state_dir>/devices.sock`` (the agent resolves it; ``DeviceAPIServer`` needs
+            a path). The state directory is ``0700``, so only root's mappers reach that
+            default; for mappers running in a group, set e.g.
+            ``/run/edgeagent/devices.sock`` with ``socket_group`` (the agent creates a
+            missing directory ``0750``).
         socket_mode: permission bits of the socket: ``0o660`` lets the owner and the
             group read/write (connect) and nobody else, as the Docker socket does.
         socket_group: group name or id to own the socket (mappers run in it); ``None``
@@ -29,7 +36,8 @@ class DeviceSettings:
             ``history: true``.
     """
 
-    socket_path: str = "/run/edgeagent/devices.sock"
+    enabled: bool = True
+    socket_path: str = ""
     socket_mode: int = 0o660
     socket_group: str | int | None = None
     tcp_port: int | None = None

@@ -1,7 +1,7 @@
 """What the twin state machine keeps on disk, as an interface, with an in-memory version.
 
-The agent's SQLite store (branch ``agent``, ``edgeagent/store/``) implements
-``TwinStore``; ``MemoryTwinStore`` is the reference implementation the tests use. Every
+The agent's SQLite store implements ``TwinStore`` (``edgeagent/store/twins.py``,
+``Store.twins()``); ``MemoryTwinStore`` is the reference implementation the tests use. Every
 method is one transaction: a crash between two calls loses at most the call in flight,
 and the caller has not acknowledged anything for it yet.
 

@@ -10,6 +10,7 @@ Mappers are separate processes; they import nothing from the agent but this pack
 
 from edgeagent.mappers.runner import serve_devices
 from edgeagent.mappers.sdk import (
+    DEFAULT_SOCKET,
     Accepted,
     APIUnavailable,
     Desired,
@@ -22,6 +23,7 @@ from edgeagent.mappers.sdk import (
 )
 
 __all__ = [
+    "DEFAULT_SOCKET",
     "APIUnavailable",
     "Accepted",
     "Desired",

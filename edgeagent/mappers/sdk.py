@@ -5,7 +5,7 @@ request, and needs nothing else from EdgeFleet: a mapper is a separate process.
 
 Example::
 
-    client = DeviceClient("/run/edgeagent/devices.sock")
+    client = DeviceClient(DEFAULT_SOCKET)
     for device in await client.list_devices():
         ...
     async for desired in client.watch_desired("default", "thermostat-1"):
@@ -24,6 +24,9 @@ from urllib.parse import quote, urlencode
 
 import h11
 
+DEFAULT_SOCKET = "/var/lib/edgeagent/devices.sock"
+"""Where an agent with default settings serves the device API (``<state_dir>/devices.sock``;
+the agent's ``devices.socket_path`` moves it)."""
 _READ_CHUNK = 64 * 1024
 T = TypeVar("T")
 
@@ -141,8 +144,8 @@ class DeviceClient:
     """Client of the local device API.
 
     Args:
-        socket_path: the agent's Unix socket (``/run/edgeagent/devices.sock`` by default
-            on a node); give ``host``/``port`` instead for loopback TCP.
+        socket_path: the agent's Unix socket (:data:`DEFAULT_SOCKET` on a node with
+            default settings); give ``host``/``port`` instead for loopback TCP.
         host: TCP host (loopback only on the agent side).
         port: TCP port.
         timeout: seconds allowed for one request, on top of a long-poll's ``wait``.

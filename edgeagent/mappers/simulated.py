@@ -7,7 +7,7 @@ toward the desired setpoint by at most ``rate * tick`` degrees, and the mapper r
 ``temperature`` and the ``setpoint`` it is applying. ``configData`` may set ``initial``
 (°C, default 20), ``rate`` (°C per second, default 0.5) and ``tick`` (seconds, default 1).
 
-    python -m edgeagent.mappers.simulated --socket /run/edgeagent/devices.sock
+    python -m edgeagent.mappers.simulated --socket /var/lib/edgeagent/devices.sock
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgeagent.mappers.runner import run_main, serve_devices
-from edgeagent.mappers.sdk import APIUnavailable, DeviceAPIError, DeviceClient, DeviceInfo
+from edgeagent.mappers.sdk import (
+    DEFAULT_SOCKET,
+    APIUnavailable,
+    DeviceAPIError,
+    DeviceClient,
+    DeviceInfo,
+)
 
 log = logging.getLogger("edgeagent.mappers.simulated")
 
@@ -105,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--socket",
-        default="/run/edgeagent/devices.sock",
+        default=DEFAULT_SOCKET,
         help="the agent's device API socket (default: %(default)s)",
     )
     parser.add_argument(

@@ -8,7 +8,7 @@ OS; Jetson boards name zones ``CPU-therm``, ``GPU-therm``…); with neither,
 when the model has it, ``zone-type``. The report period is the ``temperature``
 property's ``reportCycle`` (nanoseconds, as KubeEdge mappers read it), else ``--interval``.
 
-    python -m edgeagent.mappers.thermal --socket /run/edgeagent/devices.sock
+    python -m edgeagent.mappers.thermal --socket /var/lib/edgeagent/devices.sock
     python -m edgeagent.mappers.thermal --list-zones
 """
 
@@ -23,7 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgeagent.mappers.runner import run_main, serve_devices
-from edgeagent.mappers.sdk import APIUnavailable, DeviceAPIError, DeviceClient, DeviceInfo
+from edgeagent.mappers.sdk import (
+    DEFAULT_SOCKET,
+    APIUnavailable,
+    DeviceAPIError,
+    DeviceClient,
+    DeviceInfo,
+)
 
 log = logging.getLogger("edgeagent.mappers.thermal")
 
@@ -142,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--socket",
-        default="/run/edgeagent/devices.sock",
+        default=DEFAULT_SOCKET,
         help="the agent's device API socket (default: %(default)s)",
     )
     parser.add_argument(

@@ -12,31 +12,96 @@ Pieces, from the host to the wire:
   :class:`MetricsUplink`.
 
 ``psutil`` is imported at the first sample, not with this package.
+
+Names are imported on first use (PEP 562), so that the agent's settings can import
+``edgeagent.metrics.settings`` without loading the sampler, the codec and the protocol.
 """
 
-from edgeagent.metrics.containers import (
-    CgroupReader,
-    ContainerStats,
-    ContainerStatsSource,
-    ResourceUsage,
-    process_tree_usage,
-    usage_from_docker_stats,
-)
-from edgeagent.metrics.errors import MetricsError, MetricsSettingsError, SamplingError
-from edgeagent.metrics.forwarder import ForwarderStats, MetricsForwarder
-from edgeagent.metrics.host import FilesystemUsage, HostReader, HostReading
-from edgeagent.metrics.sampler import Sampler
-from edgeagent.metrics.service import MetricsService, MetricsUplink
-from edgeagent.metrics.settings import MetricsSettings
-from edgeagent.metrics.storage import (
-    ROW_OVERHEAD_BYTES,
-    MemoryMetricsStorage,
-    MetricsStorage,
-    SealedBatch,
-    StoredSample,
-    StreamState,
-)
-from edgeagent.metrics.sysfs import GpuReading, GpuSource, find_gpus, read_thermal_zones
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgeagent.metrics.containers import (
+        CgroupReader,
+        ContainerStats,
+        ContainerStatsSource,
+        ResourceUsage,
+        process_tree_usage,
+        process_trees_usage,
+        usage_from_docker_stats,
+    )
+    from edgeagent.metrics.errors import (
+        MetricsError,
+        MetricsSettingsError,
+        SamplingError,
+    )
+    from edgeagent.metrics.forwarder import (
+        ForwarderStats,
+        MetricsForwarder,
+    )
+    from edgeagent.metrics.host import (
+        FilesystemUsage,
+        HostReader,
+        HostReading,
+    )
+    from edgeagent.metrics.sampler import (
+        Sampler,
+    )
+    from edgeagent.metrics.service import (
+        MetricsService,
+        MetricsUplink,
+    )
+    from edgeagent.metrics.settings import (
+        MetricsSettings,
+    )
+    from edgeagent.metrics.storage import (
+        ROW_OVERHEAD_BYTES,
+        MemoryMetricsStorage,
+        MetricsStorage,
+        SealedBatch,
+        StoredSample,
+        StreamState,
+    )
+    from edgeagent.metrics.sysfs import (
+        GpuReading,
+        GpuSource,
+        find_gpus,
+        read_thermal_zones,
+    )
+
+_WHERE = {
+    "CgroupReader": "containers",
+    "ContainerStats": "containers",
+    "ContainerStatsSource": "containers",
+    "ResourceUsage": "containers",
+    "process_tree_usage": "containers",
+    "process_trees_usage": "containers",
+    "usage_from_docker_stats": "containers",
+    "MetricsError": "errors",
+    "MetricsSettingsError": "errors",
+    "SamplingError": "errors",
+    "ForwarderStats": "forwarder",
+    "MetricsForwarder": "forwarder",
+    "FilesystemUsage": "host",
+    "HostReader": "host",
+    "HostReading": "host",
+    "Sampler": "sampler",
+    "MetricsService": "service",
+    "MetricsUplink": "service",
+    "MetricsSettings": "settings",
+    "ROW_OVERHEAD_BYTES": "storage",
+    "MemoryMetricsStorage": "storage",
+    "MetricsStorage": "storage",
+    "SealedBatch": "storage",
+    "StoredSample": "storage",
+    "StreamState": "storage",
+    "GpuReading": "sysfs",
+    "GpuSource": "sysfs",
+    "find_gpus": "sysfs",
+    "read_thermal_zones": "sysfs",
+}
 
 __all__ = [
     "ROW_OVERHEAD_BYTES",
@@ -65,6 +130,16 @@ __all__ = [
     "StreamState",
     "find_gpus",
     "process_tree_usage",
+    "process_trees_usage",
     "read_thermal_zones",
     "usage_from_docker_stats",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

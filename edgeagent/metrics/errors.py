@@ -2,7 +2,8 @@
 
 ::
 
-    MetricsError                 root: catch this to catch everything from edgeagent.metrics
+    MetricsError                 root (under edgeagent.errors.AgentError): everything from
+                                 edgeagent.metrics
     ├── MetricsSettingsError     a setting with an invalid value (we misused it)
     └── SamplingError            a host source that must exist could not be read
 
@@ -10,14 +11,14 @@ Optional sources (thermal zones, GPUs, container stats) never raise: they are sk
 logged, so that one missing file never costs the whole sample.
 """
 
-# TODO(agent merge): derive MetricsError from edgeagent.errors' root once branch agent lands.
-
 from __future__ import annotations
+
+from edgeagent.errors import AgentError
 
 __all__ = ["MetricsError", "MetricsSettingsError", "SamplingError"]
 
 
-class MetricsError(Exception):
+class MetricsError(AgentError):
     """Root of the errors raised by ``edgeagent.metrics``."""
 
 

@@ -49,7 +49,9 @@ class MetricsSettings:
             15 s, a few tens of KiB on the wire, far below the 4 MiB frame limit).
         max_in_flight: sealed batches sent and not yet acknowledged; sealing stops at
             this many, so a slow link keeps the rest down-samplable.
-        state_dir: the agent's state directory, whose filesystem is sampled.
+        enabled: sample and deliver metrics (the agent's settings group ``metrics``).
+        state_dir: the directory whose filesystem is sampled as the "state" filesystem;
+            empty means the agent's ``state_dir``.
         root_path: the filesystem sampled as the node's root (``/``).
         sys_root: where sysfs is mounted (thermal zones, GPUs).
         net_exclude: interface name prefixes left out of the network bytes.
@@ -61,7 +63,8 @@ class MetricsSettings:
     max_window_s: float = 3600.0
     batch_max_samples: int = 240
     max_in_flight: int = 4
-    state_dir: str = "/var/lib/edgeagent"
+    enabled: bool = True
+    state_dir: str = ""
     root_path: str = "/"
     sys_root: str = "/sys"
     net_exclude: tuple[str, ...] = DEFAULT_NET_EXCLUDE

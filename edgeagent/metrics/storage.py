@@ -1,13 +1,15 @@
 """The storage interface of the metrics store-and-forward buffer, and an in-memory one.
 
-The agent store (SQLite, branch ``agent``) implements :class:`MetricsStorage` with these
-tables; every method is one transaction, so a ``kill -9`` at any instant leaves either the
-state before or the state after it::
+The agent store implements :class:`MetricsStorage` (:mod:`edgeagent.store.metrics`,
+``Store.metrics()``) with these tables; every method is one transaction, so a ``kill -9``
+at any instant leaves either the state before or the state after it::
 
     CREATE TABLE metrics_stream (
         id             INTEGER PRIMARY KEY CHECK (id = 1),  -- a single row
         stream_id      INTEGER NOT NULL,    -- random 32-bit id, made once per store
         next_batch_seq INTEGER NOT NULL     -- identity of the next sealed batch, from 1
+                                            -- (the agent store keeps a reservation here:
+                                            -- every seq below it may have been used)
     );
     CREATE TABLE metrics_sample (           -- sampled, not yet in a batch
         seq  INTEGER PRIMARY KEY,           -- sampling order; a merged sample keeps the

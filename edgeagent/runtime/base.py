@@ -17,6 +17,10 @@ import abc
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgeagent.metrics.containers import ContainerStats
 
 __all__ = [
     "LABEL_PREFIX",
@@ -315,6 +319,17 @@ class ContainerRuntime(abc.ABC):
     def log_path(self, info: ContainerInfo) -> str:
         """Where this container's stdout/stderr are kept on the host (``""`` if the
         engine does not say). Not a coroutine."""
+
+    async def container_stats(self) -> list[ContainerStats]:
+        """CPU and memory working set of every running pod container: the runtime is the
+        metrics sampler's ``edgeagent.metrics.ContainerStatsSource``. Sandboxes are left
+        out; so is a container that stops during the call.
+
+        Raises:
+            ContainerRuntimeError: the engine could not be asked (the sampler logs it and
+                samples the node alone).
+        """
+        raise NotImplementedError(f"the {self.kind} runtime gives no container stats")
 
     @abc.abstractmethod
     async def watch(self, callback: ContainerEventCallback) -> None:

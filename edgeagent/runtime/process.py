@@ -22,6 +22,11 @@ previous agent.
 Because the command runs as a background job of a non-interactive shell, it starts with
 SIGINT and SIGQUIT ignored (POSIX); the agent stops containers with SIGTERM and SIGKILL
 only, like engines do.
+
+Stats (:meth:`ProcessRuntime.container_stats`, for the metrics sampler): a container whose
+command runs in a cgroup of its own (one that neither the agent nor another container is
+in, e.g. made by the operator's service manager) is read from that cgroup; otherwise its
+process tree is summed through psutil (imported then, not at start).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeagent.errors import (
     ContainerNotFoundError,
@@ -53,11 +58,15 @@ from edgeagent.runtime.base import (
     ContainerRuntime,
     ContainerState,
     ExecResult,
+    Labels,
     Mount,
     PortMapping,
     PullPolicy,
 )
 from edgeagent.settings import ProcessSettings
+
+if TYPE_CHECKING:
+    from edgeagent.metrics.containers import CgroupReader, ContainerStats
 
 __all__ = ["ProcessRuntime"]
 
@@ -181,6 +190,7 @@ class ProcessRuntime(ContainerRuntime):
         self._boot_id = boot_id()
         self._watchers: dict[str, asyncio.Task] = {}
         self._connected = False
+        self._cgroups: CgroupReader | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -392,6 +402,10 @@ class ProcessRuntime(ContainerRuntime):
             self._kill_hard(rec)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(rec.exited.wait(), timeout=10.0)
+        elif rec.shim_pid is not None:
+            # A start() cancelled after the fork (the agent stopping mid-start) leaves a
+            # shim that was never marked running: end its processes all the same.
+            _kill_group(rec.shim_pid, rec.shim_start)
         watcher = self._watchers.pop(container_id, None)
         if watcher is not None:
             watcher.cancel()
@@ -476,6 +490,81 @@ class ProcessRuntime(ContainerRuntime):
     @staticmethod
     def log_path_for(rec: _Record) -> str:
         return rec.config.get("log_path") or str(rec.dir / "container.log")
+
+    async def container_stats(self) -> list[ContainerStats]:
+        """CPU and working set of every running container (see the module docstring).
+
+        From the container's own cgroup when it has one: CPU is ``cpuacct.usage`` (v1) or
+        ``usage_usec`` (v2), memory the usage minus inactive file pages, as cAdvisor
+        computes it. Otherwise from its command's process tree: CPU of every process plus
+        what its reaped children used, memory the sum of RSS (pages shared between the
+        processes count once per process). The shim is left out of both.
+
+        A container whose process exits during the call is left out.
+        """
+        from edgeagent.metrics.containers import (
+            CgroupReader,
+            ContainerStats,
+            ResourceUsage,
+            process_trees_usage,
+        )
+        from edgeagent.metrics.errors import SamplingError
+
+        if self._cgroups is None:
+            self._cgroups = CgroupReader()
+        reader = self._cgroups
+        running = [
+            rec
+            for rec in list(self._records.values())
+            if rec.running and rec.wpid and self._alive(rec.wpid, rec.wpid_start)
+        ]
+        try:
+            agent = reader.cgroup_of("self")
+        except SamplingError:
+            agent = None  # no cgroup hierarchy we can read: process trees only
+        where: dict[str, tuple[str, str]] = {}
+        if agent is not None:
+            for rec in running:
+                with contextlib.suppress(SamplingError):
+                    where[rec.id] = reader.cgroup_of(rec.wpid)  # type: ignore[arg-type]
+        shared: dict[tuple[str, str], int] = {}
+        for path in where.values():
+            shared[path] = shared.get(path, 0) + 1
+        own = {
+            rec.id
+            for rec in running
+            if (path := where.get(rec.id)) is not None
+            and agent is not None
+            and path[0] != agent[0]
+            and path[1] != agent[1]
+            and shared[path] == 1
+        }
+        usages: dict[str, ResourceUsage] = {}
+        for rec in running:
+            if rec.id in own:
+                with contextlib.suppress(SamplingError):  # exited meanwhile
+                    usages[rec.id] = reader.read(*where[rec.id])
+        trees = [rec for rec in running if rec.id not in own]
+        by_pid = process_trees_usage([rec.wpid for rec in trees]) if trees else {}  # type: ignore[misc]
+        for rec in trees:
+            if rec.wpid in by_pid:
+                usages[rec.id] = by_pid[rec.wpid]  # type: ignore[index]
+        out = []
+        for rec in running:
+            usage = usages.get(rec.id)
+            if usage is None:
+                continue
+            out.append(
+                ContainerStats(
+                    namespace=rec.labels.get(Labels.POD_NAMESPACE, ""),
+                    pod=rec.labels.get(Labels.POD_NAME, ""),
+                    container=rec.labels.get(Labels.CONTAINER_NAME, ""),
+                    container_id=rec.id,
+                    cpu_usage_core_ns=usage.cpu_usage_core_ns,
+                    memory_working_set_bytes=usage.memory_working_set_bytes,
+                )
+            )
+        return out
 
     async def watch(self, callback: ContainerEventCallback) -> None:
         self._callbacks.append(callback)

@@ -6,11 +6,10 @@ transaction, recorded by sqlite-utils in ``_sqlite_migrations``. A database that
 migrations this agent does not know (written by a newer agent) is treated like a damaged
 one: moved aside, and the agent resyncs from the hub.
 
-Later issues add tables here (device twins, the metrics buffer), e.g.::
-
-    @MIGRATIONS()
-    def m002_device_twins(db):
-        db["twins"].create({"uid": str, "property": str, ...}, pk=("uid", "property"))
+Tables and who owns them: ``m001`` the store itself (:mod:`edgeagent.store.store`);
+``m002`` device twins (:mod:`edgeagent.store.twins`, docs/devices.md); ``m003`` the
+metrics store-and-forward buffer (:mod:`edgeagent.store.metrics`, docs/metrics.md). Their
+DDL is written out as SQL so that it reads exactly as those documents show it.
 """
 
 from __future__ import annotations
@@ -73,3 +72,45 @@ def m001_initial(db: Any) -> None:
         "WHERE coalesce_key IS NOT NULL AND seq IS NULL"
     )
     db["state"].create({"key": str, "value": str}, pk="key", not_null={"value"})
+
+
+@MIGRATIONS()
+def m002_device_twins(db: Any) -> None:
+    """Device twin state (docs/devices.md): desired per device, latest reported per
+    property (which doubles as the outbox of ``twin_reported``), bounded history.
+    Values are msgpack, so BYTES properties stay bytes."""
+    db.execute(
+        "CREATE TABLE twin_desired (uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, "
+        "name TEXT NOT NULL, version INTEGER NOT NULL, properties BLOB NOT NULL, "
+        "received_at REAL NOT NULL, observed_version INTEGER NOT NULL DEFAULT 0, "
+        "observed_at REAL NOT NULL DEFAULT 0, observed_delivered INTEGER NOT NULL DEFAULT 0)"
+    )
+    db.execute(
+        "CREATE TABLE twin_reported (uid TEXT NOT NULL, property TEXT NOT NULL, "
+        "namespace TEXT NOT NULL, name TEXT NOT NULL, value BLOB NOT NULL, "
+        "version INTEGER NOT NULL, timestamp REAL NOT NULL, "
+        "delivered INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (uid, property))"
+    )
+    db.execute(
+        "CREATE INDEX twin_reported_pending ON twin_reported (delivered) WHERE delivered = 0"
+    )
+    db.execute(
+        "CREATE TABLE twin_history (uid TEXT NOT NULL, property TEXT NOT NULL, "
+        "version INTEGER NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, "
+        "value BLOB NOT NULL, timestamp REAL NOT NULL, PRIMARY KEY (uid, property, version))"
+    )
+
+
+@MIGRATIONS()
+def m003_metrics_buffer(db: Any) -> None:
+    """The metrics store-and-forward buffer (docs/metrics.md): the stream identity,
+    unsealed samples, sealed batches awaiting the hub's acknowledgement."""
+    db.execute(
+        "CREATE TABLE metrics_stream (id INTEGER PRIMARY KEY CHECK (id = 1), "
+        "stream_id INTEGER NOT NULL, next_batch_seq INTEGER NOT NULL)"
+    )
+    db.execute("CREATE TABLE metrics_sample (seq INTEGER PRIMARY KEY, data BLOB NOT NULL)")
+    db.execute(
+        "CREATE TABLE metrics_batch (batch_seq INTEGER PRIMARY KEY, body BLOB NOT NULL, "
+        "samples INTEGER NOT NULL, first_t_ms INTEGER NOT NULL, last_t_ms INTEGER NOT NULL)"
+    )

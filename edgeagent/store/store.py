@@ -18,16 +18,24 @@ What lives here:
   ``next_seq()`` (for ``Session(next_seq=…)``) is above every seq that may have left the
   node, in this life or an earlier one.
 - **state**: small agent facts (node name, hub session, sequence reservation).
+- **device twins** and the **metrics buffer**: :meth:`Store.twins` and :meth:`Store.metrics`
+  give the ``TwinStore`` and ``MetricsStorage`` the device and metrics packages define
+  (:mod:`edgeagent.store.twins`, :mod:`edgeagent.store.metrics`).
 
 Durability and SD cards. Object changes from the hub are committed before they take
 effect (listeners are told after the commit). Everything else (status, outbox, state) is
 written into one open transaction that is committed at most ``commit_delay`` seconds
 later by :meth:`Store.flush` (the agent runs the flusher), so a burst of changes costs one
-commit and an idle agent commits nothing. A SIGKILL or power cut loses at most the
-uncommitted tail; the database itself stays consistent (WAL). Sequence numbers are
-reserved in committed blocks kept at least ``SEQ_MARGIN`` ahead of the last one used
-(more than a session's unacknowledged window), so a seq sent just before a crash, whose
-``outbox_mark_sent`` was not committed yet, is never used again.
+commit and an idle agent commits nothing. Writes that nothing waits for (metrics samples,
+delivery marks) are *background* writes: they wait up to ``background_commit_delay``
+(5 min) or ride along with an earlier commit. Whoever must not answer before its write is
+durable (the device API before it acknowledges a report) awaits :meth:`Store.wait_committed`;
+whatever must be durable before it leaves the node (a sealed metrics batch) commits at once.
+A SIGKILL or power cut loses at most the uncommitted tail; the database itself stays
+consistent (WAL). Sequence numbers are reserved in committed blocks kept at least
+``SEQ_MARGIN`` ahead of the last one used (more than a session's unacknowledged window),
+so a seq sent just before a crash, whose ``outbox_mark_sent`` was not committed yet, is
+never used again.
 
 Only this package touches SQLite (an import-linter contract enforces it).
 """
@@ -44,7 +52,7 @@ import os
 import pathlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeagent.errors import (
     StoreClosedError,
@@ -56,6 +64,10 @@ from edgeagent.errors import (
 from edgeagent.settings import StoreSettings
 from edgeagent.store._sqlite import Database, sqlite3
 from edgeagent.store.migrations import MIGRATION_SET, MIGRATIONS, migration_number
+
+if TYPE_CHECKING:
+    from edgeagent.store.metrics import SQLiteMetricsStorage
+    from edgeagent.store.twins import SQLiteTwinStore
 
 __all__ = [
     "SEQ_BLOCK",
@@ -208,6 +220,10 @@ class Store:
         self._mono = monotonic
         self._closed = False
         self._dirty_since: float | None = None
+        self._background_since: float | None = None
+        self._commit_waiters: list[Any] = []  # asyncio futures resolved by flush()
+        self._twins: Any = None
+        self._metrics: Any = None
         self._listeners: list[Callable[[ObjectChange], None]] = []
         self._lost_listeners: list[Callable[[], None]] = []
         self._dirty_hooks: list[Callable[[], None]] = []
@@ -382,6 +398,7 @@ class Store:
                 self.flush()
         finally:
             self._closed = True
+            self._release_waiters(StoreClosedError("store closed before the commit"))
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             if self._lock_fd is not None:
@@ -408,14 +425,55 @@ class Store:
 
     @property
     def dirty_since(self) -> float | None:
-        """Monotonic time of the oldest uncommitted write, or ``None``."""
+        """Monotonic time of the oldest uncommitted write (background writes aside), or
+        ``None``."""
         return self._dirty_since
 
     def flush_due(self) -> float | None:
         """Monotonic time at which :meth:`flush` should run, or ``None`` if clean."""
+        due = None
+        if self._dirty_since is not None:
+            due = self._dirty_since + self.settings.commit_delay
+        if self._background_since is not None:
+            background = self._background_since + self.settings.background_commit_delay
+            due = background if due is None else min(due, background)
+        return due
+
+    async def wait_committed(self) -> None:
+        """Return once everything written before the call is committed.
+
+        The commit is the flusher's (the agent's housekeeping, within ``commit_delay``),
+        so concurrent callers share one commit (group commit). Background writes pending
+        alone are brought forward to ``commit_delay``.
+
+        Raises:
+            StoreFullError: that commit failed for lack of space: the writes were rolled
+                back (not kept).
+            StoreError: that commit failed for another reason, or the store was closed
+                before it.
+        """
+        import asyncio  # the store is sync; only this waiter needs the event loop
+
+        self._check_open()
+        if not self._conn.in_transaction:
+            return
         if self._dirty_since is None:
-            return None
-        return self._dirty_since + self.settings.commit_delay
+            self._dirty_since = self._mono()
+            for hook in self._dirty_hooks:
+                hook()
+        waiter = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append(waiter)
+        await waiter
+
+    def _release_waiters(self, error: BaseException | None) -> None:
+        waiters, self._commit_waiters = self._commit_waiters, []
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
 
     def flush(self) -> None:
         """Commit the open batch now (no-op when clean).
@@ -427,20 +485,24 @@ class Store:
         """
         self._check_open()
         if not self._conn.in_transaction:
-            self._dirty_since = None
+            self._dirty_since = self._background_since = None
+            self._release_waiters(None)
             return
         try:
             self._conn.commit()
         except sqlite3.Error as exc:
-            self._rollback_after_failure()
-            raise self._note(_translate(exc, self.path)) from exc
-        self._dirty_since = None
+            error = self._note(_translate(exc, self.path))
+            self._rollback_after_failure(error)
+            raise error from exc
+        self._dirty_since = self._background_since = None
+        self._release_waiters(None)
 
-    def _rollback_after_failure(self) -> None:
+    def _rollback_after_failure(self, error: StoreError) -> None:
+        self._release_waiters(error)
         with contextlib.suppress(sqlite3.Error):
             if self._conn.in_transaction:
                 self._conn.rollback()
-        self._dirty_since = None
+        self._dirty_since = self._background_since = None
         self._reload_seq_after_rollback()
         for listener in list(self._lost_listeners):
             try:
@@ -456,15 +518,26 @@ class Store:
             self._reserved = int(reserved)
             self._next_seq = max(self._next_seq, self._reserved)
 
-    def _touch(self) -> None:
-        if self._dirty_since is None:
+    def _touch(self, background: bool = False) -> None:
+        if background:
+            if self._background_since is not None:
+                return
+            self._background_since = self._mono()
+        elif self._dirty_since is None:
             self._dirty_since = self._mono()
-            for hook in self._dirty_hooks:
-                hook()
+        else:
+            return
+        for hook in self._dirty_hooks:
+            hook()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One batched write: joins the open transaction (a savepoint keeps it atomic)."""
+    def _write(self, *, background: bool = False) -> Iterator[sqlite3.Connection]:
+        """One batched write: joins the open transaction (a savepoint keeps it atomic).
+
+        Args:
+            background: nothing waits for this write: commit it within
+                ``background_commit_delay`` instead of ``commit_delay``.
+        """
         self._check_open()
         if self._readonly:
             raise StoreClosedError("store was opened read-only")
@@ -474,10 +547,11 @@ class Store:
             with self._db.atomic():  # a savepoint: this write is all-or-nothing
                 yield self._conn
         except sqlite3.Error as exc:
+            error = self._note(_translate(exc, self.path))
             if _errcode(exc) == _SQLITE_FULL or not self._conn.in_transaction:
-                self._rollback_after_failure()
-            raise self._note(_translate(exc, self.path)) from exc
-        self._touch()
+                self._rollback_after_failure(error)
+            raise error from exc
+        self._touch(background)
 
     def _read(self, sql: str, params: tuple | list = ()) -> list[tuple]:
         self._check_open()
@@ -773,8 +847,14 @@ class Store:
         """Drop messages the hub acknowledged (cumulative: every seq ≤ ``up_to``).
 
         Returns:
-            How many were removed.
+            How many were removed. An ack that covers none of them (it acknowledged twin
+            reports or metrics batches, which have their own outbox) writes nothing, so
+            it costs no commit.
         """
+        if not self._read(
+            "SELECT 1 FROM outbox WHERE seq IS NOT NULL AND seq <= ? LIMIT 1", (up_to,)
+        ):
+            return 0
         with self._write() as conn:
             cur = conn.execute("DELETE FROM outbox WHERE seq IS NOT NULL AND seq <= ?", (up_to,))
             return cur.rowcount
@@ -821,6 +901,24 @@ class Store:
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                 (key, raw),
             )
+
+    # --- device twins and the metrics buffer ---------------------------------------------
+
+    def twins(self) -> SQLiteTwinStore:
+        """The device twins' ``TwinStore`` over this store (one per store)."""
+        if self._twins is None:
+            from edgeagent.store.twins import SQLiteTwinStore
+
+            self._twins = SQLiteTwinStore(self)
+        return self._twins
+
+    def metrics(self) -> SQLiteMetricsStorage:
+        """The metrics buffer's ``MetricsStorage`` over this store (one per store)."""
+        if self._metrics is None:
+            from edgeagent.store.metrics import SQLiteMetricsStorage
+
+            self._metrics = SQLiteMetricsStorage(self)
+        return self._metrics
 
     # --- introspection ------------------------------------------------------------------
 

@@ -5,10 +5,13 @@ offline reboot recovery.
   cached pods (``sleep`` containers), on the process runtime and on podman's Docker API;
   measured after every pod is Running, over an idle window (RSS at its end, CPU as the
   share of one core from /proc/<pid>/stat).
-- Disk writes: the real agent (store, process runtime, reconciler, housekeeping) in this
-  process on an event loop whose clock is virtual: an idle hour passes in seconds, every
-  timer firing as it would. Bytes are what the process wrote through write(2) (``wchar``
-  in /proc/self/io — SQLite pages and WAL frames, process-runtime records, logs).
+- Disk writes: the real agent (store, process runtime, reconciler, housekeeping, and the
+  built-in services at their defaults: metrics sampled every 15 s, the device API) in
+  this process on an event loop whose clock is virtual: an idle hour passes in seconds,
+  every timer firing as it would. Bytes are what the process wrote through write(2)
+  (``wchar`` in /proc/self/io — SQLite pages and WAL frames, process-runtime records,
+  logs). Measured offline (the goal) and connected to an in-memory hub session that acks
+  everything (metrics batches sealed, sent and acknowledged every minute).
 - Pod arrival → container started: the reconciler in this process; a pod is put into the
   store as the uplink would and the time until its container was started is taken.
 - Offline recovery: seed 10 pods, run the agent until they run, stop it, remove every
@@ -288,7 +291,76 @@ def _io() -> dict[str, int]:
     return out
 
 
-async def _idle_hour(tmp: pathlib.Path, n: int, hours: float, crashing: int = 0) -> dict:
+class _LoopbackHub:
+    """An agent service standing in for the uplink: both sans-I/O ends of the real protocol
+    session in memory, the hub end acking everything and ingesting metrics batches with the
+    hub's own store. It drives the store's outbox and ``HubStreams`` the way the uplink
+    does (``edgeagent.streams``), so what the agent writes while connected is measured."""
+
+    name = "loopback-hub"
+
+    def __init__(self) -> None:
+        from cloudhub.metrics import EdgeMetricsStore
+
+        self.metrics = EdgeMetricsStore()
+        self.messages = 0
+
+    async def run(self, ctx) -> None:
+        from edgeagent.outbox import hello, sent_messages, to_message
+        from protocol.messages import MetricsBatch, Welcome
+        from protocol.session import Acked, HelloReceived, MessageReceived, Role, Session
+
+        loop = asyncio.get_running_loop()
+        store, streams = ctx.store, ctx.streams
+        client = Session(Role.CLIENT, now=loop.time(), next_seq=store.next_seq())
+        server = Session(Role.SERVER, now=loop.time())
+        client.connect(
+            hello(store, node_name=ctx.node_name, agent_version="bench"),
+            loop.time(),
+            pending=sent_messages(store),
+        )
+        server.receive_data(client.data_to_send(), loop.time())
+        [hi] = [e for e in server.events_received() if isinstance(e, HelloReceived)]
+        server.accept(Welcome(hi.version, time.time(), "bench", 0, 20.0), loop.time())
+        client.receive_data(server.data_to_send(), loop.time())
+        client.events_received()
+        streams.session_started(0)
+        wake = asyncio.Event()
+        streams.add_wakeup(wake.set)
+        store.add_dirty_hook(wake.set)
+        while True:
+            now = loop.time()
+            for entry in store.outbox_unsent(limit=client.window_free):
+                store.outbox_mark_sent(entry.id, client.send(to_message(entry), now))
+            for item in streams.messages_to_send(client.window_free):
+                streams.sent(item, client.send(item.message, now))
+            for session in (client, server):
+                timer = session.get_timer()
+                if timer is not None and timer <= now:
+                    session.handle_timer(now)
+            for _ in range(4):
+                server.receive_data(client.data_to_send(), now)
+                client.receive_data(server.data_to_send(), now)
+            for event in server.events_received():
+                if isinstance(event, MessageReceived):
+                    self.messages += 1
+                    if isinstance(event.message, MetricsBatch):
+                        self.metrics.ingest(ctx.node_name, event.message.samples, time.time())
+            for event in client.events_received():
+                if isinstance(event, Acked):
+                    store.outbox_ack(event.up_to)
+                    streams.acked(event.up_to)
+            timers = [t for t in (client.get_timer(), server.get_timer()) if t is not None]
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), max(min(timers) - loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                pass
+
+
+async def _idle_hour(
+    tmp: pathlib.Path, n: int, hours: float, crashing: int = 0, connected: bool = False
+) -> dict:
     from edgeagent.agent import Agent
     from edgeagent.sdnotify import Notifier
     from edgeagent.settings import AgentSettings, RuntimeSettings
@@ -307,9 +379,11 @@ async def _idle_hour(tmp: pathlib.Path, n: int, hours: float, crashing: int = 0)
         runtime=RuntimeSettings(kind="process"),
     )
     epoch = time.time()
+    hub = _LoopbackHub() if connected else None
     agent = Agent(
         settings,
         notifier=Notifier(None),
+        services=[hub] if hub is not None else [],
         wall_clock=lambda: epoch + loop.time(),
         monotonic=loop.time,
     )
@@ -328,10 +402,20 @@ async def _idle_hour(tmp: pathlib.Path, n: int, hours: float, crashing: int = 0)
         await _until(lambda: running() >= n - crashing, 0.5)
         await asyncio.sleep(60)  # settle: the start-up batch is committed
         before, v0, r0, j0 = _io(), loop.time(), time.monotonic(), loop.jumps
+        batches0 = hub.metrics.stats.accepted if hub is not None else 0
         await asyncio.sleep(3600 * hours)
         after, v1, r1, j1 = _io(), loop.time(), time.monotonic(), loop.jumps
         per_hour = 3600 / (v1 - v0)
+        backlog = store.metrics().backlog()
+        extra = {}
+        if hub is not None:
+            extra["metrics_batches_acked_per_h"] = round(
+                (hub.metrics.stats.accepted - batches0) * per_hour
+            )
         return {
+            **extra,
+            "metrics_samples_buffered_after": backlog.samples,
+            "metrics_batches_unacked_after": backlog.batches,
             "virtual_s": round(v1 - v0),
             "real_s": round(r1 - r0, 2),
             "wchar_bytes_per_h": round((after["wchar"] - before["wchar"]) * per_hour),
@@ -346,10 +430,12 @@ async def _idle_hour(tmp: pathlib.Path, n: int, hours: float, crashing: int = 0)
         await _remove_all("process", state, None)
 
 
-def idle_writes(tmp: pathlib.Path, n: int, hours: float, crashing: int = 0) -> dict:
+def idle_writes(
+    tmp: pathlib.Path, n: int, hours: float, crashing: int = 0, connected: bool = False
+) -> dict:
     loop = VirtualClockLoop()
     try:
-        return loop.run_until_complete(_idle_hour(tmp, n, hours, crashing))
+        return loop.run_until_complete(_idle_hour(tmp, n, hours, crashing, connected))
     finally:
         loop.close()
 
@@ -456,6 +542,10 @@ def run(quick: bool) -> dict:
         for n in sizes:
             results[f"process_idle_{n}_pods"] = footprint("process", n, idle_s, tmp, None)
         results["idle_disk_writes_10_pods"] = idle_writes(tmp / "idle", 10, 1.0)
+        # The same hour connected: a metrics batch sealed (one commit), sent and acked a minute.
+        results["idle_disk_writes_10_pods_connected"] = idle_writes(
+            tmp / "connected", 10, 0.25 if quick else 1.0, connected=True
+        )
         # For scale: the same hour with one of the ten pods crash-looping (a restart every
         # 5 min at the back-off cap, each a status change, an event and a commit).
         results["disk_writes_10_pods_1_crashlooping"] = idle_writes(tmp / "crash", 10, 1.0, 1)

@@ -77,12 +77,14 @@ async def wait_for(twins: EdgeTwins, predicate: Callable[[], bool], timeout: flo
 
 
 @asynccontextmanager
-async def running_api(twins: EdgeTwins, **settings: Any) -> AsyncIterator[DeviceAPIServer]:
+async def running_api(
+    twins: EdgeTwins, *, durable: Any = None, **settings: Any
+) -> AsyncIterator[DeviceAPIServer]:
     """A device API server on a Unix socket in a short temporary directory."""
     directory = tempfile.mkdtemp(prefix="ef-dev-", dir="/tmp")
     try:
         config = DeviceSettings(socket_path=f"{directory}/devices.sock", **settings)
-        async with DeviceAPIServer(twins, config) as server:
+        async with DeviceAPIServer(twins, config, durable=durable) as server:
             yield server
     finally:
         shutil.rmtree(directory, ignore_errors=True)

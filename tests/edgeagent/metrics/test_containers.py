@@ -148,3 +148,26 @@ def test_process_tree_matches_psutil_for_the_same_process() -> None:
         proc.communicate(input="")
     with pytest.raises(SamplingError, match=f"process {proc.pid}"):
         process_tree_usage(proc.pid)
+
+
+def test_cgroup_of_a_process_and_of_a_gone_one() -> None:
+    reader = CgroupReader()
+    lines = pathlib.Path("/proc/self/cgroup").read_text().splitlines()
+    cpu, memory = reader.cgroup_of("self")
+    if reader.version == 2:
+        assert f"0::{cpu}" in lines and cpu == memory
+    else:
+        assert any(line.endswith(f":{cpu}") and "cpuacct" in line for line in lines)
+        assert any(line.endswith(f":{memory}") and ":memory:" in line for line in lines)
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    with pytest.raises(SamplingError, match=f"cgroup of process {proc.pid}"):
+        reader.cgroup_of(proc.pid)
+
+
+def test_v1_memory_may_live_elsewhere_than_cpu(tmp_path: pathlib.Path) -> None:
+    write(tmp_path / "cpuacct/a/cpuacct.usage", "123\n")
+    write(tmp_path / "memory/b/memory.usage_in_bytes", "5000\n")
+    write(tmp_path / "memory/b/memory.stat", "total_inactive_file 1000\n")
+    reader = CgroupReader(str(tmp_path))
+    assert reader.read("/a", "/b") == ResourceUsage(123, 4000)
