@@ -32,7 +32,8 @@ class KubeAPIError(HubError):
     """The Kubernetes API answered with a non-2xx status.
 
     Attributes:
-        status: HTTP status code (0 when no answer came at all).
+        status: HTTP status code (0 when no answer came at all, or when the request could
+            not be made).
         reason: the Status object's ``reason`` (``"NotFound"``, ``"Conflict"``, …) or "".
         message: the Status object's ``message`` or the transport error text.
         body: the decoded Status object when the API sent one, else ``None``.
@@ -47,8 +48,9 @@ class KubeAPIError(HubError):
 
     @property
     def retryable(self) -> bool:
-        """True for errors a retry with back-off may cure: 429, 5xx and no answer."""
-        return self.status == 0 or self.status == 429 or self.status >= 500
+        """True for errors a retry with back-off may cure: 429, 5xx and no answer
+        (:class:`KubeUnavailable`); a request that could not even be made is not."""
+        return isinstance(self, KubeUnavailable) or self.status == 429 or self.status >= 500
 
 
 class KubeNotFound(KubeAPIError):

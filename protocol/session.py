@@ -19,8 +19,10 @@ Rules (docs/protocol.md, "Session"):
 - Numbering: kinds with ``needs_ack`` get per-direction sequence numbers. The receiver
   delivers each seq once (a seq at or below the highest delivered is a duplicate: dropped,
   still acknowledged) and acks cumulatively after ``ack_every`` messages or ``ack_delay``
-  seconds, whichever comes first. At most ``window`` messages are unacknowledged;
-  ``send()`` raises ``WindowFull`` beyond that (back-pressure).
+  seconds, whichever comes first; with ``SessionConfig(manual_ack=True)`` (the hub) it
+  acks only what the application has released as processed (``release()``). At most
+  ``window`` messages are unacknowledged; ``send()`` raises ``WindowFull`` beyond that
+  (back-pressure).
 - Resend: the edge passes what it persisted as unacknowledged to ``connect(pending=...)``;
   after the welcome it drops what ``welcome.received_up_to`` covers and resends the rest
   with their original seqs. It never reuses a seq the hub has seen.
@@ -243,6 +245,11 @@ class SessionConfig:
     """The oldest protocol version we speak (the server negotiates from this range)."""
     max_version: int = MAX_PROTOCOL_VERSION
     """The newest protocol version we speak."""
+    manual_ack: bool = False
+    """Acknowledge only what the application has released with ``Session.release()``
+    instead of everything delivered. The hub sets it so that an edge message is acked only
+    once its effect is durable in the Kubernetes API: until then it stays unacknowledged
+    on the edge and is resent after a reconnect (store-and-forward)."""
 
     def __post_init__(self) -> None:
         _positive_int(self, "window")
@@ -268,6 +275,8 @@ class SessionConfig:
             raise SettingsError(
                 "max_version", f">= min_version ({self.min_version})", self.max_version
             )
+        if not isinstance(self.manual_ack, bool):
+            raise SettingsError("manual_ack", "a bool", self.manual_ack)
 
 
 def _positive_int(config: SessionConfig, key: str) -> None:
@@ -399,6 +408,7 @@ class Session:
         "_ping_interval",
         "_ping_nonce",
         "_received_up_to",
+        "_released_up_to",
         "_state",
         "_unacked",
         "_version",
@@ -427,6 +437,7 @@ class Session:
         self._pending: list[tuple[int, Message, bytes]] = []  # client, until the welcome
         # receiving side
         self._received_up_to = 0
+        self._released_up_to = 0  # manual_ack: what the application has processed
         self._acks_owed = 0
         self._ack_deadline: float | None = None
         # liveness
@@ -464,6 +475,12 @@ class Session:
     def received_up_to(self) -> int:
         """The highest peer seq delivered (the hub persists it per node for the welcome)."""
         return self._received_up_to
+
+    @property
+    def acked_up_to(self) -> int:
+        """The highest peer seq our acks cover (or will cover once the delayed ack goes
+        out): ``received_up_to``, or with ``manual_ack`` what ``release()`` covered."""
+        return self._released_up_to if self.config.manual_ack else self._received_up_to
 
     @property
     def window_free(self) -> int:
@@ -630,7 +647,7 @@ class Session:
                     f"liveness_timeout={self.config.liveness_timeout} s"
                 )
         self._go("accept")
-        self._received_up_to = welcome.received_up_to
+        self._received_up_to = self._released_up_to = welcome.received_up_to
         self._queue(welcome, None, now)
 
     def reject(
@@ -781,12 +798,15 @@ class Session:
                 return
             if event == "recv_message":
                 if seq is not None:
-                    self._acks_owed += 1
-                    if self._ack_deadline is None:
-                        self._ack_deadline = now + self.config.ack_delay
                     if seq <= self._received_up_to:
-                        continue  # a duplicate (resent after a reconnect): acked, not delivered
+                        # A duplicate (resent after a reconnect): acked, not delivered. With
+                        # manual_ack, one not yet released is acked when release() covers it.
+                        if not self.config.manual_ack or seq <= self._released_up_to:
+                            self._owe_ack(now)
+                        continue
                     self._received_up_to = seq
+                    if not self.config.manual_ack:
+                        self._owe_ack(now)
                 events.append(MessageReceived(seq, message))
             else:
                 self._on_control(event, message, now)
@@ -852,17 +872,58 @@ class Session:
             return
         if exc.seq is not None:
             # Processed (by refusing it): ack it so the sender does not resend it forever.
-            self._acks_owed += 1
-            if self._ack_deadline is None:
-                self._ack_deadline = now + self.config.ack_delay
+            # With manual_ack it is released at once if everything before it is, else the
+            # application's release() of ``received_up_to`` covers it later.
             if exc.seq > self._received_up_to:
+                if self._released_up_to == self._received_up_to:
+                    self._released_up_to = exc.seq
                 self._received_up_to = exc.seq
+            if not self.config.manual_ack or self._released_up_to >= exc.seq:
+                self._owe_ack(now)
         self._queue(Error(ErrorCode.UNKNOWN_KIND, str(exc)[:_REASON_LIMIT], exc.seq), None, now)
+
+    def _owe_ack(self, now: float, count: int = 1) -> None:
+        self._acks_owed += count
+        if self._ack_deadline is None:
+            self._ack_deadline = now + self.config.ack_delay
+
+    def release(self, up_to: int, now: float) -> None:
+        """``manual_ack``: every peer seq <= ``up_to`` is processed and may be acknowledged.
+
+        The ack goes out as for delivered messages in the default mode: within
+        ``ack_delay``, or at once when ``ack_every`` are owed; then call ``data_to_send()``.
+        Releasing what is already released does nothing; in ``CLOSING`` or ``CLOSED`` it
+        does nothing either (no ack follows our close).
+
+        Args:
+            up_to: a seq the session has delivered (or dropped as a duplicate), at most
+                ``received_up_to``. Release cumulatively: the caller tracks which seqs are
+                done and releases the highest seq below the oldest one still in progress.
+            now: the current time (s).
+
+        Raises:
+            UsageError: the session is not in ``manual_ack`` mode, or ``up_to`` is beyond
+                ``received_up_to``.
+        """
+        if not self.config.manual_ack:
+            raise UsageError("release() needs SessionConfig(manual_ack=True)")
+        if not (isinstance(up_to, int) and not isinstance(up_to, bool)):
+            raise UsageError(f"release() takes a seq, got {up_to!r}")
+        if up_to > self._received_up_to:
+            raise UsageError(f"release({up_to}) is beyond received_up_to={self._received_up_to}")
+        if up_to <= self._released_up_to or self._state is not SessionState.OPEN:
+            return
+        count = up_to - self._released_up_to
+        self._released_up_to = up_to
+        self._owe_ack(now, count)
+        if self._acks_owed >= self.config.ack_every:
+            self._flush_ack(now)
 
     def _flush_ack(self, now: float) -> None:
         """Send the owed cumulative ack now (only while OPEN: nothing follows our close)."""
         if self._acks_owed and self._state is SessionState.OPEN:
-            self._queue(Ack(self._received_up_to), None, now)
+            up_to = self._released_up_to if self.config.manual_ack else self._received_up_to
+            self._queue(Ack(up_to), None, now)
         self._acks_owed = 0
         self._ack_deadline = None
 

@@ -17,6 +17,7 @@ from cloudhub.kube.resources import (
     ResourceType,
 )
 from cloudhub.kube.retry import retrying, update_with_retry
+from cloudhub.kube.times import micro_time, parse_time, rfc3339
 
 __all__ = [
     "CONFIGMAPS",
@@ -36,7 +37,10 @@ __all__ = [
     "RequestObserver",
     "ResourceType",
     "TokenBucket",
+    "micro_time",
     "object_key",
+    "parse_time",
     "retrying",
+    "rfc3339",
     "update_with_retry",
 ]

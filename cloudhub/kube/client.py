@@ -24,7 +24,9 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import OpenApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
+from yaml import YAMLError
 
 from cloudhub.errors import (
     ConfigError,
@@ -109,7 +111,7 @@ class KubeClient:
         """
         try:
             api = await k8s_config.new_client_from_config(config_file=path, context=context)
-        except (ConfigException, OSError, ValueError, TypeError) as exc:
+        except (ConfigException, OSError, ValueError, TypeError, KeyError, YAMLError) as exc:
             raise ConfigError(f"cannot use kubeconfig {path!r}: {exc}") from exc
         return cls(api, **kwargs)
 
@@ -148,7 +150,7 @@ class KubeClient:
         self,
         verb: str,
         method: str,
-        rt: ResourceType,
+        rt: ResourceType | str,
         path: str,
         *,
         query: list[tuple[str, str]] | None = None,
@@ -172,6 +174,9 @@ class KubeClient:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self._observe(verb, rt, 0, started)
             raise KubeUnavailable(0, "", f"{method} {path}: {exc or type(exc).__name__}") from exc
+        except (OpenApiException, ValueError, TypeError) as exc:  # the request could not be made
+            self._observe(verb, rt, 0, started)
+            raise KubeAPIError(0, "", f"{method} {path}: cannot make the request: {exc}") from exc
         if resp.status >= 300:
             try:
                 data = await resp.read()
@@ -183,15 +188,16 @@ class KubeClient:
             raise api_error(resp.status, data)
         return resp
 
-    def _observe(self, verb: str, rt: ResourceType, status: int, started: float) -> None:
+    def _observe(self, verb: str, rt: ResourceType | str, status: int, started: float) -> None:
         if self._observer is not None:
-            self._observer(verb, rt.plural, status, time.monotonic() - started)
+            resource = rt if isinstance(rt, str) else rt.plural
+            self._observer(verb, resource, status, time.monotonic() - started)
 
     async def _json(
         self,
         verb: str,
         method: str,
-        rt: ResourceType,
+        rt: ResourceType | str,
         path: str,
         **kwargs: Any,
     ) -> dict:
@@ -211,6 +217,14 @@ class KubeClient:
             raise KubeAPIError(resp.status, "", f"{method} {path}: answer is not JSON") from exc
 
     # -- verbs ---------------------------------------------------------------------------
+
+    async def version(self, *, timeout: float | None = None) -> dict:
+        """GET ``/version``: a cheap probe that the API answers (readiness).
+
+        Raises:
+            KubeAPIError: no answer within ``timeout`` seconds, or an error status.
+        """
+        return await self._json("get", "GET", "version", "/version", timeout=timeout)
 
     async def get(
         self,
@@ -380,9 +394,11 @@ class KubeClient:
             query.append(("fieldSelector", field_selector))
         idle = inactivity_timeout if inactivity_timeout is not None else timeout_seconds + 30
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout, sock_read=idle)
+        started = time.monotonic()
         resp = await self._open(
             "watch", "GET", rt, rt.path(namespace), query=query, timeout=timeout
         )
+        self._observe("watch", rt, resp.status, started)
         buffer = b""
         try:
             async for chunk in resp.content.iter_any():

@@ -56,6 +56,9 @@ class Informer:
         namespace: watch one namespace only; ``None`` watches all.
         label_selector / field_selector: narrow the watched set, as on the API.
         indexers: name → function giving the index values of an object.
+        transform: applied to every object before it is cached or handed to handlers
+            (client-go's ``SetTransform``), e.g. to drop ``managedFields`` or everything
+            but the fields the hub reads: what 10,000 cached Nodes cost is decided here.
         watch_timeout: seconds the server keeps one watch open (``timeoutSeconds``).
         page_size: objects per list page.
         backoff_base / backoff_cap: seconds, for retries after API failures
@@ -71,6 +74,7 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         indexers: Mapping[str, Indexer] | None = None,
+        transform: Callable[[dict], dict] | None = None,
         watch_timeout: int = 300,
         page_size: int = 500,
         backoff_base: float = 0.5,
@@ -85,6 +89,7 @@ class Informer:
         self.page_size = page_size
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
+        self._transform = transform
         self._indexers = dict(indexers or {})
         self._index: dict[str, dict[str, set[tuple[str, str]]]] = {n: {} for n in self._indexers}
         self._handlers: list[EventHandler] = []
@@ -93,7 +98,10 @@ class Informer:
         self.synced = asyncio.Event()
         #: monotonic time of the last list, event or bookmark (for the informer-lag metric)
         self.last_heard = 0.0
+        #: lists made after the first one (410 Gone, or a failed list retried)
         self.relists = 0
+        #: watch streams opened
+        self.watches = 0
 
     # -- reading -------------------------------------------------------------------------
 
@@ -131,22 +139,39 @@ class Informer:
     # -- the loop ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """List and watch forever; returns only when cancelled."""
+        """List and watch forever; returns only when cancelled.
+
+        A watch that ends normally (its ``timeoutSeconds``) or fails is resumed from the
+        last resourceVersion seen (events or bookmarks), after a back-off when it failed;
+        only 410 Gone, or a failed list, lists again (as client-go's reflector).
+        """
         delays = self._delays()
+        listed = False
         while True:
             try:
-                await self._list()
-                delays = self._delays()
-                while True:
-                    await self._watch_once()
+                if not listed:
+                    if self.synced.is_set():
+                        self.relists += 1
+                    await self._list()
+                    listed = True
+                    delays = self._delays()
+                heard = await self._watch_once()
+                if heard:
+                    delays = self._delays()
+                    continue
+                # Ended at once with nothing said: do not spin on a server that does that.
+                await asyncio.sleep(next(delays))
             except KubeGone:
-                self.relists += 1
                 log.info("watch on %s expired (410 Gone); relisting", self.rt.plural)
-                continue
+                listed = False
             except KubeAPIError as exc:
                 delay = next(delays)
                 log.warning(
-                    "list/watch on %s failed (%s); retrying in %.1f s", self.rt.plural, exc, delay
+                    "%s on %s failed (%s); retrying in %.1f s",
+                    "watch" if listed else "list",
+                    self.rt.plural,
+                    exc,
+                    delay,
                 )
                 await asyncio.sleep(delay)
 
@@ -162,7 +187,11 @@ class Informer:
             limit=self.page_size,
         )
         self.last_heard = time.monotonic()
-        fresh = {object_key(o): o for o in items}
+        transform = self._transform
+        fresh = {}
+        for o in items:
+            obj = transform(o) if transform is not None else o
+            fresh[object_key(obj)] = obj
         for key in [k for k in self.store if k not in fresh]:
             self._apply("DELETED", self.store[key])
         for key, obj in fresh.items():
@@ -174,7 +203,11 @@ class Informer:
         self.resource_version = rv
         self.synced.set()
 
-    async def _watch_once(self) -> None:
+    async def _watch_once(self) -> bool:
+        """One watch stream; returns whether it brought any event or bookmark."""
+        self.watches += 1
+        heard = False
+        started = time.monotonic()
         async for kind, obj in self.client.watch(
             self.rt,
             self.namespace,
@@ -183,14 +216,19 @@ class Informer:
             field_selector=self.field_selector,
             timeout_seconds=self.watch_timeout,
         ):
+            heard = True
             self.last_heard = time.monotonic()
             rv = _rv(obj)
             if kind == "BOOKMARK":
                 self.resource_version = rv or self.resource_version
                 continue
             if kind in ("ADDED", "MODIFIED", "DELETED"):
+                if self._transform is not None:
+                    obj = self._transform(obj)
                 self._apply(kind, obj)
                 self.resource_version = rv or self.resource_version
+        # A watch the server ended after a while is healthy even if nothing happened.
+        return heard or time.monotonic() - started >= 1.0
 
     # -- cache updates -------------------------------------------------------------------
 

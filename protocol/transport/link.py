@@ -93,6 +93,10 @@ class Link:
         self._closing_task: asyncio.Task[None] | None = None
         self.close_bound = session.config.close_timeout + TRANSPORT_CLOSE_BOUND + 0.5
         """Seconds within which :meth:`close` returns."""
+        self.bytes_in = 0
+        """Protocol bytes received from the peer (frames, length prefixes included)."""
+        self.bytes_out = 0
+        """Protocol bytes handed to the transport for the peer."""
 
     # -- for the adapters -------------------------------------------------------------------
 
@@ -108,6 +112,7 @@ class Link:
         """Feed bytes that arrived from the peer (adapters call this)."""
         if self._session.state is SessionState.CLOSED:
             return
+        self.bytes_in += len(data)
         self._session.receive_data(data, self.now())
         self._pump()
 
@@ -139,10 +144,12 @@ class Link:
             if backend.message_based:
                 frames = session.frames_to_send()
                 if frames:
+                    self.bytes_out += sum(map(len, frames))
                     backend.write_frames(frames)
             else:
                 data = session.data_to_send()
                 if data:
+                    self.bytes_out += len(data)
                     backend.write(data)
         if session.state is SessionState.CLOSED:
             self._finish()
@@ -271,6 +278,19 @@ class Link:
         self._session.reject(code, reason, self.now(), retry_after=retry_after)
         self._pump()
 
+    def release(self, up_to: int) -> None:
+        """``manual_ack`` sessions: the peer's messages up to seq ``up_to`` are processed;
+        acknowledge them (within the session's ``ack_delay``). Does nothing once closed.
+
+        Raises:
+            protocol.errors.UsageError: the session is not in ``manual_ack`` mode, or
+                ``up_to`` is beyond what it has received.
+        """
+        if self._ended.is_set():
+            return
+        self._session.release(up_to, self.now())
+        self._pump()
+
     def _raise_closed(self) -> None:
         event = self._close_event
         if event is not None:
@@ -301,9 +321,13 @@ class Link:
             if backend is None:
                 return seq
             if backend.message_based:
-                await backend.send_frames(self._session.frames_to_send())
+                frames = self._session.frames_to_send()
+                self.bytes_out += sum(map(len, frames))
+                await backend.send_frames(frames)
             else:
-                backend.write(self._session.data_to_send())
+                data = self._session.data_to_send()
+                self.bytes_out += len(data)
+                backend.write(data)
             return seq
 
     def __aiter__(self) -> Link:

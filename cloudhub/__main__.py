@@ -1,0 +1,131 @@
+"""``cloudhub``: the hub's command line (click). Other parts attach their groups to ``main``.
+
+``cloudhub serve`` takes every setting as a flag (``--listen-quic-port 7443``), from a
+YAML file (``--config``) or from the environment (``CLOUDHUB_LISTEN__QUIC_PORT``); flags
+win over the environment, which wins over the file. Only this module decides the exit
+code: 0 after a clean stop (SIGTERM, SIGINT), 1 when the hub fails, 2 for bad settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import click
+
+from cloudhub.errors import HubError
+from cloudhub.settings import ENV_PREFIX, HubSettings, load_hub_settings
+from protocol.errors import ProtocolError, SettingsError
+from protocol.settings import SettingInfo, describe
+
+__all__ = ["main"]
+
+log = logging.getLogger("cloudhub")
+
+
+def _flag(info: SettingInfo) -> str:
+    return "--" + info.key.replace(".", "-").replace("_", "-")
+
+
+def _default_text(info: SettingInfo) -> str:
+    default = info.default
+    if default is dataclasses.MISSING:
+        return "required"
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    return str(default)
+
+
+def _help(info: SettingInfo) -> str:
+    unit = f" [{info.unit}]" if info.unit else ""
+    return (
+        f"{info.help}{unit}. Default: {_default_text(info)}; "
+        f"environment: {info.env_var(ENV_PREFIX)}."
+    )
+
+
+def _settings_options(command: Any) -> Any:
+    """Add one ``--group-name VALUE`` option per hub setting."""
+    for info in reversed(describe(HubSettings)):
+        command = click.option(
+            _flag(info),
+            info.key.replace(".", "__"),
+            metavar=info.type.upper().replace(" ", "_") if " " not in info.type else "VALUE",
+            default=None,
+            help=_help(info),
+        )(command)
+    return command
+
+
+@click.group()
+def main() -> None:
+    """EdgeFleet cloud hub."""
+
+
+@main.command()
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML file of settings (nested groups, e.g. listen: {quic_port: 7443}); "
+    "environment variables and flags override it.",
+)
+@_settings_options
+def serve(config_path: str | None, **flags: str | None) -> None:
+    """Serve edge agents over QUIC and WebSocket and bridge them to Kubernetes.
+
+    Kubernetes access: --kube-kubeconfig, or --kube-in-cluster true, or neither for the
+    embedded API server (state in --kube-embedded-data-dir). TLS: --tls-ca-file,
+    --tls-cert-file and --tls-key-file are required. Durations are in seconds.
+    """
+    overrides = {key.replace("__", "."): value for key, value in flags.items() if value is not None}
+    try:
+        settings = load_hub_settings(config_path, environ=os.environ, overrides=overrides)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from exc
+    from cloudhub.observability.logs import setup_logging
+
+    setup_logging(settings.observability.log_format, settings.observability.log_level)
+    sys.exit(asyncio.run(_serve(settings)))
+
+
+async def _serve(settings: HubSettings) -> int:
+    from cloudhub.hub import Hub
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    hub = Hub(settings)
+    try:
+        await hub.start()
+    except (HubError, ProtocolError) as exc:
+        log.error("cannot start: %s", exc)
+        await hub.aclose()
+        return 1
+    failed = asyncio.ensure_future(hub.serve_forever())
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (failed, stopped):
+            task.cancel()
+        await asyncio.gather(failed, stopped, return_exceptions=True)
+        log.info("stopping")
+        await hub.aclose()
+    if failed.done() and not failed.cancelled() and failed.exception() is not None:
+        log.error("the hub failed: %s", failed.exception())
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,65 @@
+"""When to acknowledge an edge message: once its effect is durable in the API.
+
+Edge messages are numbered and arrive in order, but their effects complete out of order
+(the status of pod A may wait for a rate-limiter token while the deletion of pod B is
+already written). Acks are cumulative, so the hub may ack up to just below the oldest
+message still in progress: the highest contiguous done seq. Everything above it stays
+unacknowledged on the edge and is resent after a reconnect, so an API outage or a hub crash
+loses nothing (store-and-forward).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from protocol.transport import Link
+
+__all__ = ["AckTracker"]
+
+
+class AckTracker:
+    """Tracks one session's edge messages in progress and releases acks in order.
+
+    Args:
+        link: the session's link (a ``manual_ack`` session).
+    """
+
+    __slots__ = ("_done", "_link", "_pending")
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._pending: deque[int] = deque()  # seqs in arrival (= seq) order, not yet done
+        self._done: set[int] = set()  # done seqs behind an older one still in progress
+
+    @property
+    def in_progress(self) -> int:
+        """Edge messages delivered whose effect is not yet durable."""
+        return len(self._pending) - len(self._done)
+
+    def received(self, seq: int) -> None:
+        """A numbered message was delivered; its effect is now in progress."""
+        self._pending.append(seq)
+
+    def done(self, seq: int) -> None:
+        """The effect of message ``seq`` is durable (or it was refused): release what can be
+        released. Calling it twice, or after the link closed, is harmless."""
+        pending = self._pending
+        if pending and pending[0] == seq:
+            pending.popleft()
+            done = self._done
+            while pending and pending[0] in done:
+                done.discard(pending.popleft())
+        elif seq in pending:
+            self._done.add(seq)
+            return
+        self.release()
+
+    def release(self) -> None:
+        """Release everything below the oldest message in progress (call after a message
+        that needed no work, or to cover seqs the session handled itself)."""
+        link = self._link
+        if link.closed:
+            return
+        up_to = self._pending[0] - 1 if self._pending else link.session.received_up_to
+        if up_to > link.session.acked_up_to:
+            link.release(up_to)

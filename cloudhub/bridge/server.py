@@ -1,0 +1,169 @@
+"""The edge-facing server: accepts sessions over QUIC and WebSocket and runs each one.
+
+For every link the transports hand over (the TLS handshake done, the hello received):
+
+1. Identity: the node is the name in its client certificate; a hello naming another node
+   is refused (``UNAUTHORIZED``), as are peers the ``peer_checks`` refuse (the seam for
+   certificate revocation: ``check(link) -> reason or None``).
+2. The session becomes the node's current one (superseding an older one), the welcome is
+   sent at once (registration of the Node object runs in the background, so a slow API
+   never makes an agent's handshake time out), the ``on_connect`` hooks run, and the
+   node's desired set is diffed against its inventory (:meth:`NodeSession.sync`).
+3. Every message is dispatched (:mod:`.dispatch`); when the link ends, the
+   ``on_disconnect`` hooks run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+
+from cloudhub.bridge.dispatch import Dispatcher, Inbound
+from cloudhub.bridge.objects import NodeObjects
+from cloudhub.bridge.registry import SessionRegistry
+from cloudhub.bridge.session import NodeSession
+from cloudhub.observability.metrics import HubMetrics
+from protocol.errors import CloseCode, ErrorCode
+from protocol.messages import Message, Welcome
+from protocol.session import Closed, MessageReceived, PeerError
+from protocol.transport import Link
+
+__all__ = ["EdgeServer", "PeerCheck"]
+
+log = logging.getLogger(__name__)
+
+#: ``check(link) -> None`` to allow, or a reason to refuse the session (``UNAUTHORIZED``).
+PeerCheck = Callable[[Link], "Awaitable[str | None] | str | None"]
+
+
+class EdgeServer:
+    """Runs edge sessions: identity, registry, sync, dispatch.
+
+    Args:
+        registry: node -> current session and the connect/disconnect hooks.
+        objects: the desired sets.
+        dispatcher: the kind -> handler table.
+        metrics: the hub's metrics.
+        heartbeat_interval: seconds, sent in every welcome.
+        on_refused: called for every refused message (logs, Events); see
+            :meth:`cloudhub.bridge.session.NodeSession.refuse`.
+    """
+
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        objects: NodeObjects,
+        dispatcher: Dispatcher,
+        metrics: HubMetrics,
+        *,
+        heartbeat_interval: float,
+        on_refused: Callable[[Inbound, ErrorCode, str], None] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.objects = objects
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.heartbeat_interval = heartbeat_interval
+        self.peer_checks: list[PeerCheck] = []
+        self._on_refused = on_refused
+        self._ids = itertools.count(1)
+        self._id_prefix = f"{os.getpid():x}-{int(time.time()) & 0xFFFFFF:x}"
+        objects.add_listener(registry.refresh)
+
+    async def handle(self, link: Link) -> None:
+        """The transports' handler: one session from hello to close."""
+        hello = link.hello
+        assert hello is not None
+        node = hello.node_name
+        metrics = self.metrics
+        refusal = await self._refusal(link)
+        if refusal is not None:
+            log.warning("refused a session: %s", refusal, extra={"node": node})
+            metrics.sessions_refused.labels(link.transport).inc()
+            link.reject(CloseCode.UNAUTHORIZED, refusal)
+            return
+        session_id = f"{self._id_prefix}-{next(self._ids)}"
+        session = NodeSession(
+            node,
+            link,
+            session_id,
+            self.objects,
+            on_refused=self._on_refused,
+            on_sent=self._count_sent,
+        )
+        registry = self.registry
+        resend_below = registry.received_up_to(node) + 1
+        link.accept(
+            Welcome(
+                version=link.version or 1,
+                hub_time=time.time(),
+                session_id=session_id,
+                received_up_to=registry.acked_up_to(node),
+                heartbeat_interval=self.heartbeat_interval,
+            )
+        )
+        registry.attach(session)
+        transport = link.transport
+        metrics.sessions_opened.labels(transport).inc()
+        metrics.connected.labels(transport).inc()
+        queued = session.sync(hello.inventory)
+        session.log.info(
+            "connected over %s: agent %s, inventory %d, %d objects to sync",
+            transport,
+            hello.agent_version,
+            len(hello.inventory),
+            queued,
+        )
+        code = CloseCode.CONNECTION_LOST
+        try:
+            async for event in link:
+                if event.__class__ is MessageReceived:
+                    self._on_message(session, event, resend_below)
+                elif isinstance(event, PeerError):
+                    session.log.warning("the agent reported an error: %s", event.error.message)
+                elif isinstance(event, Closed):
+                    code = event.code
+                    session.log.info(
+                        "disconnected: %s %s%s",
+                        event.code.name,
+                        event.reason,
+                        " (by the agent)" if event.by_peer else "",
+                    )
+        finally:
+            await session.aclose()
+            metrics.connected.labels(transport).dec()
+            metrics.sessions_closed.labels(transport, code.name).inc()
+            metrics.add_link_bytes(link)
+            registry.detach(session)
+
+    async def _refusal(self, link: Link) -> str | None:
+        hello = link.hello
+        assert hello is not None
+        if link.peer_node_name != hello.node_name:
+            return (
+                f"the hello names node {hello.node_name!r} but the client certificate "
+                f"names {link.peer_node_name!r}"
+            )
+        for check in self.peer_checks:
+            result = check(link)
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return str(result)
+        return None
+
+    def _on_message(self, session: NodeSession, event: MessageReceived, resend_below: int) -> None:
+        seq, message = event.seq, event.message
+        self.metrics.messages.labels("in", message.kind).inc()
+        if seq is not None:
+            if seq < resend_below:
+                self.metrics.resends.inc()
+            session.acks.received(seq)
+        self.dispatcher.dispatch(Inbound(session, seq, message))
+
+    def _count_sent(self, message: Message) -> None:
+        self.metrics.messages.labels("out", message.kind).inc()

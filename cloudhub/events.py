@@ -1,0 +1,245 @@
+"""Kubernetes Events: the hub's own about Nodes, and those edges report (``event`` messages).
+
+Hub Events (connected, disconnected, refused message) are recorded on the Node as kubelet
+records its node events: in the ``default`` namespace (``nodes.event_namespace``), with
+``involvedObject.uid`` set to the node name, which is what ``kubectl describe node`` looks
+for. They are best effort, as client-go's event broadcaster: rate-limited with the other
+node writes, and dropped (counted) when the queue is full.
+
+Edge Events are at-least-once: each one is acknowledged once created. Its name is derived
+from the node, the object, the reason and the edge's timestamp, so a resent Event finds
+itself already there (409) instead of being recorded twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cloudhub.bridge.authz import Decision, NodeAuthorizer
+from cloudhub.bridge.dispatch import Dispatcher, Inbound
+from cloudhub.errors import KubeAPIError, KubeConflict
+from cloudhub.kube import EVENTS, KubeClient, TokenBucket
+from cloudhub.kube.times import rfc3339
+from cloudhub.observability.metrics import HubMetrics
+from protocol.backoff import backoff
+from protocol.errors import ErrorCode
+from protocol.messages import KubeEvent
+from protocol.transport._tasks import TaskScope
+
+__all__ = ["EventRecorder"]
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "cloudhub"
+REPORTING_COMPONENT = "edgefleet.io/cloudhub"
+
+_CORE_KINDS = frozenset({"Pod", "Node", "ConfigMap", "Secret", "Service", "Namespace"})
+
+
+@dataclass(slots=True)
+class _Pending:
+    event: dict
+    required: bool  # edge events: retried until created; hub events: best effort
+    done: Callable[[KubeAPIError | None], None] | None
+
+
+class EventRecorder:
+    """Writes Events, one queue, a few workers, rate-limited.
+
+    Args:
+        client: the API client.
+        bucket: the rate limiter shared with other node writes.
+        metrics: the hub's metrics.
+        namespace: where Node Events go (kubelet: ``default``).
+        instance: this hub's identity (``reportingInstance``).
+        max_queue: hub Events waiting beyond this are dropped.
+        workers: Event writes in flight at once.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        bucket: TokenBucket,
+        metrics: HubMetrics,
+        *,
+        namespace: str = "default",
+        instance: str = "cloudhub",
+        max_queue: int = 1000,
+        workers: int = 2,
+    ) -> None:
+        self.client = client
+        self.bucket = bucket
+        self.metrics = metrics
+        self.namespace = namespace
+        self.instance = instance
+        self.max_queue = max_queue
+        self.workers = workers
+        self._queue: deque[_Pending] = deque()
+        self._wake = asyncio.Event()
+        self._scope = TaskScope()
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def node_event(self, node: str, type_: str, reason: str, message: str) -> None:
+        """Record a hub Event on Node ``node`` (best effort; never blocks)."""
+        now = time.time()
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
+        name = f"{node}.{time.time_ns():x}"
+        event = self._event(self.namespace, name, involved, type_, reason, message, now, 1, node)
+        if len(self._queue) >= self.max_queue:
+            self.metrics.events_dropped.inc()
+            return
+        self._put(_Pending(event, False, None))
+
+    def edge_event(
+        self, node: str, message: KubeEvent, done: Callable[[KubeAPIError | None], None]
+    ) -> None:
+        """Record an Event an edge reported; ``done`` once it exists (or was refused)."""
+        ref = message.ref
+        involved: dict = {"kind": ref.kind, "name": ref.name, "uid": ref.uid}
+        if ref.kind in _CORE_KINDS:
+            involved["apiVersion"] = "v1"
+        if ref.namespace:
+            involved["namespace"] = ref.namespace
+        if ref.kind == "Node":
+            involved["uid"] = ref.name  # as kubelet names its Node in Events
+        identity = f"{node}\0{ref.uid}\0{message.reason}\0{message.timestamp!r}\0{message.count}"
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+        namespace = ref.namespace or self.namespace
+        event = self._event(
+            namespace,
+            f"{ref.name}.{digest}",
+            involved,
+            message.type,
+            message.reason,
+            message.message,
+            message.timestamp,
+            message.count,
+            node,
+            component="edgeagent",
+        )
+        self._put(_Pending(event, True, done))
+
+    def _event(
+        self,
+        namespace: str,
+        name: str,
+        involved: dict,
+        type_: str,
+        reason: str,
+        message: str,
+        at: float,
+        count: int,
+        node: str,
+        component: str = COMPONENT,
+    ) -> dict:
+        stamp = rfc3339(at)
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved,
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": component, "host": node},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": count,
+            "reportingComponent": REPORTING_COMPONENT,
+            "reportingInstance": self.instance,
+        }
+
+    def _put(self, pending: _Pending) -> None:
+        self._queue.append(pending)
+        self._wake.set()
+
+    def register(self, dispatcher: Dispatcher, authorizer: NodeAuthorizer) -> None:
+        """Route edge ``event`` messages here, after node authorization of the involved
+        object (its own Node, its pods and what they reference)."""
+
+        def on_event(inbound: Inbound) -> None:
+            message = inbound.message
+            assert isinstance(message, KubeEvent)
+            decision = authorizer.check(inbound.node, message.ref)
+            if decision is Decision.FORBIDDEN:
+                ref = message.ref
+                inbound.refuse(
+                    ErrorCode.FORBIDDEN,
+                    f"{ref.kind} {ref.namespace}/{ref.name} is not an object of node "
+                    f"{inbound.node}",
+                )
+                return
+            if decision is Decision.NOT_FOUND:
+                inbound.session.send_error(
+                    inbound, ErrorCode.NOT_FOUND, f"no {message.ref.kind} {message.ref.name}"
+                )
+                inbound.done()
+                return
+
+            def done(error: KubeAPIError | None) -> None:
+                if error is None:
+                    inbound.done()
+                else:
+                    inbound.refuse(ErrorCode.INVALID_MESSAGE, f"the API refused the Event: {error}")
+
+            self.edge_event(inbound.node, message, done)
+
+        dispatcher.register(KubeEvent, on_event)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run the workers until cancelled."""
+        for i in range(self.workers):
+            self._scope.create_task(self._worker(), name=f"events-{i}")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self._scope.aclose()
+
+    async def _worker(self) -> None:
+        queue = self._queue
+        while True:
+            while not queue:
+                self._wake.clear()
+                await self._wake.wait()
+            pending = queue.popleft()
+            error = await self._create(pending)
+            if pending.done is not None:
+                pending.done(error)
+
+    async def _create(self, pending: _Pending) -> KubeAPIError | None:
+        delays = backoff(uniform=random.uniform, base=0.5, cap=30.0)
+        attempts = 0
+        event = pending.event
+        while True:
+            attempts += 1
+            await self.bucket.acquire()
+            try:
+                await self.client.create(EVENTS, event)
+            except KubeConflict:  # already recorded (a resent edge Event)
+                self.metrics.node_writes.labels("event", "exists").inc()
+                return None
+            except KubeAPIError as exc:
+                if exc.retryable and (pending.required or attempts < 3):
+                    self.metrics.node_writes.labels("event", "retried").inc()
+                    await asyncio.sleep(next(delays))
+                    continue
+                self.metrics.node_writes.labels("event", "failed").inc()
+                log.warning(
+                    "cannot record Event %s: %s",
+                    event["reason"],
+                    exc,
+                    extra={"node": event["source"]["host"]},
+                )
+                return exc if not exc.retryable else None
+            self.metrics.node_writes.labels("event", "written").inc()
+            return None

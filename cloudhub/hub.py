@@ -1,0 +1,434 @@
+"""The cloud hub: every part wired together, started in order and stopped in reverse.
+
+Start (:meth:`Hub.start`):
+
+1. the observability server (``/healthz`` answers from the first moment, ``/readyz`` says
+   why it is not ready yet);
+2. the Kubernetes client: kubeconfig, in-cluster, or the embedded API server;
+3. the shared informers (pods bound to a node, ConfigMaps, Secrets, edge Nodes) and the
+   parts that use them; extensions run here (see below);
+4. wait until every informer has listed once — serving an edge before that would make its
+   sync delete everything it holds;
+5. the writers (pod reports, Events, node lifecycle), and the edge listeners (QUIC, WebSocket).
+
+Stop (:meth:`Hub.aclose`) closes the listeners first (every session gets ``GOING_AWAY``),
+then the background tasks, the client and the embedded API.
+
+**Extensions** are how other parts plug in: ``Hub(settings, extensions=[install, ...])``,
+each ``install(hub)`` called (and awaited if it returns an awaitable) after step 3's core
+is built and before the informers start. An extension may add informers
+(:meth:`Hub.add_informer`), message handlers (``hub.dispatcher.register(kind, handler)``),
+per-node objects sent down like pods (``hub.objects.add_source`` / ``add_kind`` /
+``changed``), session hooks (``hub.registry.on_connect`` / ``on_disconnect``), peer checks
+(``hub.edge.peer_checks``: certificate revocation), Node-deletion hooks
+(``hub.on_node_deleted``), background tasks (:meth:`Hub.add_task`) and collectors
+(``hub.metrics.registry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from cloudhub.bridge.authz import NodeAuthorizer
+from cloudhub.bridge.dispatch import Dispatcher, Inbound
+from cloudhub.bridge.objects import NodeObjects
+from cloudhub.bridge.registry import SessionRegistry
+from cloudhub.bridge.server import EdgeServer
+from cloudhub.errors import ConfigError, HubError, KubeAPIError
+from cloudhub.events import EventRecorder
+from cloudhub.kube import (
+    CONFIGMAPS,
+    NODES,
+    PODS,
+    SECRETS,
+    Informer,
+    KubeClient,
+    ResourceType,
+    TokenBucket,
+)
+from cloudhub.nodes.lifecycle import NodeLifecycle
+from cloudhub.nodes.model import EDGE_ROLE_LABEL
+from cloudhub.observability.http import HealthServer
+from cloudhub.observability.metrics import HubMetrics
+from cloudhub.pods.handlers import PodHandlers
+from cloudhub.pods.source import POD_INDEXERS, PodSource, strip_object
+from cloudhub.pods.writer import PodReportWriter
+from cloudhub.settings import HubSettings
+from protocol.errors import CloseCode, ErrorCode, TransportError
+from protocol.pki import PKIError
+from protocol.transport import TLSCredentials, serve_quic, serve_websocket
+from protocol.transport._tasks import TaskScope
+
+__all__ = ["Extension", "Hub"]
+
+log = logging.getLogger(__name__)
+
+#: ``install(hub)``: plug a part into the hub before it starts serving.
+Extension = Callable[["Hub"], "Awaitable[None] | None"]
+
+
+def _slim_node(node: dict) -> dict:
+    """Nodes informer transform: keep what the hub reads (identity, labels, deletion,
+    conditions); 10,000 full Node objects would cost more than the sessions."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
+            if k in meta
+        },
+        "status": {"conditions": status.get("conditions") or []},
+    }
+
+
+class Hub:
+    """The cloud hub.
+
+    Args:
+        settings: the hub's settings.
+        credentials: TLS material for the edge listeners; read from ``settings.tls`` files
+            when omitted (the certificates part will pass what it loads from its Secret).
+        extensions: parts to plug in (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        settings: HubSettings,
+        *,
+        credentials: TLSCredentials | None = None,
+        extensions: list[Extension] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = HubMetrics()
+        self.registry = SessionRegistry()
+        self.objects = NodeObjects()
+        self.dispatcher = Dispatcher()
+        self.authorizer = NodeAuthorizer(
+            self.objects, enabled=settings.authorization.node_authorization
+        )
+        self.on_node_deleted: list[Callable[[str], None]] = []
+        self.identity = f"{socket.gethostname()}-{os.getpid()}"
+        self._credentials = credentials
+        self._extensions = list(extensions or ())
+        self._informers: list[Informer] = []
+        self._scope = TaskScope(on_failure=self._task_failed)
+        self._failed = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._embedded: Any = None
+        self._servers: list[Any] = []
+        self._started = False
+        self.kube: KubeClient | None = None
+        self.edge: EdgeServer | None = None
+        self.lifecycle: NodeLifecycle | None = None
+        self.events: EventRecorder | None = None
+        self.pod_writer: PodReportWriter | None = None
+        self.health = HealthServer(
+            self.metrics,
+            self.readiness,
+            settings.observability.http_host,
+            settings.observability.http_port,
+        )
+        self.quic_port: int | None = None
+        self.websocket_port: int | None = None
+
+    # -- for extensions ------------------------------------------------------------------------
+
+    def add_informer(self, rt: ResourceType, **kwargs: Any) -> Informer:
+        """A shared informer started with the hub's (and waited for before serving).
+
+        Raises:
+            HubError: called after the hub started serving.
+        """
+        if self.kube is None or self._started:
+            raise HubError("add_informer() is for extensions, before the hub serves")
+        informer = Informer(self.kube, rt, watch_timeout=self.settings.kube.watch_timeout, **kwargs)
+        self._informers.append(informer)
+        return informer
+
+    def add_task(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """Run a background coroutine owned by the hub (cancelled at close; if it fails,
+        the hub stops)."""
+        self._scope.create_task(coro, name=name)
+
+    @property
+    def informers(self) -> list[Informer]:
+        """Every shared informer."""
+        return list(self._informers)
+
+    @property
+    def http_port(self) -> int:
+        """The bound port of ``/metrics``, ``/healthz``, ``/readyz``."""
+        return self.health.port
+
+    # -- start and stop --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Hub:
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start everything; returns once edges are being served.
+
+        Raises:
+            ConfigError: unusable settings (TLS files, kubeconfig, ports).
+            TransportError: an edge listener cannot bind.
+        """
+        s = self.settings
+        credentials = self._credentials or _load_credentials(s)
+        await self.health.start()
+        self.kube = await self._connect_kube()
+        self._build()
+        for extension in self._extensions:
+            result = extension(self)
+            if inspect.isawaitable(result):
+                await result
+        for informer in self._informers:
+            self._scope.create_task(informer.run(), name=f"informer-{informer.rt.plural}")
+        await self._wait_synced()
+        for node in self._nodes.items():
+            name = (node.get("metadata") or {}).get("name")
+            if name and name not in self.registry:
+                self.lifecycle.watch_unseen(name)  # type: ignore[union-attr]
+        assert self.pod_writer is not None and self.events is not None
+        assert self.lifecycle is not None
+        self._scope.create_task(self.pod_writer.run(), name="pod-writer")
+        self._scope.create_task(self.events.run(), name="events")
+        self._scope.create_task(self.lifecycle.run(), name="node-lifecycle")
+        await self._listen(credentials)
+        self._started = True
+        log.info(
+            "serving edges: quic %s, websocket %s, metrics :%s",
+            self.quic_port,
+            self.websocket_port,
+            self.http_port,
+        )
+
+    async def _connect_kube(self) -> KubeClient:
+        k = self.settings.kube
+        kwargs = {"request_timeout": k.request_timeout, "observer": self.metrics.observe_request}
+        if k.mode == "kubeconfig":
+            assert k.kubeconfig is not None
+            return await KubeClient.from_kubeconfig(str(k.kubeconfig), context=k.context, **kwargs)
+        if k.mode == "in-cluster":
+            return KubeClient.in_cluster(**kwargs)
+        from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer, StandaloneError
+
+        try:
+            self._embedded = EmbeddedAPIServer(
+                APIServerSettings(
+                    data_dir=k.embedded_data_dir, host=k.embedded_host, port=k.embedded_port
+                )
+            )
+            await self._embedded.__aenter__()
+        except (StandaloneError, OSError) as exc:
+            self._embedded = None
+            raise ConfigError(f"cannot start the embedded API server: {exc}") from exc
+        log.info("embedded API server at %s", self._embedded.url)
+        return await KubeClient.from_kubeconfig(str(self._embedded.kubeconfig_path), **kwargs)
+
+    def _build(self) -> None:
+        s = self.settings
+        kube = self.kube
+        assert kube is not None
+        watch = s.kube.watch_timeout
+        pods = Informer(
+            kube,
+            PODS,
+            field_selector="spec.nodeName!=",
+            indexers=POD_INDEXERS,
+            transform=strip_object,
+            watch_timeout=watch,
+        )
+        configmaps = Informer(kube, CONFIGMAPS, transform=strip_object, watch_timeout=watch)
+        secrets = Informer(kube, SECRETS, transform=strip_object, watch_timeout=watch)
+        self._nodes = Informer(
+            kube, NODES, label_selector=EDGE_ROLE_LABEL, transform=_slim_node, watch_timeout=watch
+        )
+        self._informers += [pods, configmaps, secrets, self._nodes]
+        self.pods = pods
+        PodSource(pods, configmaps, secrets, self.objects)
+        node_bucket = TokenBucket(s.nodes.qps, s.nodes.burst)
+        self.events = EventRecorder(
+            kube,
+            node_bucket,
+            self.metrics,
+            namespace=s.nodes.event_namespace,
+            instance=self.identity,
+        )
+        self.pod_writer = PodReportWriter(
+            kube,
+            pods,
+            TokenBucket(s.status.qps, s.status.burst),
+            self.metrics,
+            workers=s.status.workers,
+            retry_cap=s.status.retry_cap,
+        )
+        PodHandlers(self.authorizer, self.pod_writer).register(self.dispatcher)
+        self.events.register(self.dispatcher, self.authorizer)
+        self.lifecycle = NodeLifecycle(
+            kube, s.nodes, node_bucket, self.metrics, self.events, self.registry
+        )
+        self.edge = EdgeServer(
+            self.registry,
+            self.objects,
+            self.dispatcher,
+            self.metrics,
+            heartbeat_interval=s.session.heartbeat_interval,
+            on_refused=self._refused,
+        )
+        self._nodes.add_handler(self._on_node)
+        self.metrics.watch(
+            sessions=self.registry.sessions,
+            informers=lambda: self._informers,
+            status_pending=lambda: len(self.pod_writer) if self.pod_writer is not None else 0,
+        )
+
+    async def _wait_synced(self) -> None:
+        pending = {asyncio.ensure_future(i.synced.wait()) for i in self._informers}
+        failed = asyncio.ensure_future(self._failed.wait())
+        try:
+            while pending:
+                done, pending = await asyncio.wait(
+                    pending | {failed}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if failed in done:
+                    raise HubError(f"a hub task failed while starting: {self._failure!r}")
+                pending.discard(failed)
+        finally:
+            for future in (*pending, failed):
+                future.cancel()
+            await asyncio.gather(*pending, failed, return_exceptions=True)
+
+    async def _listen(self, credentials: TLSCredentials) -> None:
+        s = self.settings
+        assert self.edge is not None
+        config = s.session.session_config()
+        if s.listen.quic:
+            quic = await serve_quic(
+                self.edge.handle,
+                s.listen.quic_host,
+                s.listen.quic_port,
+                credentials=credentials,
+                config=config,
+                hello_timeout=s.listen.hello_timeout,
+            )
+            self._servers.append(quic)
+            self.quic_port = quic.port
+        if s.listen.websocket:
+            ws = await serve_websocket(
+                self.edge.handle,
+                s.listen.websocket_host,
+                s.listen.websocket_port,
+                credentials=credentials,
+                config=config,
+                hello_timeout=s.listen.hello_timeout,
+                backlog=s.listen.backlog,
+            )
+            self._servers.append(ws)
+            self.websocket_port = ws.port
+
+    async def aclose(self) -> None:
+        """Stop serving and release everything (idempotent)."""
+        servers, self._servers = self._servers, []
+        await asyncio.gather(*(server.aclose() for server in servers), return_exceptions=True)
+        await self.dispatcher.aclose()
+        await self._scope.aclose()
+        if self.kube is not None:
+            await self.kube.close()
+            self.kube = None
+        if self._embedded is not None:
+            embedded, self._embedded = self._embedded, None
+            await embedded.__aexit__(None, None, None)
+        await self.health.aclose()
+
+    async def serve_forever(self) -> None:
+        """Wait until a background task fails (then raise it); cancel to stop.
+
+        Raises:
+            HubError: a background task failed (its exception chained).
+        """
+        await self._failed.wait()
+        raise HubError(f"a hub task failed: {self._failure!r}") from self._failure
+
+    def _task_failed(self, exc: BaseException) -> None:
+        log.error("hub task failed", exc_info=exc)
+        self._failure = exc
+        self._failed.set()
+
+    # -- glue ---------------------------------------------------------------------------------
+
+    async def readiness(self) -> list[str]:
+        """Why the hub is not ready (empty when it is): API unreachable, informers not
+        synced, not serving yet."""
+        reasons = []
+        if self.kube is None:
+            return ["no Kubernetes client yet"]
+        try:
+            await self.kube.version(timeout=self.settings.observability.ready_api_timeout)
+        except KubeAPIError as exc:
+            reasons.append(f"Kubernetes API unreachable: {exc}")
+        for informer in self._informers:
+            if not informer.synced.is_set():
+                reasons.append(f"informer {informer.rt.plural} not synced")
+        if not self._started:
+            reasons.append("not serving edges yet")
+        return reasons
+
+    def _on_node(self, event: str, node: dict, old: dict | None) -> None:
+        if event != "DELETED":
+            return
+        name = (node.get("metadata") or {}).get("name") or ""
+        log.info("Node deleted", extra={"node": name})
+        self.registry.close_node(name, CloseCode.UNAUTHORIZED, f"Node {name} was deleted")
+        self.registry.forget(name)
+        if self.lifecycle is not None:
+            self.lifecycle.forget(name)
+        for hook in self.on_node_deleted:
+            try:
+                hook(name)
+            except Exception:
+                log.exception("on_node_deleted hook failed", extra={"node": name})
+
+    def _refused(self, inbound: Inbound, code: ErrorCode, text: str) -> None:
+        kind = type(inbound.message).kind
+        self.metrics.refused.labels(kind, code.name).inc()
+        inbound.session.log.warning(
+            "refused %s (seq %s): %s: %s", kind, inbound.seq, code.name, text
+        )
+        if self.events is not None and code is not ErrorCode.UNSUPPORTED:
+            self.events.node_event(
+                inbound.node, "Warning", "MessageRefused", f"{kind} refused: {code.name}: {text}"
+            )
+
+
+def _load_credentials(settings: HubSettings) -> TLSCredentials:
+    tls = settings.tls
+    missing = [k for k in ("ca_file", "cert_file", "key_file") if getattr(tls, k) is None]
+    if missing:
+        raise ConfigError("TLS material is required: set " + ", ".join(f"tls.{k}" for k in missing))
+    try:
+        return TLSCredentials.from_pem(
+            tls.ca_file.read_bytes(),  # type: ignore[union-attr]
+            tls.cert_file.read_bytes(),  # type: ignore[union-attr]
+            tls.key_file.read_bytes(),  # type: ignore[union-attr]
+        )
+    except OSError as exc:
+        raise ConfigError(f"cannot read TLS material: {exc}") from exc
+    except (PKIError, TransportError) as exc:
+        raise ConfigError(f"unusable TLS material: {exc}") from exc

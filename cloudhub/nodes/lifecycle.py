@@ -1,0 +1,430 @@
+"""Node health as Kubernetes sees it: registration, Lease renewal, Ready, Ready=Unknown.
+
+While a node is connected the hub does what its kubelet would: register (create or update)
+its Node, renew its Lease in ``kube-node-lease`` every ``nodes.lease_interval`` seconds and
+refresh the Ready heartbeat every ``nodes.status_report_interval``. When its session ends
+the hub stops renewing, and once ``nodes.not_ready_grace`` has passed with no new session
+and a stale Lease it sets every kubelet condition to Unknown, as the node lifecycle
+controller does for a silent kubelet (in a real cluster that controller reaches the same
+verdict from the same stale Lease).
+
+All of it runs on one timer heap and two small worker pools (Lease renewals never wait
+behind rate-limited Node writes), not one task per node: 10,000 idle nodes cost heap
+entries, not tasks. Each node has a *generation*, bumped at every connect and disconnect;
+a job scheduled under an older generation is dropped, so a fast reconnect never sees its
+Lease stop or its node marked Unknown by the cleanup of the session it replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from cloudhub.bridge.registry import SessionRegistry
+from cloudhub.bridge.session import NodeSession
+from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
+from cloudhub.events import EventRecorder
+from cloudhub.kube import LEASES, NODES, KubeClient, TokenBucket, micro_time, parse_time
+from cloudhub.kube.retry import update_with_retry
+from cloudhub.nodes import model
+from cloudhub.observability.metrics import HubMetrics
+from cloudhub.settings import NodeSettings
+from protocol.errors import CloseCode
+from protocol.transport._tasks import TaskScope
+
+__all__ = ["NodeLifecycle"]
+
+log = logging.getLogger(__name__)
+
+REGISTER, LEASE, HEARTBEAT, UNKNOWN = "register", "lease", "heartbeat", "unknown"
+
+
+class _State:
+    __slots__ = ("failures", "generation", "registered", "session", "uid")
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.session: NodeSession | None = None
+        self.uid = ""
+        self.registered = False
+        self.failures = 0
+
+
+class NodeLifecycle:
+    """Registers edge nodes, renews their Leases, and marks silent ones Unknown.
+
+    Args:
+        client: the API client.
+        settings: the ``nodes`` settings group.
+        bucket: rate limiter for Node writes (Lease renewals are paced by their interval).
+        metrics: the hub's metrics.
+        events: where connect/disconnect Events go.
+        registry: sessions (to close one whose name belongs to a non-edge Node).
+        clock: wall clock, seconds since the epoch (written into the API).
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: NodeSettings,
+        bucket: TokenBucket,
+        metrics: HubMetrics,
+        events: EventRecorder,
+        registry: SessionRegistry,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.bucket = bucket
+        self.metrics = metrics
+        self.events = events
+        self.registry = registry
+        self._clock = clock
+        self._states: dict[str, _State] = {}
+        self._heap: list[tuple[float, int, str, str, int]] = []
+        self._tie = itertools.count()
+        self._timer_wake = asyncio.Event()
+        self._lease_jobs: deque[tuple[str, str, int]] = deque()
+        self._node_jobs: deque[tuple[str, str, int]] = deque()
+        self._lease_wake = asyncio.Event()
+        self._node_wake = asyncio.Event()
+        self._scope = TaskScope()
+        registry.on_connect.append(self.connected)
+        registry.on_disconnect.append(self.disconnected)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def node_uid(self, node: str) -> str:
+        """The Node's uid once registered, else ``""``."""
+        state = self._states.get(node)
+        return state.uid if state is not None else ""
+
+    def registered(self, node: str) -> bool:
+        """Whether the node's current session has registered its Node."""
+        state = self._states.get(node)
+        return state is not None and state.registered
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def connected(self, session: NodeSession) -> None:
+        """Registry hook: a session became current: register now, then keep it healthy."""
+        state = self._states.get(session.node)
+        if state is None:
+            state = self._states[session.node] = _State()
+        state.generation += 1
+        state.session = session
+        state.registered = False
+        state.failures = 0
+        self._run_now(session.node, REGISTER, state.generation)
+        self.events.node_event(
+            session.node,
+            "Normal",
+            "EdgeConnected",
+            f"Edge agent connected over {session.transport}",
+        )
+
+    def disconnected(self, session: NodeSession, was_current: bool) -> None:
+        """Registry hook: stop renewing and start the grace period (only if no newer
+        session took over)."""
+        if not was_current:
+            return
+        state = self._states.get(session.node)
+        if state is None:
+            return
+        state.generation += 1
+        state.session = None
+        state.registered = False
+        self._schedule(
+            self._clock_mono() + self.settings.not_ready_grace,
+            session.node,
+            UNKNOWN,
+            state.generation,
+        )
+        self.events.node_event(
+            session.node, "Normal", "EdgeDisconnected", "Edge agent disconnected"
+        )
+
+    def watch_unseen(self, node: str) -> None:
+        """A Node this hub has no session for (seen at start, or held by nobody): mark it
+        Unknown after the grace period unless a session arrives or its Lease is fresh."""
+        if node in self._states:
+            return
+        state = self._states[node] = _State()
+        state.generation = 1
+        self._schedule(self._clock_mono() + self.settings.not_ready_grace, node, UNKNOWN, 1)
+
+    def forget(self, node: str) -> None:
+        """The Node was deleted: drop everything pending for it."""
+        self._states.pop(node, None)
+
+    # -- scheduling -----------------------------------------------------------------------
+
+    @staticmethod
+    def _clock_mono() -> float:
+        return time.monotonic()
+
+    def _schedule(self, at: float, node: str, job: str, generation: int) -> None:
+        heap = self._heap
+        first = heap[0][0] if heap else None
+        heapq.heappush(heap, (at, next(self._tie), node, job, generation))
+        if first is None or at < first:
+            self._timer_wake.set()
+
+    def _run_now(self, node: str, job: str, generation: int) -> None:
+        if job == LEASE:
+            self._lease_jobs.append((node, job, generation))
+            self._lease_wake.set()
+        else:
+            self._node_jobs.append((node, job, generation))
+            self._node_wake.set()
+
+    def _current(self, node: str, generation: int) -> _State | None:
+        state = self._states.get(node)
+        if state is None or state.generation != generation:
+            return None
+        return state
+
+    async def run(self) -> None:
+        """The timer and the workers, until cancelled."""
+        scope = self._scope
+        writers = self.settings.writers
+        for i in range(writers):
+            scope.create_task(self._worker(self._lease_jobs, self._lease_wake), name=f"lease-{i}")
+            scope.create_task(self._worker(self._node_jobs, self._node_wake), name=f"node-{i}")
+        try:
+            await self._timer()
+        finally:
+            await scope.aclose()
+
+    async def _timer(self) -> None:
+        heap = self._heap
+        while True:
+            now = time.monotonic()
+            while heap and heap[0][0] <= now:
+                _, _, node, job, generation = heapq.heappop(heap)
+                if self._current(node, generation) is not None:
+                    self._run_now(node, job, generation)
+            self._timer_wake.clear()
+            timeout = heap[0][0] - now if heap else None
+            try:
+                await asyncio.wait_for(self._timer_wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _worker(self, jobs: deque[tuple[str, str, int]], wake: asyncio.Event) -> None:
+        while True:
+            while not jobs:
+                wake.clear()
+                await wake.wait()
+            node, job, generation = jobs.popleft()
+            state = self._current(node, generation)
+            if state is None:
+                continue
+            try:
+                await self._do(job, node, state, generation)
+            except KubeAPIError as exc:
+                self._failed(job, node, state, generation, exc)
+            except Exception:
+                log.exception("node %s job failed", job, extra={"node": node})
+                self._failed(job, node, state, generation, None)
+
+    async def _do(self, job: str, node: str, state: _State, generation: int) -> None:
+        s = self.settings
+        if job == REGISTER:
+            if await self._register(node, state):
+                if self._current(node, generation) is state:
+                    state.registered = True
+                    state.failures = 0
+                    self._run_now(node, LEASE, generation)
+                    self._schedule(
+                        time.monotonic() + s.status_report_interval, node, HEARTBEAT, generation
+                    )
+        elif job == LEASE:
+            await self._renew_lease(node, state)
+            state.failures = 0
+            self._schedule(time.monotonic() + s.lease_interval, node, LEASE, generation)
+        elif job == HEARTBEAT:
+            await self._heartbeat(node, state)
+            self._schedule(time.monotonic() + s.status_report_interval, node, HEARTBEAT, generation)
+        elif job == UNKNOWN:
+            await self._mark_unknown(node, state, generation)
+
+    def _failed(
+        self, job: str, node: str, state: _State, generation: int, exc: KubeAPIError | None
+    ) -> None:
+        state.failures += 1
+        what = {REGISTER: "node", LEASE: "lease", HEARTBEAT: "heartbeat", UNKNOWN: "unknown"}[job]
+        self.metrics.node_writes.labels(what, "retried").inc()
+        # kubelet retries its lease with back-off up to 7 s; never beyond the interval.
+        delay = min(0.2 * 2 ** min(state.failures, 8), self.settings.lease_interval)
+        log.warning(
+            "%s write failed (%s); retrying in %.1f s", what, exc, delay, extra={"node": node}
+        )
+        self._schedule(time.monotonic() + delay, node, job, generation)
+
+    # -- the writes ---------------------------------------------------------------------------
+
+    async def _register(self, node: str, state: _State) -> bool:
+        session = state.session
+        if session is None or session.link.hello is None:
+            return False
+        hello = session.link.hello
+        facts = model.node_facts(hello)
+        if facts.problems:
+            session.log.warning("node info: %s", "; ".join(facts.problems))
+        now = self._clock()
+        transport = session.transport
+        await self.bucket.acquire()
+        try:
+            existing = await self.client.get(NODES, node)
+        except KubeNotFound:
+            existing = None
+        if existing is None:
+            try:
+                await self.bucket.acquire()
+                created = await self.client.create(
+                    NODES, model.build_node(node, facts, hello, transport, now)
+                )
+            except KubeConflict:  # created meanwhile (another replica, a retry): update it
+                existing = await self.client.get(NODES, node)
+            except KubeAPIError as exc:
+                if exc.retryable:
+                    raise
+                return self._unregistrable(session, f"the API refused the Node: {exc}")
+            else:
+                state.uid = (created.get("metadata") or {}).get("uid") or ""
+                self.metrics.node_writes.labels("node", "created").inc()
+                session.log.info("registered Node %s", node)
+                return True
+        if not model.is_edge_node(existing):
+            return self._unregistrable(
+                session,
+                f"Node {node} exists and is not an edge node (no {model.EDGE_ROLE_LABEL} label)",
+            )
+        try:
+            await self._update_node(node, facts, hello, transport, now)
+        except KubeNotFound:  # deleted between the read and the write: next attempt creates
+            raise KubeAPIError(503, "", "the Node vanished during registration") from None
+        except KubeAPIError as exc:
+            if exc.retryable:
+                raise
+            return self._unregistrable(session, f"the API refused the Node update: {exc}")
+        state.uid = (existing.get("metadata") or {}).get("uid") or ""
+        self.metrics.node_writes.labels("node", "updated").inc()
+        return True
+
+    async def _update_node(self, node, facts, hello, transport, now) -> None:
+        def metadata(current: dict) -> dict | None:
+            return model.node_metadata(current, facts, hello, transport)
+
+        def status(current: dict) -> dict:
+            return {
+                **current,
+                "status": model.node_status(current.get("status") or {}, facts, transport, now),
+            }
+
+        await self.bucket.acquire()
+        await update_with_retry(self.client, NODES, node, None, metadata)
+        await self.bucket.acquire()
+        await update_with_retry(self.client, NODES, node, None, status, subresource="status")
+
+    def _unregistrable(self, session: NodeSession, reason: str) -> bool:
+        session.log.error("cannot register the node: %s", reason)
+        self.metrics.node_writes.labels("node", "refused").inc()
+        if self.registry.get(session.node) is session:
+            self.registry.close_node(session.node, CloseCode.UNAUTHORIZED, reason)
+        return False
+
+    async def _renew_lease(self, node: str, state: _State) -> None:
+        s = self.settings
+        now = self._clock()
+        patch = {
+            "spec": {
+                "holderIdentity": node,
+                "leaseDurationSeconds": s.lease_duration,
+                "renewTime": micro_time(now),
+            }
+        }
+        try:
+            await self.client.patch(LEASES, node, patch, s.lease_namespace)
+        except KubeNotFound:
+            lease = model.build_lease(
+                node, s.lease_namespace, node_uid=state.uid, duration=s.lease_duration, now=now
+            )
+            try:
+                await self.client.create(LEASES, lease)
+            except KubeConflict:  # created meanwhile: renew it
+                await self.client.patch(LEASES, node, patch, s.lease_namespace)
+            self.metrics.node_writes.labels("lease", "created").inc()
+            return
+        self.metrics.node_writes.labels("lease", "renewed").inc()
+
+    async def _heartbeat(self, node: str, state: _State) -> None:
+        session = state.session
+        if session is None:
+            return
+        now = self._clock()
+        transport = session.transport
+
+        def refresh(current: dict) -> dict:
+            status = current.get("status") or {}
+            conditions = model.set_conditions(
+                status.get("conditions"), model.ready_conditions(now, transport)
+            )
+            return {**current, "status": {**status, "conditions": conditions}}
+
+        await self.bucket.acquire()
+        try:
+            await update_with_retry(self.client, NODES, node, None, refresh, subresource="status")
+        except KubeNotFound:
+            return  # deleted: the nodes informer closes the session
+        self.metrics.node_writes.labels("heartbeat", "written").inc()
+
+    async def _mark_unknown(self, node: str, state: _State, generation: int) -> None:
+        s = self.settings
+        if state.session is not None:
+            return
+        # Another hub replica may hold the node now: its Lease is then fresh.
+        try:
+            lease = await self.client.get(LEASES, node, s.lease_namespace)
+        except KubeNotFound:
+            lease = None
+        renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
+        now = self._clock()
+        if renewed is not None and now - renewed < s.not_ready_grace:
+            self._schedule(
+                time.monotonic() + s.not_ready_grace - (now - renewed) + 0.05,
+                node,
+                UNKNOWN,
+                generation,
+            )
+            return
+
+        def unknown(current: dict) -> dict | None:
+            status = current.get("status") or {}
+            conditions = model.unknown_conditions(status.get("conditions"), now)
+            if conditions == status.get("conditions"):
+                return None
+            return {**current, "status": {**status, "conditions": conditions}}
+
+        await self.bucket.acquire()
+        try:
+            written = await update_with_retry(
+                self.client, NODES, node, None, unknown, subresource="status"
+            )
+        except KubeNotFound:
+            written = None
+        if self._current(node, generation) is state:
+            del self._states[node]
+        if written is not None:
+            self.metrics.node_writes.labels("unknown", "written").inc()
+            log.info(
+                "no session for %.0f s: Ready=Unknown", s.not_ready_grace, extra={"node": node}
+            )

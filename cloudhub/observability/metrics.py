@@ -1,0 +1,238 @@
+"""The hub's Prometheus metrics (prometheus-client), on a registry of its own.
+
+Nothing is labelled per node: with 10,000 nodes a per-node series would cost the
+Prometheus server more than the hub. Per-session figures (unacknowledged depth, outbox
+depth) are exported as gauge histograms computed at scrape time: how many sessions are in
+each bucket right now.
+
+Other parts add their collectors to :attr:`HubMetrics.registry` (edge metrics:
+``hub.metrics.registry.register(EdgeMetricsCollector(...))``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+__all__ = ["DEPTH_BUCKETS", "HubMetrics"]
+
+NS = "edgefleet_hub"
+
+DEPTH_BUCKETS = (0.0, 1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
+"""Upper bounds of the per-session depth gauge histograms (messages)."""
+
+_API_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class HubMetrics:
+    """Every metric the hub exports.
+
+    Attributes:
+        registry: the collector registry ``/metrics`` renders.
+    """
+
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        self.connected = Gauge(
+            f"{NS}_connected_nodes", "Nodes with an open session", ["transport"], registry=registry
+        )
+        self.sessions_opened = Counter(
+            f"{NS}_sessions_opened", "Sessions accepted", ["transport"], registry=registry
+        )
+        self.sessions_closed = Counter(
+            f"{NS}_sessions_closed",
+            "Sessions ended, by close code",
+            ["transport", "code"],
+            registry=registry,
+        )
+        self.sessions_refused = Counter(
+            f"{NS}_sessions_refused",
+            "Hellos refused (identity mismatch, revoked certificate)",
+            ["transport"],
+            registry=registry,
+        )
+        self.messages = Counter(
+            f"{NS}_messages",
+            "Application messages by direction (in: from edges) and kind",
+            ["direction", "kind"],
+            registry=registry,
+        )
+        self.resends = Counter(
+            f"{NS}_resends",
+            "Edge messages received again after a reconnect (sent before, not acknowledged)",
+            registry=registry,
+        )
+        self.refused = Counter(
+            f"{NS}_refused_messages",
+            "Edge messages answered with an error, by kind and error code",
+            ["kind", "code"],
+            registry=registry,
+        )
+        self.api_latency = Histogram(
+            f"{NS}_api_request_duration_seconds",
+            "Kubernetes API request latency by verb and resource (watch: until it opened)",
+            ["verb", "resource"],
+            buckets=_API_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.api_errors = Counter(
+            f"{NS}_api_request_errors",
+            "Kubernetes API requests that failed, by verb and HTTP status (0: no answer)",
+            ["verb", "resource", "code"],
+            registry=registry,
+        )
+        self.status_writes = Counter(
+            f"{NS}_pod_status_writes",
+            "Pod status reports by outcome (written, unchanged, gone, refused, conflict, retried)",
+            ["result"],
+            registry=registry,
+        )
+        self.pod_deletions = Counter(
+            f"{NS}_pod_deletions",
+            "Pods finalised (deleted with grace period 0) after their edge confirmed",
+            ["result"],
+            registry=registry,
+        )
+        self.node_writes = Counter(
+            f"{NS}_node_writes",
+            "Writes about nodes (node, lease, heartbeat, unknown, event) by outcome",
+            ["what", "result"],
+            registry=registry,
+        )
+        self.events_dropped = Counter(
+            f"{NS}_events_dropped",
+            "Hub Events not recorded because the event queue was full",
+            registry=registry,
+        )
+        self._bytes = {("in", "quic"): 0, ("in", "websocket"): 0}
+        self._bytes.update({("out", "quic"): 0, ("out", "websocket"): 0})
+        self._live: Callable[[], Iterable[Any]] | None = None
+        self._informers: Callable[[], Iterable[Any]] | None = None
+        self._status_pending: Callable[[], int] | None = None
+        registry.register(_ScrapeTime(self))
+
+    # -- feeds --------------------------------------------------------------------------------
+
+    def observe_request(self, verb: str, resource: str, status: int, seconds: float) -> None:
+        """A :data:`cloudhub.kube.RequestObserver` for the hub's KubeClient."""
+        self.api_latency.labels(verb, resource).observe(seconds)
+        if status == 0 or status >= 400:
+            self.api_errors.labels(verb, resource, str(status)).inc()
+
+    def add_link_bytes(self, link: Any) -> None:
+        """Add an ended link's byte counts to the totals."""
+        self._bytes["in", link.transport] += link.bytes_in
+        self._bytes["out", link.transport] += link.bytes_out
+
+    def watch(
+        self,
+        *,
+        sessions: Callable[[], Iterable[Any]],
+        informers: Callable[[], Iterable[Any]],
+        status_pending: Callable[[], int],
+    ) -> None:
+        """Say where scrape-time figures come from: the live sessions, the informers, and
+        the number of pod reports waiting to be written."""
+        self._live, self._informers, self._status_pending = sessions, informers, status_pending
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything registered."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+
+def _gauge_histogram(name: str, doc: str, values: Iterable[int]) -> GaugeHistogramMetricFamily:
+    counts = [0] * (len(DEPTH_BUCKETS) + 1)
+    total = 0
+    n = 0
+    for value in values:
+        n += 1
+        total += value
+        for i, bound in enumerate(DEPTH_BUCKETS):
+            if value <= bound:
+                counts[i] += 1
+                break
+        else:
+            counts[-1] += 1
+    cumulative, buckets = 0, []
+    for bound, count in zip((*DEPTH_BUCKETS, float("inf")), counts, strict=False):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+    return GaugeHistogramMetricFamily(name, doc, buckets=buckets, gsum_value=total)
+
+
+class _ScrapeTime(Collector):
+    """Figures computed when Prometheus scrapes: per-session depths, bytes, informers."""
+
+    def __init__(self, metrics: HubMetrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[Any]:
+        m = self.m
+        sessions = list(m._live()) if m._live is not None else []
+        yield _gauge_histogram(
+            f"{NS}_session_unacked_messages",
+            "Sessions by edge messages received and not yet acknowledged (effect not durable)",
+            (s.acks.in_progress for s in sessions),
+        )
+        yield _gauge_histogram(
+            f"{NS}_session_outbox_messages",
+            "Sessions by hub messages queued and not yet handed to the transport",
+            (len(s.outbox) for s in sessions),
+        )
+        totals = dict(m._bytes)
+        for s in sessions:
+            link = s.link
+            totals["in", link.transport] += link.bytes_in
+            totals["out", link.transport] += link.bytes_out
+        family = CounterMetricFamily(
+            f"{NS}_bytes",
+            "Protocol bytes by direction and transport (frames, length prefixes included)",
+            labels=["direction", "transport"],
+        )
+        for (direction, transport), value in sorted(totals.items()):
+            family.add_metric([direction, transport], value)
+        yield family
+        lag = GaugeMetricFamily(
+            f"{NS}_informer_lag_seconds",
+            "Seconds since each informer last heard from the API (event, bookmark or list)",
+            labels=["resource"],
+        )
+        synced = GaugeMetricFamily(
+            f"{NS}_informer_synced",
+            "1 once the informer's first list is applied",
+            labels=["resource"],
+        )
+        relists = CounterMetricFamily(
+            f"{NS}_informer_relists",
+            "Lists after the first one (410 Gone, failed lists)",
+            labels=["resource"],
+        )
+        now = time.monotonic()
+        for informer in m._informers() if m._informers is not None else ():
+            name = informer.rt.plural
+            heard = informer.last_heard
+            lag.add_metric([name], now - heard if heard else float("nan"))
+            synced.add_metric([name], 1.0 if informer.synced.is_set() else 0.0)
+            relists.add_metric([name], informer.relists)
+        yield lag
+        yield synced
+        yield relists
+        pending = GaugeMetricFamily(
+            f"{NS}_pod_status_pending", "Pod reports (status or deletion) waiting to be written"
+        )
+        pending.add_metric([], m._status_pending() if m._status_pending is not None else 0)
+        yield pending
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())

@@ -1,0 +1,96 @@
+"""Pods bound to edge nodes and the ConfigMaps and Secrets they reference, as node objects.
+
+Three shared informers (one list+watch per kind, never one per node) feed two sources of
+:class:`~cloudhub.bridge.objects.NodeObjects`: the references first, then the pods. The pod
+informer is indexed by ``spec.nodeName`` and by reference (``"ConfigMap/ns/name"``), so that
+both "the pods of node N" and "the nodes that need this ConfigMap" are index lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cloudhub.bridge.objects import NodeObjects
+from cloudhub.kube import Informer
+from cloudhub.pods.refs import CONFIGMAP, SECRET, pod_references, reference_keys
+
+__all__ = ["BY_NODE", "BY_REFERENCE", "POD_INDEXERS", "PodSource", "strip_object"]
+
+BY_NODE = "node"
+BY_REFERENCE = "references"
+
+
+def _node_of(pod: dict) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if node else []
+
+
+POD_INDEXERS = {BY_NODE: _node_of, BY_REFERENCE: reference_keys}
+"""The indexers the pod informer must be built with."""
+
+
+def strip_object(obj: dict) -> dict:
+    """Informer transform: drop ``managedFields`` (server-side apply bookkeeping that no
+    edge needs and that often outweighs the object itself)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return obj
+
+
+class PodSource:
+    """Connects the pod, ConfigMap and Secret informers to the node objects.
+
+    Args:
+        pods: informer over bound pods, built with :data:`POD_INDEXERS`.
+        configmaps / secrets: informers over every ConfigMap / Secret.
+        objects: where the two sources and the three kinds are registered.
+    """
+
+    def __init__(
+        self, pods: Informer, configmaps: Informer, secrets: Informer, objects: NodeObjects
+    ) -> None:
+        self.pods = pods
+        self._by_kind = {CONFIGMAP: configmaps, SECRET: secrets}
+        self._objects = objects
+        objects.add_source("pod-references", self.references_of)
+        objects.add_source("pods", self.pods_of)
+        objects.add_kind("Pod", lambda ns, name: pods.get(name, ns))
+        objects.add_kind(CONFIGMAP, lambda ns, name: configmaps.get(name, ns))
+        objects.add_kind(SECRET, lambda ns, name: secrets.get(name, ns))
+        pods.add_handler(self._on_pod)
+        configmaps.add_handler(self._on_referenced(CONFIGMAP))
+        secrets.add_handler(self._on_referenced(SECRET))
+
+    # -- sources --------------------------------------------------------------------------
+
+    def pods_of(self, node: str) -> list[dict]:
+        """The pods bound to ``node`` (terminating ones included: the edge must stop them)."""
+        return self.pods.by_index(BY_NODE, node)
+
+    def references_of(self, node: str) -> Iterator[dict]:
+        """The existing ConfigMaps and Secrets the pods of ``node`` reference."""
+        for pod in self.pods.by_index(BY_NODE, node):
+            namespace = (pod.get("metadata") or {}).get("namespace") or ""
+            for kind, name in pod_references(pod):
+                obj = self._by_kind[kind].get(name, namespace)
+                if obj is not None:
+                    yield obj
+
+    # -- informer handlers ----------------------------------------------------------------
+
+    def _on_pod(self, event: str, pod: dict, old: dict | None) -> None:
+        nodes = set(_node_of(pod))
+        if old is not None:
+            nodes.update(_node_of(old))
+        self._objects.changed(nodes)
+
+    def _on_referenced(self, kind: str):
+        def handler(event: str, obj: dict, old: dict | None) -> None:
+            meta = obj.get("metadata") or {}
+            key = f"{kind}/{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+            pods = self.pods.by_index(BY_REFERENCE, key)
+            if pods:
+                self._objects.changed({n for p in pods for n in _node_of(p)})
+
+        return handler

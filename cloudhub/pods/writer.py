@@ -1,0 +1,235 @@
+"""Pod reports from the edge written to the API: coalesced per pod, rate-limited, retried.
+
+An edge reports, per pod, either its latest status (``pod_status``) or that it has stopped
+and removed a terminating pod (``pod_deleted``). The writer keeps one pending report per
+pod uid: a newer report replaces one not yet written (latest wins; a deletion replaces a
+status), and the messages it replaced are acknowledged together when it is written. A
+fixed pool of workers writes them, each write waiting for a token from one
+:class:`~cloudhub.kube.TokenBucket` (``status.qps``/``status.burst``), so a reconnecting
+fleet resending thousands of statuses cannot flood the API.
+
+A status is written through the ``status`` subresource with a PUT on the informer's cached
+pod (one request; no GET first); a 409 Conflict re-reads the pod and merges again, as
+kubelet's status manager does. A status that changes nothing is not written at all. A
+deletion is a DELETE with grace period 0 and a uid precondition, as kubelet does once the
+containers are gone. 5xx, 429 and timeouts are retried with back-off (full jitter, capped
+at ``status.retry_cap``) until they succeed: a transient API error loses nothing, and the
+edge messages stay unacknowledged meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
+from cloudhub.kube import PODS, Informer, KubeClient, TokenBucket
+from cloudhub.observability.metrics import HubMetrics
+from cloudhub.pods.status import merge_status
+from protocol.backoff import backoff
+from protocol.messages import ObjectRef
+from protocol.transport._tasks import TaskScope
+
+__all__ = ["Outcome", "PodReportWriter"]
+
+log = logging.getLogger(__name__)
+
+#: ``callback(outcome)`` once the report is durable or refused.
+Outcome = Callable[["KubeAPIError | None"], None]
+
+
+@dataclass(slots=True)
+class _Report:
+    node: str
+    ref: ObjectRef
+    status: dict | None  # None: the pod was deleted on the edge
+    callbacks: list[Outcome] = field(default_factory=list)
+
+
+class PodReportWriter:
+    """Writes pod status and pod deletions reported by edges.
+
+    Args:
+        client: the API client.
+        pods: the pod informer (its cache is the base of every status write).
+        bucket: the rate limiter for these writes.
+        metrics: the hub's metrics.
+        workers: writes in flight at once.
+        retry_cap: longest back-off between retries, seconds.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        pods: Informer,
+        bucket: TokenBucket,
+        metrics: HubMetrics,
+        *,
+        workers: int = 8,
+        retry_cap: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.pods = pods
+        self.bucket = bucket
+        self.metrics = metrics
+        self.workers = workers
+        self.retry_cap = retry_cap
+        self._pending: dict[str, _Report] = {}  # uid -> newest report not yet being written
+        self._in_flight: set[str] = set()
+        self._queue: deque[str] = deque()  # uids with a pending report, oldest first
+        self._wake = asyncio.Event()
+        self._scope = TaskScope()
+
+    def __len__(self) -> int:
+        """Reports waiting or being written."""
+        return len(self._pending) + len(self._in_flight)
+
+    # -- submitting ---------------------------------------------------------------------------
+
+    def submit_status(self, node: str, ref: ObjectRef, status: dict, done: Outcome) -> None:
+        """Queue the pod's latest status; ``done(None)`` once written (or found unchanged or
+        the pod gone), ``done(error)`` if the API refused it for good (e.g. 422)."""
+        self._submit(node, ref, status, done)
+
+    def submit_deleted(self, node: str, ref: ObjectRef, done: Outcome) -> None:
+        """Queue the final deletion of a terminating pod the edge has stopped."""
+        self._submit(node, ref, None, done)
+
+    def _submit(self, node: str, ref: ObjectRef, status: dict | None, done: Outcome) -> None:
+        uid = ref.uid
+        report = self._pending.get(uid)
+        if report is None:
+            self._pending[uid] = _Report(node, ref, status, [done])
+            if uid not in self._in_flight:
+                self._queue.append(uid)
+                self._wake.set()
+            return
+        # latest wins; a deletion is never replaced by a status
+        if report.status is not None:
+            report.status = status
+        report.callbacks.append(done)
+
+    # -- the workers --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run the workers until cancelled."""
+        for i in range(self.workers):
+            self._scope.create_task(self._worker(), name=f"pod-writer-{i}")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self._scope.aclose()
+
+    async def _worker(self) -> None:
+        queue = self._queue
+        while True:
+            while not queue:
+                self._wake.clear()
+                await self._wake.wait()
+            uid = queue.popleft()
+            report = self._pending.pop(uid, None)
+            if report is None:
+                continue
+            self._in_flight.add(uid)
+            outcome: KubeAPIError | None = None
+            try:
+                outcome = await self._write(report)
+            except Exception as exc:  # a bug: do not lose the worker, refuse the report
+                log.exception("writing pod %s failed", report.ref.name, extra={"node": report.node})
+                outcome = KubeAPIError(0, "", f"internal error: {exc}")
+            finally:
+                self._in_flight.discard(uid)
+                if uid in self._pending:  # a newer report arrived meanwhile
+                    queue.append(uid)
+            for callback in report.callbacks:
+                try:
+                    callback(outcome)
+                except Exception:
+                    log.exception("pod report callback failed", extra={"node": report.node})
+
+    async def _write(self, report: _Report) -> KubeAPIError | None:
+        delays = backoff(uniform=random.uniform, base=0.2, cap=self.retry_cap)
+        while True:
+            try:
+                if report.status is None:
+                    await self._delete(report)
+                else:
+                    await self._write_status(report)
+                return None
+            except KubeAPIError as exc:
+                if not exc.retryable:
+                    self._count(report, "refused")
+                    log.warning(
+                        "the API refused %s of pod %s/%s: %s",
+                        "the status" if report.status is not None else "the deletion",
+                        report.ref.namespace,
+                        report.ref.name,
+                        exc,
+                        extra={"node": report.node},
+                    )
+                    return exc
+                self._count(report, "retried")
+                delay = next(delays)
+                log.info(
+                    "writing pod %s/%s failed (%s); retrying in %.1f s",
+                    report.ref.namespace,
+                    report.ref.name,
+                    exc,
+                    delay,
+                    extra={"node": report.node},
+                )
+                await asyncio.sleep(delay)
+
+    def _count(self, report: _Report, result: str) -> None:
+        if report.status is None:
+            self.metrics.pod_deletions.labels(result).inc()
+        else:
+            self.metrics.status_writes.labels(result).inc()
+
+    async def _write_status(self, report: _Report) -> None:
+        ref, status = report.ref, report.status
+        assert status is not None
+        pod = self.pods.get(ref.name, ref.namespace)
+        while True:
+            if pod is None or (pod.get("metadata") or {}).get("uid") != ref.uid:
+                self._count(report, "gone")
+                return
+            merged = merge_status(pod.get("status"), status)
+            if merged == pod.get("status"):
+                self._count(report, "unchanged")
+                return
+            await self.bucket.acquire()
+            try:
+                await self.client.replace(PODS, {**pod, "status": merged}, subresource="status")
+            except KubeNotFound:
+                self._count(report, "gone")
+                return
+            except KubeConflict:
+                self._count(report, "conflict")
+                await self.bucket.acquire()  # the fresh read is a request too
+                try:
+                    pod = await self.client.get(PODS, ref.name, ref.namespace)
+                except KubeNotFound:
+                    pod = None
+                continue
+            self._count(report, "written")
+            return
+
+    async def _delete(self, report: _Report) -> None:
+        ref = report.ref
+        await self.bucket.acquire()
+        try:
+            await self.client.delete(
+                PODS, ref.name, ref.namespace, grace_period_seconds=0, uid=ref.uid
+            )
+        except KubeNotFound:
+            self._count(report, "gone")
+            return
+        except KubeConflict:  # the uid precondition failed: another pod has the name now
+            self._count(report, "gone")
+            return
+        self._count(report, "deleted")

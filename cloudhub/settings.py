@@ -1,0 +1,384 @@
+"""The hub's settings: one frozen dataclass per concern, loaded once and passed down.
+
+Load order (``protocol.settings.load_settings``): defaults, then a YAML file, then the
+environment (prefix ``CLOUDHUB_``, ``__`` between levels: ``CLOUDHUB_LISTEN__QUIC_PORT``),
+then command-line flags. ``cloudhub serve --help`` lists every key with its unit and
+default; :func:`load_hub_settings` is the one entry point.
+
+Every duration is in seconds, every size in bytes; rates are per second.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from protocol.errors import SettingsError
+from protocol.session import SessionConfig
+from protocol.settings import load_settings
+
+__all__ = [
+    "ENV_PREFIX",
+    "AuthorizationSettings",
+    "HubSettings",
+    "KubeSettings",
+    "ListenSettings",
+    "NodeSettings",
+    "ObservabilitySettings",
+    "SessionSettings",
+    "StatusSettings",
+    "TLSSettings",
+    "load_hub_settings",
+]
+
+ENV_PREFIX = "CLOUDHUB_"
+
+
+def _h(text: str, unit: str = "") -> dict[str, str]:
+    return {"help": text, "unit": unit} if unit else {"help": text}
+
+
+# The checks below name the field only: the loader prefixes the group ("listen.").
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not value > 0:
+            raise SettingsError(name, "> 0", value)
+
+
+def _port(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not 0 <= value <= 65535:
+            raise SettingsError(name, "a port 0..65535", value)
+
+
+@dataclass(frozen=True, slots=True)
+class ListenSettings:
+    """Where edge agents connect."""
+
+    quic_host: str = field(
+        default="0.0.0.0", metadata=_h("address to listen on for QUIC (UDP); '::' for IPv6")
+    )
+    quic_port: int = field(
+        default=7443,
+        metadata=_h(
+            "UDP port for QUIC; 0 picks a free one. Same number as the WebSocket "
+            "port so that one Service carries both"
+        ),
+    )
+    websocket_host: str = field(
+        default="0.0.0.0", metadata=_h("address to listen on for WebSocket over TLS (TCP)")
+    )
+    websocket_port: int = field(
+        default=7443, metadata=_h("TCP port for WebSocket over TLS; 0 picks a free one")
+    )
+    quic: bool = field(default=True, metadata=_h("serve QUIC"))
+    websocket: bool = field(
+        default=True, metadata=_h("serve WebSocket (the fallback where UDP is blocked)")
+    )
+    hello_timeout: float = field(
+        default=10.0,
+        metadata=_h("time a new connection has for its TLS handshake and its hello", "s"),
+    )
+    backlog: int = field(
+        default=1024,
+        metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives at once"),
+    )
+
+    def __post_init__(self) -> None:
+        _port(self, "quic_port", "websocket_port")
+        _positive(self, "hello_timeout", "backlog")
+        if not (self.quic or self.websocket):
+            raise SettingsError("websocket", "at least one of quic, websocket on", False)
+
+
+@dataclass(frozen=True, slots=True)
+class TLSSettings:
+    """The hub CA and the hub's serving certificate (PEM files)."""
+
+    ca_file: pathlib.Path | None = field(
+        default=None,
+        metadata=_h("PEM bundle of the CA that issued node certificates; required"),
+    )
+    cert_file: pathlib.Path | None = field(
+        default=None,
+        metadata=_h(
+            "PEM server certificate (chain) the hub presents, issued by the hub CA; required"
+        ),
+    )
+    key_file: pathlib.Path | None = field(
+        default=None, metadata=_h("PEM private key of the server certificate; required")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """How the hub reaches Kubernetes: a kubeconfig, the in-cluster service account, or
+    (when neither is given) the embedded standalone API server."""
+
+    kubeconfig: pathlib.Path | None = field(
+        default=None, metadata=_h("kubeconfig file of the cluster to bridge to")
+    )
+    context: str | None = field(default=None, metadata=_h("kubeconfig context to use"))
+    in_cluster: bool = field(
+        default=False, metadata=_h("use the pod's service account (the hub runs in the cluster)")
+    )
+    embedded_data_dir: pathlib.Path = field(
+        default=pathlib.Path("/var/lib/cloudhub/api"),
+        metadata=_h(
+            "embedded API (no kubeconfig, not in-cluster): its SQLite state, CA and kubeconfig"
+        ),
+    )
+    embedded_host: str = field(
+        default="127.0.0.1",
+        metadata=_h("embedded API: listen address (loopback: it holds every Secret)"),
+    )
+    embedded_port: int = field(
+        default=6443, metadata=_h("embedded API: TCP port (kube-apiserver's 6443)")
+    )
+    request_timeout: float = field(
+        default=30.0, metadata=_h("time allowed for one API request (not watches)", "s")
+    )
+    watch_timeout: int = field(
+        default=300,
+        metadata=_h("how long the API keeps one watch open before the informer re-watches", "s"),
+    )
+
+    def __post_init__(self) -> None:
+        _port(self, "embedded_port")
+        _positive(self, "request_timeout", "watch_timeout")
+        if self.in_cluster and self.kubeconfig is not None:
+            raise SettingsError("in_cluster", "not together with kube.kubeconfig", True)
+
+    @property
+    def mode(self) -> Literal["kubeconfig", "in-cluster", "embedded"]:
+        """Which of the three ways is used."""
+        if self.kubeconfig is not None:
+            return "kubeconfig"
+        return "in-cluster" if self.in_cluster else "embedded"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """Edge nodes as Kubernetes Nodes: Leases, conditions, writes about nodes."""
+
+    lease_interval: float = field(
+        default=10.0,
+        metadata=_h("renew a connected node's Lease this often (kubelet: 10 s)", "s"),
+    )
+    lease_duration: int = field(
+        default=40,
+        metadata=_h("leaseDurationSeconds written in the Lease (kubelet: 40 s)", "s"),
+    )
+    not_ready_grace: float = field(
+        default=40.0,
+        metadata=_h(
+            "after a disconnect, set Ready=Unknown once this long has passed "
+            "without a new session (node lifecycle controller: 40 s)",
+            "s",
+        ),
+    )
+    status_report_interval: float = field(
+        default=300.0,
+        metadata=_h(
+            "refresh a connected node's Ready heartbeat this often; the Lease is "
+            "the frequent heartbeat (kubelet's nodeStatusReportFrequency: 5 min)",
+            "s",
+        ),
+    )
+    lease_namespace: str = field(
+        default="kube-node-lease", metadata=_h("namespace of the node Leases")
+    )
+    event_namespace: str = field(
+        default="default",
+        metadata=_h("namespace of the Events about Nodes (where kubelet records them)"),
+    )
+    writers: int = field(
+        default=16,
+        metadata=_h(
+            "Lease and Node writes in flight at once (renewals are spread over the interval)"
+        ),
+    )
+    qps: float = field(
+        default=50.0,
+        metadata=_h(
+            "Node object writes and Events per second (Lease renewals are paced by "
+            "lease_interval instead)",
+            "1/s",
+        ),
+    )
+    burst: int = field(default=100, metadata=_h("Node writes and Events allowed at once"))
+
+    def __post_init__(self) -> None:
+        _positive(
+            self,
+            "lease_interval",
+            "lease_duration",
+            "not_ready_grace",
+            "status_report_interval",
+            "writers",
+            "qps",
+            "burst",
+        )
+        if self.lease_interval >= self.lease_duration:
+            raise SettingsError(
+                "lease_interval",
+                f"< lease_duration ({self.lease_duration} s)",
+                self.lease_interval,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSettings:
+    """Pod status written up to the API: coalesced per pod, rate-limited."""
+
+    qps: float = field(
+        default=50.0,
+        metadata=_h(
+            "pod status writes per second, whatever the fleet does (kubelet's "
+            "kubeAPIQPS is 50 for one node)",
+            "1/s",
+        ),
+    )
+    burst: int = field(default=100, metadata=_h("pod status writes allowed at once"))
+    workers: int = field(
+        default=8, metadata=_h("pod status writes in flight at once (each waits for a token)")
+    )
+    retry_cap: float = field(
+        default=30.0,
+        metadata=_h(
+            "longest back-off between retries of a write the API refused with a "
+            "transient error; such writes are retried until they succeed",
+            "s",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        _positive(self, "qps", "burst", "workers", "retry_cap")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The protocol session on the hub's side."""
+
+    heartbeat_interval: float = field(
+        default=20.0,
+        metadata=_h(
+            "told to agents in the welcome: ping after this long without traffic; "
+            "below the 30 s UDP idle timeout of common NATs",
+            "s",
+        ),
+    )
+    liveness_timeout: float = field(
+        default=60.0,
+        metadata=_h("close a session after this long without a byte from the agent", "s"),
+    )
+    close_timeout: float = field(
+        default=5.0, metadata=_h("time a closing session waits for the agent's close", "s")
+    )
+    max_frame_size: int = field(
+        default=4 * 1024 * 1024, metadata=_h("largest frame accepted or sent", "bytes")
+    )
+
+    def __post_init__(self) -> None:
+        _positive(self, "heartbeat_interval", "liveness_timeout", "close_timeout")
+        if self.heartbeat_interval >= self.liveness_timeout:
+            raise SettingsError(
+                "heartbeat_interval",
+                f"< liveness_timeout ({self.liveness_timeout} s)",
+                self.heartbeat_interval,
+            )
+
+    def session_config(self) -> SessionConfig:
+        """The sans-I/O session config of every hub session (``manual_ack``: an edge
+        message is acked once its effect is durable in the API)."""
+        return SessionConfig(
+            liveness_timeout=self.liveness_timeout,
+            ping_interval=min(self.heartbeat_interval, self.liveness_timeout / 2),
+            close_timeout=self.close_timeout,
+            max_frame_size=self.max_frame_size,
+            manual_ack=True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationSettings:
+    """What a node may see and change."""
+
+    node_authorization: bool = field(
+        default=True,
+        metadata=_h(
+            "a session may only name its own Node, its pods and the ConfigMaps and "
+            "Secrets they reference (the Kubernetes Node authorizer's rule)"
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ObservabilitySettings:
+    """Metrics, health and logs."""
+
+    http_host: str = field(
+        default="0.0.0.0", metadata=_h("address of the /metrics, /healthz and /readyz server")
+    )
+    http_port: int = field(
+        default=9095,
+        metadata=_h(
+            "port of /metrics, /healthz, /readyz; 9095 stays clear of Prometheus "
+            "(9090) and its Pushgateway (9091) on a shared host; 0 picks a free one"
+        ),
+    )
+    log_format: Literal["json", "text"] = field(
+        default="json", metadata=_h("json: one object per line; text: for a terminal")
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = field(
+        default="info", metadata=_h("lowest level logged")
+    )
+    ready_api_timeout: float = field(
+        default=2.0, metadata=_h("/readyz: time the API has to answer its probe", "s")
+    )
+
+    def __post_init__(self) -> None:
+        _port(self, "http_port")
+        _positive(self, "ready_api_timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class HubSettings:
+    """Everything ``cloudhub serve`` needs."""
+
+    listen: ListenSettings = field(default_factory=ListenSettings)
+    tls: TLSSettings = field(default_factory=TLSSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    nodes: NodeSettings = field(default_factory=NodeSettings)
+    status: StatusSettings = field(default_factory=StatusSettings)
+    session: SessionSettings = field(default_factory=SessionSettings)
+    authorization: AuthorizationSettings = field(default_factory=AuthorizationSettings)
+    observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
+
+
+def load_hub_settings(
+    path: str | pathlib.Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> HubSettings:
+    """Load the hub's settings: defaults, then ``path`` (YAML), then ``environ``
+    (``CLOUDHUB_*``), then ``overrides`` (dotted keys, e.g. from flags).
+
+    Raises:
+        protocol.errors.SettingsError: an unknown key, a bad value or an unreadable file;
+            the message names the key, what was expected (with its unit) and the source.
+    """
+    return load_settings(
+        HubSettings,
+        path=path,
+        environ=environ,
+        env_prefix=ENV_PREFIX,
+        overrides=overrides,
+    )

@@ -1,0 +1,231 @@
+"""The bridge's parts on a real Link and Session with no transport under them.
+
+The link's session is a real hub-side ``manual_ack`` session; what it would send is read
+back with ``session.data_to_send()`` and decoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cloudhub.bridge import (
+    UNKNOWN_KIND,
+    AckTracker,
+    Decision,
+    Dispatcher,
+    Inbound,
+    NodeAuthorizer,
+    NodeObjects,
+    NodeSession,
+    Outbox,
+    SessionRegistry,
+)
+from protocol.codec import FrameDecoder, encode
+from protocol.errors import CloseCode, ErrorCode
+from protocol.messages import (
+    Ack,
+    Error,
+    Hello,
+    ObjectDelete,
+    ObjectRef,
+    ObjectUpsert,
+    PodStatus,
+    SyncDone,
+    Welcome,
+)
+from protocol.session import Role, Session, SessionConfig
+from protocol.transport import Link
+
+CONFIG = SessionConfig(manual_ack=True, ack_delay=0.01, close_timeout=0.2)
+
+
+def open_link(node: str = "edge-1") -> Link:
+    loop = asyncio.get_running_loop()
+    link = Link("test", Session(Role.SERVER, CONFIG, now=loop.time()), peer_node_name=node)
+    link.data_received(encode(Hello(1, 1, node, "t")))
+    link.accept(Welcome(1, 0.0, "s", 0, 5.0))
+    link.session.data_to_send()  # the welcome
+    return link
+
+
+def sent(link: Link) -> list:
+    decoder = FrameDecoder()
+    decoder.feed(link.session.data_to_send())
+    out = []
+    while (frame := decoder.next_frame()) is not None:
+        out.append(frame[1])
+    return out
+
+
+def status(seq: int) -> bytes:
+    ref = ObjectRef("Pod", "ns", f"p{seq}", f"u{seq}")
+    return encode(PodStatus(ref=ref, status={}, observed_at=0.0), seq)
+
+
+def obj(kind: str, name: str, uid: str, rv: str) -> dict:
+    return {
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
+    }
+
+
+async def test_acks_are_released_in_order_as_effects_complete() -> None:
+    link = open_link()
+    tracker = AckTracker(link)
+    link.data_received(status(1) + status(2) + status(3))
+    for seq in (1, 2, 3):
+        tracker.received(seq)
+    tracker.done(2)
+    assert link.session.acked_up_to == 0  # 1 still in progress
+    assert tracker.in_progress == 2
+    tracker.done(1)
+    assert link.session.acked_up_to == 2
+    tracker.done(3)
+    tracker.done(3)  # twice is harmless
+    assert link.session.acked_up_to == 3 and tracker.in_progress == 0
+    link.session.handle_timer(link.now() + 1.0)
+    assert Ack(3) in sent(link)
+
+
+async def test_outbox_is_in_order_and_latest_wins_per_object() -> None:
+    link = open_link()
+    outbox = Outbox(link)
+    a1 = ObjectUpsert(ObjectRef("Pod", "ns", "a", "ua"), "1", {})
+    b = ObjectUpsert(ObjectRef("ConfigMap", "ns", "b", "ub"), "1", {})
+    a2 = ObjectUpsert(ObjectRef("Pod", "ns", "a", "ua"), "2", {})
+    err = Error(ErrorCode.FORBIDDEN, "no", None)
+    for message in (a1, b, a2, err, err):
+        outbox.put(message)
+    assert len(outbox) == 4
+    await outbox.drained()
+    assert sent(link) == [b, a2, err, err]
+    await outbox.aclose()
+
+
+async def test_outbox_after_the_link_closed_sends_nothing() -> None:
+    link = open_link()
+    outbox = Outbox(link)
+    link.connection_lost("gone")
+    outbox.put(SyncDone(0))
+    await outbox.drained()
+    await outbox.aclose()
+    assert len(outbox) == 0
+
+
+async def test_sync_sends_the_difference_then_sync_done() -> None:
+    desired = [
+        obj("ConfigMap", "same", "u1", "5"),
+        obj("ConfigMap", "newer", "u2", "9"),
+        obj("Pod", "new", "u4", "3"),
+    ]
+    objects = NodeObjects()
+    objects.add_source("test", lambda node: desired if node == "edge-1" else [])
+    link = open_link()
+    session = NodeSession("edge-1", link, "s-1", objects)
+    queued = session.sync({"u1": "5", "u2": "7", "u3": "1"})
+    await session.outbox.drained()
+    assert queued == 3
+    messages = sent(link)
+    assert messages[0] == ObjectDelete(ObjectRef(UNKNOWN_KIND, "", "u3", "u3"), "")
+    assert [(m.ref.uid, m.resource_version) for m in messages[1:3]] == [("u2", "9"), ("u4", "3")]
+    assert messages[3] == SyncDone(inventory_size=3)
+    # a change later: only that is sent, and a removal names the object it knew
+    desired.pop(1)
+    assert session.refresh() == 1
+    await session.outbox.drained()
+    assert sent(link) == [ObjectDelete(ObjectRef("ConfigMap", "ns", "newer", "u2"), "")]
+    assert session.refresh() == 0
+    await session.aclose()
+
+
+async def test_dispatch_unsupported_failing_and_async_handlers() -> None:
+    link = open_link()
+    objects = NodeObjects()
+    refused = []
+    session = NodeSession(
+        "edge-1", link, "s-1", objects, on_refused=lambda i, code, text: refused.append(code)
+    )
+    dispatcher = Dispatcher()
+    link.data_received(status(1) + status(2) + status(3))
+    msg = PodStatus(ObjectRef("Pod", "ns", "p", "u"), {}, 0.0)
+    for seq in (1, 2, 3):
+        session.acks.received(seq)
+
+    dispatcher.dispatch(Inbound(session, 1, msg))  # nothing registered
+    assert refused == [ErrorCode.UNSUPPORTED]
+
+    def broken(inbound: Inbound) -> None:
+        raise RuntimeError("bug")
+
+    dispatcher.register(PodStatus, broken)
+    dispatcher.dispatch(Inbound(session, 2, msg))
+    assert refused[-1] is ErrorCode.INTERNAL
+
+    finished = asyncio.Event()
+
+    async def slow(inbound: Inbound) -> None:
+        await finished.wait()
+
+    dispatcher.register(PodStatus, slow)
+    dispatcher.dispatch(Inbound(session, 3, msg))
+    await asyncio.sleep(0)
+    assert link.session.acked_up_to == 2  # 3 in progress
+    finished.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert link.session.acked_up_to == 3
+    await session.outbox.drained()
+    errors = [m for m in sent(link) if isinstance(m, Error)]
+    assert [(e.code, e.in_reply_to) for e in errors] == [
+        (ErrorCode.UNSUPPORTED, 1),
+        (ErrorCode.INTERNAL, 2),
+    ]
+    with pytest.raises(ValueError):
+        dispatcher.register(ObjectUpsert, slow)  # the hub sends those
+    await dispatcher.aclose()
+    await session.aclose()
+
+
+async def test_authorizer_allows_own_objects_only() -> None:
+    pods = {
+        ("ns", "mine"): obj("Pod", "mine", "u-mine", "1"),
+        ("ns", "theirs"): obj("Pod", "theirs", "u-theirs", "1"),
+    }
+    objects = NodeObjects()
+    objects.add_source(
+        "pods", lambda node: [pods["ns", "mine"]] if node == "edge-1" else [pods["ns", "theirs"]]
+    )
+    objects.add_kind("Pod", lambda ns, name: pods.get((ns, name)))
+    authz = NodeAuthorizer(objects)
+    assert authz.check("edge-1", ObjectRef("Pod", "ns", "mine", "u-mine")) is Decision.ALLOWED
+    assert authz.check("edge-1", ObjectRef("Pod", "ns", "theirs", "u-theirs")) is Decision.FORBIDDEN
+    # same name, another object (recreated): not found
+    assert authz.check("edge-1", ObjectRef("Pod", "ns", "mine", "u-old")) is Decision.NOT_FOUND
+    assert authz.check("edge-1", ObjectRef("Device", "ns", "d", "u-d")) is Decision.NOT_FOUND
+    assert authz.check("edge-1", ObjectRef("Node", "", "edge-1", "x")) is Decision.ALLOWED
+    assert authz.check("edge-1", ObjectRef("Node", "", "edge-2", "x")) is Decision.FORBIDDEN
+    off = NodeAuthorizer(objects, enabled=False)
+    assert off.check("edge-1", ObjectRef("Pod", "ns", "theirs", "u-theirs")) is Decision.ALLOWED
+
+
+async def test_registry_supersedes_and_a_stale_detach_leaves_the_new_session() -> None:
+    objects = NodeObjects()
+    registry = SessionRegistry()
+    events = []
+    registry.on_connect.append(lambda s: events.append(("connect", s.session_id)))
+    registry.on_disconnect.append(
+        lambda s, current: events.append(("disconnect", s.session_id, current))
+    )
+    old = NodeSession("edge-1", open_link(), "old", objects)
+    new = NodeSession("edge-1", open_link(), "new", objects)
+    registry.attach(old)
+    assert registry.attach(new) is old
+    await old.aclose()  # waits for the SUPERSEDED close started on attach
+    assert old.closed and old.link.close_event.code is CloseCode.SUPERSEDED
+    assert registry.detach(old) is False
+    assert registry.get("edge-1") is new
+    assert events == [("connect", "old"), ("connect", "new"), ("disconnect", "old", False)]
+    assert registry.detach(new) is True and registry.get("edge-1") is None
+    await new.aclose()

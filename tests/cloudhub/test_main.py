@@ -1,0 +1,54 @@
+"""``cloudhub serve``: --help lists every setting; bad settings and missing TLS fail clearly."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from cloudhub.__main__ import main
+from cloudhub.settings import HubSettings
+from protocol.settings import describe
+
+
+def test_help_explains_every_option_and_its_default() -> None:
+    result = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for info in describe(HubSettings):
+        flag = "--" + info.key.replace(".", "-").replace("_", "-")
+        assert flag in text, flag
+        assert info.env_var("CLOUDHUB_") in text
+    assert "--listen-quic-port INT UDP port for QUIC" in text
+    assert "Default: 7443" in text and "Default: 9095" in text
+
+
+def test_a_bad_setting_is_a_usage_error_naming_the_key() -> None:
+    result = CliRunner().invoke(main, ["serve", "--status-qps", "lots"])
+    assert result.exit_code == 2
+    assert "status.qps" in result.output and "lots" in result.output
+
+
+def test_missing_tls_material_exits_1_with_the_settings_to_give(tmp_path: pathlib.Path) -> None:
+    env = {"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cloudhub",
+            "serve",
+            "--observability-http-port",
+            "0",
+            "--observability-log-format",
+            "text",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "tls.ca_file, tls.cert_file, tls.key_file" in proc.stderr
