@@ -41,9 +41,10 @@ from aioquic.quic.packet import (
 
 from protocol import pki
 from protocol.errors import CloseCode
-from protocol.session import Closed, Established, Role, Session, SessionConfig
-from protocol.transport.errors import ConnectFailed, HandshakeTimeout, SessionRejected
+from protocol.session import Established, Role, Session, SessionConfig
+from protocol.transport.errors import ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
+from protocol.transport.link import handshake_failure as _rejection
 from protocol.transport.tls import TLSCredentials
 
 if TYPE_CHECKING:
@@ -446,16 +447,6 @@ def _describe(event: qe.ConnectionTerminated) -> str:
         alert = code - 0x100
         what = f"TLS alert {_TLS_ALERTS.get(alert, alert)}"
     return f"connection closed: {what} {event.reason_phrase}".rstrip()
-
-
-def _rejection(opened: Any, where: str) -> Exception:
-    if isinstance(opened, Closed):
-        if opened.code == CloseCode.PEER_DEAD:
-            return ConnectFailed(f"{where}: no answer to our hello")
-        if opened.code == CloseCode.CONNECTION_LOST:
-            return ConnectFailed(f"{where}: the connection closed during the session handshake")
-        return SessionRejected(opened.code, opened.reason, opened.retry_after)
-    return ConnectFailed(f"{where}: the connection closed during the session handshake")
 
 
 # -- server ---------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from protocol.session import Established, Role, Session, SessionConfig
 from protocol.transport._tasks import TaskScope
 from protocol.transport.errors import ConnectFailed, HandshakeTimeout, TransportError
 from protocol.transport.link import TRANSPORT_CLOSE_BOUND, Link
-from protocol.transport.quic import _rejection
+from protocol.transport.link import handshake_failure as _rejection
 from protocol.transport.tls import (
     TLSCredentials,
     client_ssl_context,
