@@ -20,7 +20,9 @@ connect. The loops, outer to inner:
   once (never two sessions at once, so sequence numbers and resends stay simple).
 
 The uplink knows nothing about the store: the hello, the unacknowledged messages to resend
-and the next sequence number come from callbacks, read at every dial.
+and the next sequence number come from callbacks, read at every dial. Each transport's
+adapter is imported the first time it is dialled (aioquic with ``cryptography`` costs about
+14 MiB of RSS: an agent configured for WebSocket only never loads it).
 """
 
 from __future__ import annotations
@@ -32,21 +34,15 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from edgeagent.errors import AgentError
 from protocol.backoff import backoff, is_retryable, retry_delay
 from protocol.errors import CloseCode
 from protocol.session import SessionConfig
-from protocol.transport import (
-    ConnectFailed,
-    Link,
-    SessionRejected,
-    TLSCredentials,
-    connect_quic,
-    connect_websocket,
-    quic_handshake_succeeds,
-)
+from protocol.transport.errors import ConnectFailed, SessionRejected
 
 if TYPE_CHECKING:
     from protocol.messages import Hello, Message
+    from protocol.transport import Link, TLSCredentials
 
 __all__ = ["QUIC", "WEBSOCKET", "Uplink", "UplinkSettings"]
 
@@ -88,8 +84,15 @@ class UplinkSettings:
     that accepts and drops at once keeps the agent backing off."""
     session: SessionConfig = field(default_factory=SessionConfig)
     """Session settings (ping interval, liveness, window, close timeout)."""
+    transports: tuple[str, ...] = (QUIC, WEBSOCKET)
+    """Which transports to dial: QUIC is tried first when listed; WebSocket is the
+    fallback when listed (``(WEBSOCKET,)`` alone never tries QUIC)."""
 
     def __post_init__(self) -> None:
+        if not self.transports or any(t not in (QUIC, WEBSOCKET) for t in self.transports):
+            raise ValueError(
+                f"transport.transports must name quic and/or websocket, not {self.transports}"
+            )
         for name in (
             "quic_handshake_timeout",
             "websocket_timeout",
@@ -109,7 +112,9 @@ class Uplink:
     Args:
         settings: addresses, timeouts, backoff.
         credentials: returns the current TLS credentials (read at every dial, so that a
-            renewed certificate is used for the next connection).
+            renewed certificate is used for the next connection). An ``AgentError`` it
+            raises (not joined, files unreadable, certificate expired) is logged and the
+            dial counts as failed: the uplink backs off and asks again.
         make_hello: returns the hello for the next session (inventory, node info).
         pending: returns the unacknowledged ``(seq, message)`` pairs to resend.
         next_seq: returns the next sequence number to assign.
@@ -247,6 +252,10 @@ class Uplink:
         return link
 
     def _quic_due(self, now: float) -> bool:
+        if QUIC not in self.settings.transports:
+            return False
+        if WEBSOCKET not in self.settings.transports:
+            return True
         if self._preferred == QUIC or self._quic_failed_at is None:
             return True
         return now - self._quic_failed_at >= self.settings.quic_retry_interval
@@ -262,8 +271,14 @@ class Uplink:
             "config": s.session,
             "server_name": s.server_name,
         }
-        credentials = self._credentials()
+        try:
+            credentials = self._credentials()
+        except AgentError as exc:
+            logger.error("cannot dial the hub: %s", exc)
+            return None
         if self._quic_due(loop.time()):
+            from protocol.transport.quic import connect_quic
+
             try:
                 link = await connect_quic(
                     s.host,
@@ -284,6 +299,10 @@ class Uplink:
                 self._quic_failed_at = None
                 await self._set_link(link)
                 return link
+        if WEBSOCKET not in s.transports:
+            return None
+        from protocol.transport.websocket import connect_websocket
+
         try:
             link = await connect_websocket(
                 s.host,
@@ -316,7 +335,7 @@ class Uplink:
         ended = loop.create_task(link.wait_closed(), name="uplink-link-ended")
         tasks = [app, ended]
         retry = None
-        if link.transport == WEBSOCKET:
+        if link.transport == WEBSOCKET and QUIC in self.settings.transports:
             retry = loop.create_task(self._retry_quic(), name="uplink-quic-retry")
             tasks.append(retry)
         try:
@@ -349,10 +368,18 @@ class Uplink:
             wait = self._quic_failed_at + s.quic_retry_interval - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+            from protocol.transport.quic import quic_handshake_succeeds
+
+            try:
+                credentials = self._credentials()
+            except AgentError as exc:
+                logger.error("cannot try QUIC again: %s", exc)
+                self._quic_failed_at = loop.time()
+                continue
             ok = await quic_handshake_succeeds(
                 s.host,
                 s.quic_port,
-                credentials=self._credentials(),
+                credentials=credentials,
                 server_name=s.server_name,
                 timeout=s.quic_handshake_timeout,
             )
