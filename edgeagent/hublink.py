@@ -422,8 +422,9 @@ class HubLink:
                         break
                 elif isinstance(event, Acked):
                     self._on_ack(event.up_to)
-                elif isinstance(event, PeerError):
-                    self._on_error(event.error)
+                elif isinstance(event, PeerError):  # the session delivers ``error`` so
+                    if not await self._dispatch(link, handlers, event.error):
+                        break
                 elif isinstance(event, PeerDead):
                     log.warning("the hub went silent for %.0f s", event.silent_for)
                 elif isinstance(event, Closed):

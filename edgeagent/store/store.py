@@ -133,7 +133,8 @@ class OutboxEntry:
     """One up-going message not yet acknowledged.
 
     Attributes:
-        id: local append order (send unsent messages in this order).
+        id: local append order (send unsent messages in this order); never reused while
+            the agent runs, so it names one message (the token of a send in flight).
         seq: the wire sequence number the session gave it, or ``None`` while unsent.
         kind: the message kind tag (``"pod_status"``, ``"event"`` …).
         body: the message fields by name, as the protocol dataclass has them.
@@ -213,6 +214,7 @@ class Store:
         self._dirty_hooks: list[Callable[[], None]] = []
         self._outbox_hooks: list[Callable[[], None]] = []
         self._appends_since_trim = 0
+        self._last_outbox_id = 0
         self._next_seq = 0
         self._reserved = 0
         self.recovered_from: pathlib.Path | None = None
@@ -353,6 +355,7 @@ class Store:
         self._conn.commit()
 
     def _init_seq(self) -> None:
+        self._last_outbox_id = self._conn.execute("SELECT MAX(id) FROM outbox").fetchone()[0] or 0
         reserved = self._get_state_raw("seq.reserved")
         top = self._conn.execute("SELECT MAX(seq) FROM outbox").fetchone()[0] or 0
         if reserved is None:
@@ -685,9 +688,15 @@ class Store:
             conn.execute(
                 "DELETE FROM outbox WHERE coalesce_key = ? AND seq IS NULL", (coalesce_key,)
             )
+        # Ids are never reused while the agent runs: SQLite would give a new row the id of
+        # the highest one just deleted, and a status replaced (latest wins) while its
+        # predecessor was being sent would then be marked sent in the predecessor's place
+        # and never go up.
+        self._last_outbox_id += 1
         cur = conn.execute(
-            "INSERT INTO outbox (seq, kind, coalesce_key, body, created_at) VALUES (NULL,?,?,?,?)",
-            (kind, coalesce_key, _dumps(body), self._wall()),
+            "INSERT INTO outbox (id, seq, kind, coalesce_key, body, created_at) "
+            "VALUES (?,NULL,?,?,?,?)",
+            (self._last_outbox_id, kind, coalesce_key, _dumps(body), self._wall()),
         )
         if coalesce_key is None:
             self._appends_since_trim += 1
