@@ -349,12 +349,21 @@ class HubLink:
         remove_hook = store.add_outbox_hook(self.kick)
         self._record(store, "connecting", reason=f"dialling {hub.url}")
         log.info("connecting to the hub at %s (%s)", hub.url, ", ".join(hub.transports))
+        # The uplink runs as a task of its own so that stopping (this task cancelled) goes
+        # through uplink.close(): the session is closed with GOING_AWAY, not dropped.
+        run = asyncio.get_running_loop().create_task(uplink.run(), name="hub-uplink")
         try:
-            await uplink.run()
+            await asyncio.wait({run})
+            run.result()
         finally:
             remove_hook()
-            await asyncio.shield(uplink.close())
-            self._record(store, "disconnected", reason="agent stopped")
+            try:
+                await uplink.close()
+            finally:
+                if not run.done():
+                    run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+                self._record(store, "disconnected", reason="agent stopped")
 
     def _record(self, store: Store, state: str, **extra: Any) -> None:
         value = {"state": state, "since": _iso(self._wall()), **extra}

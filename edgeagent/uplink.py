@@ -406,9 +406,10 @@ class Uplink:
                 )
             except asyncio.TimeoutError:
                 pass
-        if self._run_task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._done.wait()), 1.0)
-            except asyncio.TimeoutError:
+        task = self._run_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            done, _ = await asyncio.wait({task}, timeout=1.0)
+            if not done:
                 logger.error("uplink did not stop within its bound; cancelling it")
-                self._run_task.cancel()
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
