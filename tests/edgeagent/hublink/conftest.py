@@ -74,7 +74,7 @@ class Fleet:
         logs = []
         for agent in self.agents:
             try:
-                agent.stop()
+                await agent.stop()
             except Exception as exc:  # keep cleaning up the others
                 logs.append(f"{agent.node}: stop failed: {exc}")
             try:

@@ -246,15 +246,16 @@ class AgentProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait (pods keep running)."""
+    async def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait (pods keep running), without blocking the event loop (the hub
+        in this process must answer the agent's close)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return 0
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         try:
-            return proc.wait(timeout=timeout)
+            return await asyncio.to_thread(proc.wait, timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

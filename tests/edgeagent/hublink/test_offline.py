@@ -142,7 +142,7 @@ async def test_offline_reboot_recovers_within_5s_and_converges(
     await eventually(all_running, "10 pods Running in the API")
     items, _ = await kube.list(PODS, namespace)
     uids = {p["metadata"]["uid"] for p in items}
-    assert agent.stop() == 0
+    assert await agent.stop() == 0
     await agent.remove_everything()  # the reboot: every process gone
     assert not (await agent.running_pods()) & uids
     await fleet.hub.stop()

@@ -33,7 +33,11 @@ async def test_pod_on_podman_with_config_and_deletion(fleet, kube: KubeClient, n
         "web",
         namespace,
         "edge-pm",
-        '[ "$(cat /cfg/greeting)" = hello ] && [ "$GREETING" = hello ] && exec sleep 600; exit 3',
+        # PID 1 of a container ignores SIGTERM unless it handles it: handle it, so that the
+        # deletion is graceful, not the grace period running out.
+        "trap 'exit 0' TERM; "
+        '[ "$(cat /cfg/greeting)" = hello ] && [ "$GREETING" = hello ] '
+        "&& { sleep 600 & wait; }; exit 3",
         grace=5,
         container={
             "env": [
