@@ -29,10 +29,12 @@ if TYPE_CHECKING:
         serve_quic,
     )
     from protocol.transport.tls import (
+        PEMCredentials,
         TLSCredentials,
         client_ssl_context,
         peer_node_name,
         server_ssl_context,
+        tls_credentials,
     )
     from protocol.transport.websocket import WebSocketServer, connect_websocket, serve_websocket
 
@@ -46,7 +48,9 @@ _WHERE = {
     "connect_quic": "quic",
     "quic_handshake_succeeds": "quic",
     "serve_quic": "quic",
+    "PEMCredentials": "tls",
     "TLSCredentials": "tls",
+    "tls_credentials": "tls",
     "client_ssl_context": "tls",
     "peer_node_name": "tls",
     "server_ssl_context": "tls",
@@ -59,6 +63,7 @@ __all__ = [
     "ConnectFailed",
     "HandshakeTimeout",
     "Link",
+    "PEMCredentials",
     "QuicServer",
     "SessionRejected",
     "TLSCredentials",
@@ -72,6 +77,7 @@ __all__ = [
     "serve_quic",
     "serve_websocket",
     "server_ssl_context",
+    "tls_credentials",
 ]
 
 

@@ -45,7 +45,7 @@ from protocol.session import Established, Role, Session, SessionConfig
 from protocol.transport.errors import ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
 from protocol.transport.link import handshake_failure as _rejection
-from protocol.transport.tls import TLSCredentials
+from protocol.transport.tls import PEMCredentials, TLSCredentials, tls_credentials
 
 if TYPE_CHECKING:
     from protocol.messages import Hello, Message
@@ -67,8 +67,13 @@ _APPLICATION_CLOSE = 0x0
 
 
 def _configuration(
-    credentials: TLSCredentials, *, is_client: bool, server_name: str | None, idle_timeout: float
+    credentials: TLSCredentials | PEMCredentials,
+    *,
+    is_client: bool,
+    server_name: str | None,
+    idle_timeout: float,
 ) -> QuicConfiguration:
+    credentials = tls_credentials(credentials)  # aioquic works on parsed certificates
     config = QuicConfiguration(
         is_client=is_client,
         alpn_protocols=[ALPN],
@@ -285,7 +290,7 @@ async def connect_quic(
     host: str,
     port: int,
     *,
-    credentials: TLSCredentials,
+    credentials: TLSCredentials | PEMCredentials,
     hello: Hello,
     pending: Iterable[tuple[int, Message]] = (),
     next_seq: int = 1,
@@ -383,7 +388,7 @@ async def quic_handshake_succeeds(
     host: str,
     port: int,
     *,
-    credentials: TLSCredentials,
+    credentials: TLSCredentials | PEMCredentials,
     server_name: str | None = None,
     timeout: float = 3.0,
 ) -> bool:

@@ -53,6 +53,7 @@ from protocol.transport.tls import (
 
 if TYPE_CHECKING:
     from protocol.messages import Hello, Message
+    from protocol.transport.tls import PEMCredentials
 
 __all__ = ["PATH", "TLS_READ_BUFFER", "WebSocketServer", "connect_websocket", "serve_websocket"]
 
@@ -306,7 +307,7 @@ async def connect_websocket(
     host: str,
     port: int,
     *,
-    credentials: TLSCredentials,
+    credentials: TLSCredentials | PEMCredentials,
     hello: Hello,
     pending: Iterable[tuple[int, Message]] = (),
     next_seq: int = 1,

@@ -168,6 +168,8 @@ class AgentProcess:
         ca: the test CA (a node certificate is issued into ``<state>/pki``).
         engine: the podman engine for ``kind == "docker"``.
         sets: more ``--set KEY=VALUE`` settings.
+        quick: add the tests' short back-offs and commit delay (``AGENT_TEST_SETS``);
+            ``False`` runs with production defaults (benchmarks).
     """
 
     def __init__(
@@ -180,13 +182,14 @@ class AgentProcess:
         *,
         engine: Any = None,
         sets: tuple[str, ...] = (),
+        quick: bool = True,
     ) -> None:
         self.root = root
         self.node = node
         self.kind = kind
         self.hub_url = hub_url
         self.engine = engine
-        self.sets = AGENT_TEST_SETS + tuple(sets)
+        self.sets = (AGENT_TEST_SETS if quick else ("node_ip=127.0.0.1",)) + tuple(sets)
         self.state = root / "state"
         self.config = root / "config.yaml"
         self.log_path = root / "agent.log"

@@ -154,8 +154,8 @@ def test_credentials_reload_when_the_files_change(tmp_path: pathlib.Path, test_p
     time.sleep(0.01)
     write_node_pki(settings.state_dir / "pki", test_pki.ca, "edge-1")  # a renewal
     second = creds()
-    assert second is not first
-    assert second.chain[0].serial_number != first.chain[0].serial_number
+    assert second is not first and second.cert_pem != first.cert_pem
+    assert creds.not_after > time.time()
 
 
 def test_credentials_key_of_another_certificate_is_refused(tmp_path: pathlib.Path, test_pki):
@@ -185,6 +185,62 @@ def test_expired_certificate_names_the_renewal(tmp_path: pathlib.Path, test_pki)
     with pytest.raises(CredentialsError) as info:
         later()
     assert "expired" in str(info.value) and "join --renew" in str(info.value)
+
+
+def test_not_after_read_from_der_matches_cryptography(test_pki):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    from edgeagent.credentials import certificate_not_after
+
+    for creds in (test_pki.client, test_pki.expired, test_pki.server):
+        pem = pki.dump_certificate_pem(creds.chain)
+        assert certificate_not_after(pem) == creds.chain[0].not_valid_after_utc.timestamp()
+    # after 2049 RFC 5280 uses GeneralizedTime
+    key = pki.generate_private_key()
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "far")])
+    far = datetime.datetime(2061, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(12345)
+        .not_valid_before(datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc))
+        .not_valid_after(far)
+        .sign(key, hashes.SHA256())
+    )
+    assert certificate_not_after(pki.dump_certificate_pem(cert)) == far.timestamp()
+    for bad in (b"", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"):
+        with pytest.raises(ValueError):
+            certificate_not_after(bad)
+
+
+def test_websocket_credentials_do_not_import_cryptography(tmp_path: pathlib.Path, test_pki):
+    write_node_pki(tmp_path / "state" / "pki", test_pki.ca, "edge-1")
+    state = str(tmp_path / "state")
+    code = (
+        "import sys, pathlib\n"
+        "from edgeagent.settings import AgentSettings\n"
+        "from edgeagent.credentials import FileCredentials\n"
+        "import protocol.transport.websocket\n"
+        "from protocol.transport.tls import client_ssl_context\n"
+        f"s = AgentSettings(node_name='edge-1', state_dir=pathlib.Path({state!r}))\n"
+        "client_ssl_context(FileCredentials(s)())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('cryptography', 'aioquic', 'OpenSSL')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    ).stdout
+    assert out.strip() == "[]", out
 
 
 def test_outbox_hook_drop_and_mark_sent_of_a_replaced_message(tmp_path: pathlib.Path):
