@@ -74,18 +74,23 @@ Extension = Callable[["Hub"], "Awaitable[None] | None"]
 
 
 def _slim_node(node: dict) -> dict:
-    """Nodes informer transform: keep what the hub reads (identity, labels, deletion,
-    conditions); 10,000 full Node objects would cost more than the sessions."""
+    """Nodes informer transform: keep what the hub reads (identity, labels, our
+    annotations, deletion, conditions); 10,000 full Node objects would cost more than the
+    sessions."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
+    slim = {
+        k: meta[k]
+        for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
+        if k in meta
+    }
+    slim["annotations"] = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("edgefleet.io/")
+    }
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {
-            k: meta[k]
-            for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
-            if k in meta
-        },
+        "metadata": slim,
         "status": {"conditions": status.get("conditions") or []},
     }
 
@@ -282,7 +287,13 @@ class Hub:
         PodHandlers(self.authorizer, self.pod_writer).register(self.dispatcher)
         self.events.register(self.dispatcher, self.authorizer)
         self.lifecycle = NodeLifecycle(
-            kube, s.nodes, node_bucket, self.metrics, self.events, self.registry
+            kube,
+            s.nodes,
+            node_bucket,
+            self.metrics,
+            self.events,
+            self.registry,
+            cached_node=lambda name: self._nodes.get(name),
         )
         self.edge = EdgeServer(
             self.registry,

@@ -65,6 +65,8 @@ class NodeLifecycle:
         metrics: the hub's metrics.
         events: where connect/disconnect Events go.
         registry: sessions (to close one whose name belongs to a non-edge Node).
+        cached_node: the nodes informer's copy of a Node (slim: identity, labels, our
+            annotations, conditions), or ``None``.
         clock: wall clock, seconds since the epoch (written into the API).
     """
 
@@ -77,6 +79,7 @@ class NodeLifecycle:
         events: EventRecorder,
         registry: SessionRegistry,
         *,
+        cached_node: Callable[[str], dict | None] = lambda name: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
@@ -86,6 +89,7 @@ class NodeLifecycle:
         self.events = events
         self.registry = registry
         self._clock = clock
+        self._cached_node = cached_node
         self._states: dict[str, _State] = {}
         self._heap: list[tuple[float, int, str, str, int]] = []
         self._tie = itertools.count()
@@ -122,6 +126,9 @@ class NodeLifecycle:
         state.session = session
         state.registered = False
         state.failures = 0
+        # The Lease first and on its own: a fleet rejoining a restarted hub must not go
+        # NotReady while its registrations wait for rate-limiter tokens.
+        self._run_now(session.node, LEASE, state.generation)
         self._run_now(session.node, REGISTER, state.generation)
         self.events.node_event(
             session.node,
@@ -142,7 +149,7 @@ class NodeLifecycle:
         state.session = None
         state.registered = False
         self._schedule(
-            self._clock_mono() + self.settings.not_ready_grace,
+            time.monotonic() + self.settings.not_ready_grace,
             session.node,
             UNKNOWN,
             state.generation,
@@ -158,17 +165,13 @@ class NodeLifecycle:
             return
         state = self._states[node] = _State()
         state.generation = 1
-        self._schedule(self._clock_mono() + self.settings.not_ready_grace, node, UNKNOWN, 1)
+        self._schedule(time.monotonic() + self.settings.not_ready_grace, node, UNKNOWN, 1)
 
     def forget(self, node: str) -> None:
         """The Node was deleted: drop everything pending for it."""
         self._states.pop(node, None)
 
     # -- scheduling -----------------------------------------------------------------------
-
-    @staticmethod
-    def _clock_mono() -> float:
-        return time.monotonic()
 
     def _schedule(self, at: float, node: str, job: str, generation: int) -> None:
         heap = self._heap
@@ -204,19 +207,30 @@ class NodeLifecycle:
             await scope.aclose()
 
     async def _timer(self) -> None:
+        # Woken by a loop timer rather than asyncio.wait_for(), which on Python < 3.12 can
+        # swallow a cancellation that arrives as its inner wait completes (gh-86296):
+        # this loop must always stop when the hub closes.
         heap = self._heap
-        while True:
-            now = time.monotonic()
-            while heap and heap[0][0] <= now:
-                _, _, node, job, generation = heapq.heappop(heap)
-                if self._current(node, generation) is not None:
-                    self._run_now(node, job, generation)
-            self._timer_wake.clear()
-            timeout = heap[0][0] - now if heap else None
-            try:
-                await asyncio.wait_for(self._timer_wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+        loop = asyncio.get_running_loop()
+        wake = self._timer_wake
+        handle: asyncio.TimerHandle | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                while heap and heap[0][0] <= now:
+                    _, _, node, job, generation = heapq.heappop(heap)
+                    if self._current(node, generation) is not None:
+                        self._run_now(node, job, generation)
+                wake.clear()
+                if heap:
+                    handle = loop.call_later(heap[0][0] - now, wake.set)
+                await wake.wait()
+                if handle is not None:
+                    handle.cancel()
+                    handle = None
+        finally:
+            if handle is not None:
+                handle.cancel()
 
     async def _worker(self, jobs: deque[tuple[str, str, int]], wake: asyncio.Event) -> None:
         while True:
@@ -238,18 +252,17 @@ class NodeLifecycle:
     async def _do(self, job: str, node: str, state: _State, generation: int) -> None:
         s = self.settings
         if job == REGISTER:
-            if await self._register(node, state):
-                if self._current(node, generation) is state:
-                    state.registered = True
-                    state.failures = 0
-                    self._run_now(node, LEASE, generation)
-                    self._schedule(
-                        time.monotonic() + s.status_report_interval, node, HEARTBEAT, generation
-                    )
+            next_heartbeat = await self._register(node, state)
+            if next_heartbeat is not None and self._current(node, generation) is state:
+                state.registered = True
+                state.failures = 0
+                self._schedule(time.monotonic() + next_heartbeat, node, HEARTBEAT, generation)
         elif job == LEASE:
-            await self._renew_lease(node, state)
+            renewed = await self._renew_lease(node, state)
             state.failures = 0
-            self._schedule(time.monotonic() + s.lease_interval, node, LEASE, generation)
+            # A new node's Lease waits for its Node (the owner); retry soon meanwhile.
+            delay = s.lease_interval if renewed else min(0.2, s.lease_interval)
+            self._schedule(time.monotonic() + delay, node, LEASE, generation)
         elif job == HEARTBEAT:
             await self._heartbeat(node, state)
             self._schedule(time.monotonic() + s.status_report_interval, node, HEARTBEAT, generation)
@@ -271,16 +284,27 @@ class NodeLifecycle:
 
     # -- the writes ---------------------------------------------------------------------------
 
-    async def _register(self, node: str, state: _State) -> bool:
+    async def _register(self, node: str, state: _State) -> float | None:
+        """Create or update the Node; returns seconds until its next heartbeat, or
+        ``None`` if it cannot be registered."""
         session = state.session
         if session is None or session.link.hello is None:
-            return False
+            return None
         hello = session.link.hello
         facts = model.node_facts(hello)
         if facts.problems:
             session.log.warning("node info: %s", "; ".join(facts.problems))
         now = self._clock()
         transport = session.transport
+        interval = self.settings.status_report_interval
+        cached = self._cached_node(node)
+        if model.up_to_date(cached, facts, transport, now, interval):
+            # Nothing to write: refresh the heartbeat when it would have gone stale.
+            assert cached is not None
+            state.uid = (cached.get("metadata") or {}).get("uid") or ""
+            self.metrics.node_writes.labels("node", "unchanged").inc()
+            beat = _ready_heartbeat(cached) or now
+            return max(0.0, beat + interval - now)
         await self.bucket.acquire()
         try:
             existing = await self.client.get(NODES, node)
@@ -302,7 +326,7 @@ class NodeLifecycle:
                 state.uid = (created.get("metadata") or {}).get("uid") or ""
                 self.metrics.node_writes.labels("node", "created").inc()
                 session.log.info("registered Node %s", node)
-                return True
+                return interval
         if not model.is_edge_node(existing):
             return self._unregistrable(
                 session,
@@ -318,7 +342,7 @@ class NodeLifecycle:
             return self._unregistrable(session, f"the API refused the Node update: {exc}")
         state.uid = (existing.get("metadata") or {}).get("uid") or ""
         self.metrics.node_writes.labels("node", "updated").inc()
-        return True
+        return interval
 
     async def _update_node(self, node, facts, hello, transport, now) -> None:
         def metadata(current: dict) -> dict | None:
@@ -335,14 +359,16 @@ class NodeLifecycle:
         await self.bucket.acquire()
         await update_with_retry(self.client, NODES, node, None, status, subresource="status")
 
-    def _unregistrable(self, session: NodeSession, reason: str) -> bool:
+    def _unregistrable(self, session: NodeSession, reason: str) -> None:
         session.log.error("cannot register the node: %s", reason)
         self.metrics.node_writes.labels("node", "refused").inc()
         if self.registry.get(session.node) is session:
             self.registry.close_node(session.node, CloseCode.UNAUTHORIZED, reason)
-        return False
+        return None
 
-    async def _renew_lease(self, node: str, state: _State) -> None:
+    async def _renew_lease(self, node: str, state: _State) -> bool:
+        """Renew (or create) the node's Lease; ``False`` if it cannot be created yet
+        because the Node does not exist yet (its uid names the Lease's owner)."""
         s = self.settings
         now = self._clock()
         patch = {
@@ -355,16 +381,20 @@ class NodeLifecycle:
         try:
             await self.client.patch(LEASES, node, patch, s.lease_namespace)
         except KubeNotFound:
+            uid = state.uid or ((self._cached_node(node) or {}).get("metadata") or {}).get("uid")
+            if not uid:
+                return False
             lease = model.build_lease(
-                node, s.lease_namespace, node_uid=state.uid, duration=s.lease_duration, now=now
+                node, s.lease_namespace, node_uid=uid, duration=s.lease_duration, now=now
             )
             try:
                 await self.client.create(LEASES, lease)
             except KubeConflict:  # created meanwhile: renew it
                 await self.client.patch(LEASES, node, patch, s.lease_namespace)
             self.metrics.node_writes.labels("lease", "created").inc()
-            return
+            return True
         self.metrics.node_writes.labels("lease", "renewed").inc()
+        return True
 
     async def _heartbeat(self, node: str, state: _State) -> None:
         session = state.session
@@ -428,3 +458,10 @@ class NodeLifecycle:
             log.info(
                 "no session for %.0f s: Ready=Unknown", s.not_ready_grace, extra={"node": node}
             )
+
+
+def _ready_heartbeat(node: dict) -> float | None:
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return parse_time(condition.get("lastHeartbeatTime"))
+    return None

@@ -18,9 +18,11 @@ the node still registers, and the API's own validation has the last word.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
-from cloudhub.kube.times import micro_time, rfc3339
+from cloudhub.kube.times import micro_time, parse_time, rfc3339
 from protocol.messages import Hello
 
 __all__ = [
@@ -36,11 +38,15 @@ __all__ = [
     "ready_conditions",
     "set_conditions",
     "unknown_conditions",
+    "up_to_date",
 ]
 
 EDGE_ROLE_LABEL = "node-role.kubernetes.io/edge"
 AGENT_VERSION_ANNOTATION = "edgefleet.io/agent-version"
 TRANSPORT_ANNOTATION = "edgefleet.io/transport"
+FACTS_ANNOTATION = "edgefleet.io/node-facts"
+"""A digest of what the agent reported last: a reconnect that reports the same facts over
+the same transport to a Node that is still Ready needs no write at all."""
 PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
 _NODE_INFO_KEYS = (
     "machineID",
@@ -66,6 +72,14 @@ class NodeFacts:
     """The registrable facts of one hello, checked; ``problems`` says what was dropped."""
 
     __slots__ = ("addresses", "allocatable", "capacity", "labels", "node_info", "problems")
+
+    def digest(self) -> str:
+        """A short stable digest of the facts (for :data:`FACTS_ANNOTATION`)."""
+        text = json.dumps(
+            [self.labels, self.capacity, self.allocatable, self.node_info, self.addresses],
+            sort_keys=True,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __init__(self) -> None:
         self.labels: dict[str, str] = {}
@@ -235,6 +249,7 @@ def build_node(name: str, facts: NodeFacts, hello: Hello, transport: str, now: f
             "annotations": {
                 AGENT_VERSION_ANNOTATION: hello.agent_version,
                 TRANSPORT_ANNOTATION: transport,
+                FACTS_ANNOTATION: facts.digest(),
             },
         },
         "spec": {},
@@ -253,6 +268,7 @@ def node_metadata(node: dict, facts: NodeFacts, hello: Hello, transport: str) ->
         **annotations,
         AGENT_VERSION_ANNOTATION: hello.agent_version,
         TRANSPORT_ANNOTATION: transport,
+        FACTS_ANNOTATION: facts.digest(),
     }
     if new_labels == labels and new_annotations == annotations:
         return None
@@ -270,6 +286,26 @@ def node_status(status: dict, facts: NodeFacts, transport: str, now: float) -> d
         "conditions": set_conditions(status.get("conditions"), ready_conditions(now, transport)),
         "daemonEndpoints": status.get("daemonEndpoints") or {"kubeletEndpoint": {"Port": 0}},
     }
+
+
+def up_to_date(
+    node: dict | None, facts: NodeFacts, transport: str, now: float, max_age: float
+) -> bool:
+    """Whether a (cached) Node already says what this session would write: same facts,
+    same transport, an edge node, Ready=True with a heartbeat younger than ``max_age``
+    seconds. Then a reconnect writes nothing (a fleet rejoining a restarted hub)."""
+    if node is None or not is_edge_node(node):
+        return False
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(FACTS_ANNOTATION) != facts.digest():
+        return False
+    if annotations.get(TRANSPORT_ANNOTATION) != transport:
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            beat = parse_time(condition.get("lastHeartbeatTime"))
+            return condition.get("status") == "True" and beat is not None and now - beat < max_age
+    return False
 
 
 def build_lease(name: str, namespace: str, *, node_uid: str, duration: int, now: float) -> dict:
