@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from edgeagent.errors import AgentError
+from edgeagent.tasks import wait_event
 from protocol.backoff import backoff, is_retryable, retry_delay
 from protocol.errors import CloseCode
 from protocol.session import SessionConfig
@@ -224,10 +225,7 @@ class Uplink:
                     break
                 if delay > 0:
                     logger.info("reconnecting to the hub in %.1f s", delay)
-                    try:
-                        await asyncio.wait_for(self._stop.wait(), delay)
-                    except asyncio.TimeoutError:
-                        pass
+                    await wait_event(self._stop, delay)
         finally:
             self._done.set()
 

@@ -334,7 +334,8 @@ async def _latency(
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
-    latencies = sorted(running[n] - created[n] for n in created)
+    in_order = [round(running[n] - created[n], 3) for n in created]
+    latencies = sorted(in_order)
     for name in created:  # clean up (grace 1 s)
         await kube.delete(PODS, name, namespace)
 
@@ -351,6 +352,7 @@ async def _latency(
         "p99_s": round(q[98], 3),
         "max_s": round(latencies[-1], 3),
         "min_s": round(latencies[0], 3),
+        "in_creation_order_s": in_order,
     }
 
 

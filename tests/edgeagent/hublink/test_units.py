@@ -264,3 +264,29 @@ def test_outbox_hook_drop_and_mark_sent_of_a_replaced_message(tmp_path: pathlib.
     store.outbox_append("event", {"x": 1})
     assert len(calls) == 2
     store.close()
+
+
+async def test_wait_event_never_loses_a_cancellation():
+    """A loop woken in the same iteration as it is cancelled still ends (with
+    ``asyncio.wait_for`` on Python 3.11 it ran on: the agent hung at SIGTERM)."""
+    import asyncio
+
+    from edgeagent.tasks import TaskSet, wait_event
+
+    event = asyncio.Event()
+
+    async def loop() -> None:
+        while True:
+            event.clear()
+            await wait_event(event, 10)
+            await asyncio.sleep(0)
+
+    for _ in range(50):
+        tasks = TaskSet("t")
+        tasks.spawn(loop(), "loop")
+        await asyncio.sleep(0.001)
+        event.set()
+        await asyncio.wait_for(tasks.close(), 2)  # cancels and waits: must not hang
+    assert await wait_event(event, 0) is True
+    event.clear()
+    assert await wait_event(event, 0.01) is False
