@@ -323,6 +323,7 @@ class HubLink:
                 quic_handshake_timeout=hub.quic_handshake_timeout,
                 websocket_timeout=hub.websocket_timeout,
                 quic_retry_interval=hub.quic_retry_interval,
+                quic_retry_first=hub.quic_retry_first,
                 backoff_base=hub.backoff_base,
                 backoff_cap=hub.backoff_cap,
                 healthy_after=hub.healthy_after,

@@ -218,8 +218,14 @@ class HubSettings:
     websocket_timeout: float = field(
         default=10.0, metadata=_h("TCP, TLS, upgrade and welcome over WebSocket", "s")
     )
+    quic_retry_first: float = field(
+        default=30.0,
+        metadata=_h("after a fallback to WebSocket, try QUIC again this soon (then doubling)", "s"),
+    )
+    """A QUIC dial that straddles a hub restart can time out while WebSocket then works:
+    that was no firewall, so look again soon."""
     quic_retry_interval: float = field(
-        default=600.0, metadata=_h("while on WebSocket, try QUIC again this often", "s")
+        default=600.0, metadata=_h("while on WebSocket, try QUIC again at least this often", "s")
     )
     """10 min: rare enough to cost nothing, often enough to leave a fallback in the hour."""
 
@@ -258,6 +264,7 @@ class HubSettings:
             "quic_handshake_timeout",
             "websocket_timeout",
             "quic_retry_interval",
+            "quic_retry_first",
             "backoff_base",
             "backoff_cap",
             "liveness_timeout",

@@ -15,9 +15,13 @@ connect. The loops, outer to inner:
   retry interval (10 min) has passed. A session-level refusal (version mismatch,
   unauthorized) is not a transport failure and does not cause a fallback.
 - **Middle** (one link): the application's ``on_link`` coroutine uses the link until it
-  closes. While on WebSocket, every ``quic_retry_interval`` the uplink checks whether a
-  QUIC handshake now succeeds; if so it closes the WebSocket session and dials QUIC at
-  once (never two sessions at once, so sequence numbers and resends stay simple).
+  closes. While on WebSocket, the uplink checks whether a QUIC handshake now succeeds,
+  ``quic_retry_first`` (30 s) after the fallback, then at doubling intervals up to
+  ``quic_retry_interval`` (10 min); if one does, it closes the WebSocket session and dials
+  QUIC at once (never two sessions at once, so sequence numbers and resends stay simple).
+  The short first retry matters after a hub restart: a QUIC dial that began while the hub
+  was down waits for retransmissions and can time out just as the hub comes back, while
+  the WebSocket dial after it succeeds; the network was never blocking UDP.
 
 The uplink knows nothing about the store: the hello, the unacknowledged messages to resend
 and the next sequence number come from callbacks, read at every dial. Each transport's
@@ -73,8 +77,13 @@ class UplinkSettings:
     websocket_timeout: float = 10.0
     """Seconds for TCP, TLS, upgrade and welcome over WebSocket."""
     quic_retry_interval: float = 600.0
-    """While on WebSocket, seconds between checks whether QUIC works again (10 min: rare
-    enough to cost nothing, often enough to leave a fallback within the hour)."""
+    """While on WebSocket, the longest time in seconds between checks whether QUIC works
+    again (10 min: rare enough to cost nothing, often enough to leave a fallback within the
+    hour)."""
+    quic_retry_first: float = 30.0
+    """Seconds from a fallback to the first QUIC check; the wait doubles after each failed
+    check, up to ``quic_retry_interval`` (a network that blocks UDP costs a few background
+    handshake attempts in the first quarter hour, then one per interval)."""
     backoff_base: float = 1.0
     """Seconds: the first reconnect waits up to this long (full jitter)."""
     backoff_cap: float = 60.0
@@ -98,6 +107,7 @@ class UplinkSettings:
             "quic_handshake_timeout",
             "websocket_timeout",
             "quic_retry_interval",
+            "quic_retry_first",
             "backoff_base",
             "backoff_cap",
         ):
@@ -143,6 +153,7 @@ class Uplink:
         self._link: Link | None = None
         self._preferred = QUIC
         self._quic_failed_at: float | None = None
+        self._quic_retries = 0
         self._run_task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._refusal: SessionRejected | None = None
@@ -256,7 +267,19 @@ class Uplink:
             return True
         if self._preferred == QUIC or self._quic_failed_at is None:
             return True
-        return now - self._quic_failed_at >= self.settings.quic_retry_interval
+        return now - self._quic_failed_at >= self._quic_retry_delay()
+
+    def _quic_retry_delay(self) -> float:
+        """Seconds from the last QUIC failure to the next check (doubling, capped)."""
+        s = self.settings
+        return min(s.quic_retry_first * 2**self._quic_retries, s.quic_retry_interval)
+
+    def _note_quic_failed(self, now: float) -> None:
+        if self._preferred == QUIC or self._quic_failed_at is None:
+            self._quic_retries = 0  # a fresh fallback: check again soon
+        else:
+            self._quic_retries = min(self._quic_retries + 1, 32)
+        self._quic_failed_at = now
 
     async def _dial(self) -> Link | None:
         """Try QUIC (when due), then WebSocket; ``None`` if both failed."""
@@ -291,10 +314,11 @@ class Uplink:
                 return None
             except ConnectFailed as exc:
                 logger.info("QUIC to %s:%s failed (%s); trying WebSocket", s.host, s.quic_port, exc)
-                self._quic_failed_at = loop.time()
+                self._note_quic_failed(loop.time())
             else:
                 self._preferred = QUIC
                 self._quic_failed_at = None
+                self._quic_retries = 0
                 await self._set_link(link)
                 return link
         if WEBSOCKET not in s.transports:
@@ -353,7 +377,8 @@ class Uplink:
             await self._set_link(None)
 
     async def _retry_quic(self) -> bool:
-        """While on WebSocket: every ``quic_retry_interval`` check whether QUIC works.
+        """While on WebSocket: check whether QUIC works, at the times the module
+        docstring gives.
 
         Returns:
             True once a QUIC handshake succeeded (the caller moves to QUIC); never returns
@@ -363,7 +388,7 @@ class Uplink:
         loop = asyncio.get_running_loop()
         while True:
             assert self._quic_failed_at is not None
-            wait = self._quic_failed_at + s.quic_retry_interval - loop.time()
+            wait = self._quic_failed_at + self._quic_retry_delay() - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
             from protocol.transport.quic import quic_handshake_succeeds
@@ -372,7 +397,7 @@ class Uplink:
                 credentials = self._credentials()
             except AgentError as exc:
                 logger.error("cannot try QUIC again: %s", exc)
-                self._quic_failed_at = loop.time()
+                self._note_quic_failed(loop.time())
                 continue
             ok = await quic_handshake_succeeds(
                 s.host,
@@ -385,8 +410,9 @@ class Uplink:
                 logger.info("QUIC to %s:%s works again; leaving WebSocket", s.host, s.quic_port)
                 self._preferred = QUIC
                 self._quic_failed_at = None
+                self._quic_retries = 0
                 return True
-            self._quic_failed_at = loop.time()
+            self._note_quic_failed(loop.time())
 
     async def close(self) -> None:
         """Stop reconnecting and close the open link.

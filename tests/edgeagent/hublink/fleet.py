@@ -58,6 +58,7 @@ AGENT_TEST_SETS = (
     "hub.backoff_cap=1",
     "hub.healthy_after=1",
     "hub.quic_handshake_timeout=3",
+    "hub.quic_retry_first=1",
     "hub.liveness_timeout=10",
 )
 

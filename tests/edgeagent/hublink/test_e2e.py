@@ -76,7 +76,7 @@ async def test_node_registers_and_is_ready(fleet, kube: KubeClient):
         check=True,
     )
     out = proc.stdout
-    assert "hub:         connected over quic" in out, out
+    assert f"hub:         connected over quic since {session['since']}" in out, out
 
 
 @pytest.mark.parametrize("transport", ["quic", "websocket"])

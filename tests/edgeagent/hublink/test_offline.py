@@ -122,6 +122,11 @@ async def test_hub_outage_pods_keep_running_and_latest_status_arrives_after(
         ),
         "the outbox drained (or the crasher moved on)",
     )
+    # A QUIC dial that straddled the restart may have fallen back to WebSocket: the uplink
+    # looks at QUIC again soon (hub.quic_retry_first) and goes back to it.
+    await eventually(
+        lambda: agent.hub_session().get("transport") == "quic", "back on QUIC after the outage"
+    )
     api_f = (await get_pod(kube, namespace, "finisher"))["status"]
     local_f = stored_status(agent, uids["finisher"])
     assert api_f["phase"] == local_f["phase"]
