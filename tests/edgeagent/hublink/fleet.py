@@ -195,6 +195,8 @@ class AgentProcess:
         self.config = root / "config.yaml"
         self.log_path = root / "agent.log"
         self.proc: subprocess.Popen | None = None
+        self.start_env: dict[str, str] = {}
+        """More environment for the process (e.g. ``NOTIFY_SOCKET``)."""
         root.mkdir(parents=True, exist_ok=True)
         self.config.write_text("log_level: INFO\n")
         if ca is not None:
@@ -239,6 +241,7 @@ class AgentProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         env.pop("NOTIFY_SOCKET", None)
+        env.update(self.start_env)
         with open(self.log_path, "a") as log:
             log.write(f"--- start {time.strftime('%H:%M:%S')} ---\n")
             log.flush()

@@ -205,3 +205,32 @@ async def test_pod_deleted_is_stopped_gracefully_and_removed(
 
 async def _running(kube: KubeClient, namespace: str, name: str) -> bool:
     return is_running(await get_pod(kube, namespace, name))
+
+
+async def test_ready_does_not_wait_for_an_unreachable_hub(tmp_path: pathlib.Path, test_pki):
+    """READY=1 once the store and runtime are up, with a hub configured that never answers."""
+    import socket
+
+    from tests.edgeagent.hublink.fleet import AgentProcess, free_port
+
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.setblocking(False)
+    agent = AgentProcess(
+        tmp_path / "a", "edge-alone", "process", f"quic://127.0.0.1:{free_port()}", test_pki.ca
+    )
+    agent.start_env = {"NOTIFY_SOCKET": str(sock_path)}
+    agent.start()
+    loop = asyncio.get_running_loop()
+    try:
+        message = await asyncio.wait_for(loop.sock_recv(sock, 4096), 60)
+        assert b"READY=1" in message, message
+        assert agent.running
+        await eventually(
+            lambda: "failed" in agent.log() and agent.hub_session().get("state") == "connecting",
+            "the agent keeps dialling the absent hub",
+        )
+    finally:
+        await agent.stop()
+        sock.close()
