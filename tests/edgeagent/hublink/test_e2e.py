@@ -218,7 +218,12 @@ async def test_ready_does_not_wait_for_an_unreachable_hub(tmp_path: pathlib.Path
     sock.bind(str(sock_path))
     sock.setblocking(False)
     agent = AgentProcess(
-        tmp_path / "a", "edge-alone", "process", f"quic://127.0.0.1:{free_port()}", test_pki.ca
+        tmp_path / "a",
+        "edge-alone",
+        "process",
+        f"quic://127.0.0.1:{free_port()}",
+        test_pki.ca,
+        sets=("hub.transports=websocket",),  # refused at once: the log shows the retries
     )
     agent.start_env = {"NOTIFY_SOCKET": str(sock_path)}
     agent.start()

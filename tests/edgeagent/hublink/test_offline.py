@@ -141,7 +141,10 @@ async def test_offline_reboot_recovers_within_5s_and_converges(
     # On podman the pods use the host network: a bridge sandbox costs podman ~0.5 s of
     # network set-up each, which would measure podman rather than the agent.
     script = "trap 'exit 0' TERM; sleep 600 & wait"
-    for i in range(10):
+    # 10 pods on the process runtime; 6 on podman keep this suite's time down
+    # (tests/edgeagent/test_daemon.py recovers 10 on podman, without a hub).
+    count = 10 if kind == "process" else 6
+    for i in range(count):
         await kube.create(
             PODS,
             pod(f"app-{i}", namespace, "edge-boot", script, hostNetwork=kind == "docker", grace=2),
@@ -149,9 +152,9 @@ async def test_offline_reboot_recovers_within_5s_and_converges(
 
     async def all_running():
         items, _ = await kube.list(PODS, namespace)
-        return len(items) == 10 and all(is_running(p) for p in items)
+        return len(items) == count and all(is_running(p) for p in items)
 
-    await eventually(all_running, "10 pods Running in the API")
+    await eventually(all_running, f"{count} pods Running in the API")
     items, _ = await kube.list(PODS, namespace)
     uids = {p["metadata"]["uid"] for p in items}
     assert await agent.stop() == 0
@@ -159,7 +162,7 @@ async def test_offline_reboot_recovers_within_5s_and_converges(
     assert not (await agent.running_pods()) & uids
     await fleet.hub.stop()
     # While the node is down: one pod is deleted and one created in the API.
-    await kube.delete(PODS, "app-9", namespace)
+    await kube.delete(PODS, f"app-{count - 1}", namespace)
     await kube.create(
         PODS, pod("late", namespace, "edge-boot", script, hostNetwork=kind == "docker", grace=2)
     )
@@ -167,11 +170,11 @@ async def test_offline_reboot_recovers_within_5s_and_converges(
     t0 = time.monotonic()
     agent.start()  # the hub is unreachable
     await eventually(
-        lambda: _superset(agent.running_pods(), uids), "all 10 cached pods running", timeout=60
+        lambda: _superset(agent.running_pods(), uids), "every cached pod running", timeout=60
     )
     elapsed = time.monotonic() - t0
     bound = recovery_bound()
-    print(f"offline reboot recovery of 10 pods ({kind}) with the hub away: {elapsed:.2f} s")
+    print(f"offline reboot recovery of {count} pods ({kind}) with the hub away: {elapsed:.2f} s")
     assert elapsed <= bound, (elapsed, bound, os.getloadavg())
     assert agent.hub_session().get("state") != "connected"
 
@@ -180,16 +183,16 @@ async def test_offline_reboot_recovers_within_5s_and_converges(
     async def converged():
         items, _ = await kube.list(PODS, namespace)
         names = {p["metadata"]["name"] for p in items}
-        if names != {f"app-{i}" for i in range(9)} | {"late"}:
+        if names != {f"app-{i}" for i in range(count - 1)} | {"late"}:
             return False
         return all(is_running(p) for p in items) and all(
             container_status(p).get("restartCount") == (0 if p["metadata"]["name"] == "late" else 1)
             for p in items
         )
 
-    await eventually(converged, "API converged: app-9 gone, late running, restarts counted")
+    await eventually(converged, "API converged: the deleted pod gone, late running, restarts")
     left = {p["metadata"]["uid"] for p in (await kube.list(PODS, namespace))[0]}
-    assert not (await agent.running_pods()) & (uids - left)  # app-9 stopped
+    assert not (await agent.running_pods()) & (uids - left)  # the deleted one stopped
     node = await get_node(kube, "edge-boot")
     assert condition(node, "Ready") == "True"
 
