@@ -356,6 +356,8 @@ class Hub:
 
     async def aclose(self) -> None:
         """Stop serving and release everything (idempotent)."""
+        if self.edge is not None:
+            self.edge.closing = True
         servers, self._servers = self._servers, []
         await asyncio.gather(*(server.aclose() for server in servers), return_exceptions=True)
         await self.dispatcher.aclose()

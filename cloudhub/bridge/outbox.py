@@ -18,7 +18,7 @@ import itertools
 import logging
 from collections.abc import Callable, Hashable
 
-from protocol.errors import ConnectionClosed, StateError
+from protocol.errors import ConnectionClosed, InvalidMessage, StateError
 from protocol.messages import Message
 from protocol.transport import Link
 
@@ -66,7 +66,11 @@ class Outbox:
             while items:
                 key = next(iter(items))
                 message = items.pop(key)
-                await link.send(message)
+                try:
+                    await link.send(message)
+                except InvalidMessage as exc:  # e.g. an object over the frame size limit
+                    log.error("cannot send %s: %s", message.kind, exc)
+                    continue
                 if self._on_sent is not None:
                     self._on_sent(message)
         except (ConnectionClosed, StateError):  # closed, or closing (no send after close)

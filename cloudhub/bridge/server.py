@@ -69,6 +69,8 @@ class EdgeServer:
         self.metrics = metrics
         self.heartbeat_interval = heartbeat_interval
         self.peer_checks: list[PeerCheck] = []
+        self.closing = False
+        """Set when the hub shuts down: new sessions are turned away (``GOING_AWAY``)."""
         self._on_refused = on_refused
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-{int(time.time()) & 0xFFFFFF:x}"
@@ -80,6 +82,9 @@ class EdgeServer:
         assert hello is not None
         node = hello.node_name
         metrics = self.metrics
+        if self.closing:
+            link.reject(CloseCode.GOING_AWAY, "hub shutting down", retry_after=1.0)
+            return
         refusal = await self._refusal(link)
         if refusal is not None:
             log.warning("refused a session: %s", refusal, extra={"node": node})

@@ -105,11 +105,6 @@ class NodeLifecycle:
     def __len__(self) -> int:
         return len(self._states)
 
-    def node_uid(self, node: str) -> str:
-        """The Node's uid once registered, else ``""``."""
-        state = self._states.get(node)
-        return state.uid if state is not None else ""
-
     def registered(self, node: str) -> bool:
         """Whether the node's current session has registered its Node."""
         state = self._states.get(node)

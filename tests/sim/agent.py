@@ -147,6 +147,7 @@ class SimAgent:
         self.sync_done: list[int] = []
         self.errors: list[Error] = []
         self.latencies: list[float] = []
+        self._timed: set[str] = set()
         self.sessions = 0
         self.refusals: list[str] = []
         self.closes: list[Closed] = []
@@ -357,7 +358,8 @@ class SimAgent:
             self.upserts[ref.uid, message.resource_version] += 1
             annotations = (message.object.get("metadata") or {}).get("annotations") or {}
             created = annotations.get(CREATED_AT)
-            if created is not None and self.upserts[ref.uid, message.resource_version] == 1:
+            if created is not None and ref.uid not in self._timed:  # first arrival only
+                self._timed.add(ref.uid)
                 try:
                     self.latencies.append(time.time() - float(created))
                 except ValueError:

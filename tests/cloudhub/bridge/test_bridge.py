@@ -104,6 +104,18 @@ async def test_outbox_is_in_order_and_latest_wins_per_object() -> None:
     await outbox.aclose()
 
 
+async def test_outbox_skips_a_message_that_cannot_be_sent() -> None:
+    link = open_link()
+    outbox = Outbox(link)
+    huge = ObjectUpsert(ObjectRef("ConfigMap", "ns", "big", "ub"), "1", {"d": "x" * 5_000_000})
+    small = ObjectUpsert(ObjectRef("ConfigMap", "ns", "small", "us"), "1", {})
+    outbox.put(huge)
+    outbox.put(small)
+    await outbox.drained()
+    assert sent(link) == [small]  # over the 4 MiB frame limit: logged and skipped
+    await outbox.aclose()
+
+
 async def test_outbox_after_the_link_closed_sends_nothing() -> None:
     link = open_link()
     outbox = Outbox(link)

@@ -103,6 +103,10 @@ class FaultyProxy:
         """Answer the next ``times`` requests whose method and path match with ``status``."""
         self._faults.append(_Fault(method.upper(), path_part, status, times))
 
+    def clear_faults(self) -> None:
+        """Forget every pending fault: the API works again."""
+        self._faults.clear()
+
     def after_once(
         self, method: str, path_part: str, action: Callable[[], Awaitable[object]]
     ) -> None:

@@ -1,0 +1,119 @@
+"""A misbehaving Kubernetes API loses nothing: the hub retries, the edge keeps what is not
+yet durable. The hub talks to the API through a fault-injecting proxy."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cloudhub.kube import LEASES, PODS, KubeClient, parse_time
+from tests.cloudhub.hub.conftest import DEADLINE, Cluster, Hubs, eventually, pod
+from tests.cloudhub.kube.proxy import FaultyProxy
+
+
+def uid(obj: dict) -> str:
+    return obj["metadata"]["uid"]
+
+
+@pytest.fixture
+async def proxy(cluster: Cluster, tmp_path: pathlib.Path) -> AsyncIterator[FaultyProxy]:
+    async with FaultyProxy(cluster.kubeconfig, tmp_path) as p:
+        yield p
+
+
+@pytest.fixture
+async def faulty_hubs(proxy: FaultyProxy, test_pki) -> AsyncIterator[Hubs]:
+    """Hubs whose API access goes through the proxy."""
+    hubs = Hubs(Cluster("proxied", proxy.kubeconfig), test_pki)
+    try:
+        yield hubs
+    finally:
+        await hubs.close()
+
+
+async def test_status_writes_survive_server_errors_and_conflicts(
+    faulty_hubs: Hubs, proxy: FaultyProxy, kube: KubeClient, namespace: str, unique
+) -> None:
+    hub = await faulty_hubs.start()
+    node = unique("edge-5xx")
+    agent = faulty_hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    # The API answers the status write with 503, 500, then a 409 (someone else wrote)
+    proxy.fail("PUT", "/status", 503)
+    proxy.fail("PUT", "/status", 500)
+    proxy.fail("PUT", "/status", 409)
+    created = await kube.create(PODS, pod("web", namespace, node))
+    await agent.wait_for(lambda: uid(created) in agent.store and bool(agent.unacked), DEADLINE)
+
+    async def running() -> bool:
+        return ((await kube.get(PODS, "web", namespace)).get("status") or {}).get(
+            "phase"
+        ) == "Running"
+
+    await eventually(running, "the status written after the API recovered")
+    await agent.wait_for(lambda: agent.all_acked, DEADLINE)
+    assert proxy.count("PUT", "/pods/web/status") == 4  # 503, 500, 409, then written
+    assert proxy.count("GET", "/pods/web") >= 1  # the fresh read after the conflict
+    retried = hub.metrics.registry.get_sample_value(
+        "edgefleet_hub_pod_status_writes_total", {"result": "retried"}
+    )
+    assert retried == 2
+    errors = hub.metrics.registry.get_sample_value(
+        "edgefleet_hub_api_request_errors_total",
+        {"verb": "update", "resource": "pods", "code": "503"},
+    )
+    assert errors == 1
+
+
+async def test_an_unacked_status_waits_for_the_api(
+    faulty_hubs: Hubs, proxy: FaultyProxy, kube: KubeClient, namespace: str, unique
+) -> None:
+    """While the API fails, the message is not acknowledged; once it works, it is."""
+    await faulty_hubs.start({"status.retry_cap": 0.2})
+    node = unique("edge-outage")
+    agent = faulty_hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    proxy.fail("PUT", "/status", 503, times=1000)
+    created = await kube.create(PODS, pod("web", namespace, node))
+    await agent.wait_for(lambda: uid(created) in agent.store and bool(agent.unacked), DEADLINE)
+    await eventually(
+        _async(lambda: proxy.count("PUT", "/pods/web/status") >= 5), "several failed writes"
+    )
+    assert agent.unacked  # nothing durable, nothing acknowledged
+    proxy.clear_faults()  # the outage ends
+    await agent.wait_for(lambda: agent.all_acked, DEADLINE)
+    status = (await kube.get(PODS, "web", namespace))["status"]
+    assert status["phase"] == "Running"
+
+
+async def test_lease_renewal_resumes_after_api_errors(
+    faulty_hubs: Hubs, proxy: FaultyProxy, kube: KubeClient, unique
+) -> None:
+    await faulty_hubs.start()
+    node = unique("edge-lease-5xx")
+    agent = faulty_hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+
+    async def lease_renewed_after(t: float) -> bool:
+        try:
+            lease = await kube.get(LEASES, node, "kube-node-lease")
+        except Exception:
+            return False
+        return parse_time(lease["spec"]["renewTime"]) > t
+
+    await eventually(lambda: lease_renewed_after(0.0), "the first Lease")
+    proxy.fail("PATCH", "/leases/", 503, times=3)
+    failed_from = (await kube.get(LEASES, node, "kube-node-lease"))["spec"]["renewTime"]
+    await eventually(
+        _async(lambda: proxy.count("PATCH", f"/leases/{node}") >= 4), "renewals through errors"
+    )
+    await eventually(lambda: lease_renewed_after(parse_time(failed_from)), "a renewal again")
+
+
+def _async(check):
+    async def wrapped() -> bool:
+        return check()
+
+    return wrapped
