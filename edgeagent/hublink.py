@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeagent.errors import HubUnavailable, StoreError
 from edgeagent.nodeinfo import AGENT_VERSION, node_info
-from edgeagent.outbox import hello, sent_messages, to_message
+from edgeagent.outbox import hello, to_message
 from edgeagent.store import Store
 from edgeagent.uplink import Uplink, UplinkSettings
 from protocol.errors import CloseCode, ConnectionClosed, InvalidMessage, ProtocolError
-from protocol.messages import Error, Message, ObjectDelete, ObjectUpsert, SyncDone
+from protocol.messages import Error, Hello, Message, ObjectDelete, ObjectUpsert, SyncDone
 from protocol.session import Acked, Closed, MessageReceived, PeerDead, PeerError, SessionConfig
 
 if TYPE_CHECKING:
@@ -314,6 +314,28 @@ class HubLink:
             from edgeagent.credentials import FileCredentials
 
             self._credentials = FileCredentials(settings, wall_clock=self._wall)
+
+        def make_hello() -> Hello:
+            return hello(
+                store,
+                node_name=ctx.node_name,
+                agent_version=AGENT_VERSION,
+                capabilities=tuple(self.capabilities),
+                node_info=node_info(settings, ctx.host_ip),
+            )
+
+        try:
+            make_hello()
+        except InvalidMessage as exc:
+            # No session can ever open (e.g. a host name with "_" as the node name): say so
+            # once and leave the pods running, rather than failing every few seconds.
+            log.error(
+                "cannot connect to the hub: %s; set node_name to a valid Kubernetes node "
+                "name (lower-case letters, digits, '-' and '.')",
+                exc,
+            )
+            self._record(store, "disconnected", reason=f"invalid hello: {exc}")
+            await asyncio.Event().wait()  # until the agent stops
         uplink = Uplink(
             UplinkSettings(
                 host=host,
@@ -335,14 +357,8 @@ class HubLink:
                 transports=hub.transports,
             ),
             credentials=self._credentials,
-            make_hello=lambda: hello(
-                store,
-                node_name=ctx.node_name,
-                agent_version=AGENT_VERSION,
-                capabilities=tuple(self.capabilities),
-                node_info=node_info(settings, ctx.host_ip),
-            ),
-            pending=lambda: sent_messages(store),
+            make_hello=make_hello,
+            pending=lambda: self._pending(store),
             next_seq=store.next_seq,
             on_link=lambda link: self._serve(link, ctx, handlers),
         )
@@ -365,6 +381,25 @@ class HubLink:
                     run.cancel()
                 await asyncio.gather(run, return_exceptions=True)
                 self._record(store, "disconnected", reason="agent stopped")
+
+    def _pending(self, store: Store) -> list[tuple[int, Message]]:
+        """The outbox's sent-but-unacknowledged messages, for the session to resend; one
+        whose stored body no longer makes a valid message (an agent upgrade tightened a
+        rule) is dropped with an ERROR line rather than stopping every connect."""
+        out = []
+        for entry in store.outbox_sent():
+            try:
+                out.append((entry.seq, to_message(entry)))
+            except (InvalidMessage, KeyError, TypeError, ValueError) as exc:
+                log.error(
+                    "dropping sent outbox message %d (%s, seq %s), not a valid message: %s",
+                    entry.id,
+                    entry.kind,
+                    entry.seq,
+                    exc,
+                )
+                store.outbox_drop(entry.id)
+        return out
 
     def _record(self, store: Store, state: str, **extra: Any) -> None:
         value = {"state": state, "since": _iso(self._wall()), **extra}

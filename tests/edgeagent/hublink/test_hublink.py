@@ -312,3 +312,33 @@ async def test_node_object_reports_reserved_resources(make_agent, kube: KubeClie
     cpu = int(n["status"]["capacity"]["cpu"])
     assert n["status"]["allocatable"]["cpu"] == f"{cpu * 1000 - 500}m"
     assert n["status"]["capacity"]["pods"] == "20"
+
+
+async def test_a_bad_sent_message_is_dropped_not_resent_forever(
+    make_agent, tmp_path: pathlib.Path, caplog
+):
+    caplog.set_level(logging.ERROR, logger="edgeagent.hublink")
+    from edgeagent.store import Store
+
+    store = Store.open(tmp_path / "edge-sent" / "store.db")
+    bad = store.outbox_append("pod_status", {"ref": {"uid": "x"}})  # sent, then a rule changed
+    store.outbox_mark_sent(bad, store.next_seq())
+    store.record_pod_status(NOWHERE, {"phase": "Running"}, time.time())
+    store.close()
+    agent = make_agent("edge-sent")
+    await agent.connected()
+    await eventually(lambda: agent.store.outbox_depth() == 0, "the outbox drained")
+    assert any("dropping sent outbox message" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_invalid_node_name_is_one_clear_error_and_pods_run(make_agent, caplog):
+    caplog.set_level(logging.ERROR, logger="edgeagent.hublink")
+    agent = make_agent("edge_underscore", pki=False)
+    await eventually(
+        lambda: any("cannot connect to the hub" in r.getMessage() for r in caplog.records),
+        "the error naming the node name",
+    )
+    [line] = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+    assert "edge_underscore" in line and "RFC 1123" in line
+    assert agent.agent.context is not None  # the agent runs (pods would too)
+    assert agent.store.get_state("hub.session")["state"] == "disconnected"
