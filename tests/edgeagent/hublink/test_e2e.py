@@ -239,3 +239,31 @@ async def test_ready_does_not_wait_for_an_unreachable_hub(tmp_path: pathlib.Path
     finally:
         await agent.stop()
         sock.close()
+
+
+async def test_pod_created_before_its_configmap_starts_once_it_exists(
+    fleet, kube: KubeClient, namespace: str
+):
+    """``kubectl apply`` of a directory often creates the pod first: it waits
+    (ContainerCreating, as kubelet) and starts when the ConfigMap arrives through the hub."""
+    fleet.agent("edge-order")
+    body = pod(
+        "early",
+        namespace,
+        "edge-order",
+        '[ "$(cat cfg/k)" = v ] && exec sleep 600; exit 3',
+        container={"volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]},
+        volumes=[{"name": "cfg", "configMap": {"name": "late-cm"}}],
+    )
+    await kube.create(PODS, body)
+
+    async def waiting():
+        p = await get_pod(kube, namespace, "early")
+        state = container_status(p).get("state") or {}
+        return (state.get("waiting") or {}).get("reason") == "ContainerCreating"
+
+    await eventually(waiting, "early waiting for its ConfigMap (ContainerCreating)")
+    await kube.create(CONFIGMAPS, configmap("late-cm", namespace, {"k": "v"}))
+    await eventually(lambda: _running(kube, namespace, "early"), "early Running")
+    p = await get_pod(kube, namespace, "early")
+    assert container_status(p)["restartCount"] == 0
