@@ -27,7 +27,10 @@ Extension points for other parts of the agent (device twins, metrics, certificat
 renewal), all to be used before the agent starts:
 
 - :meth:`HubLink.register` ``(kind, handler)``: a handler for a down-going kind;
-- :meth:`HubLink.add_source` ``(source)``: an up-going stream drained after the outbox;
+- :meth:`HubLink.add_source` ``(source)``: an up-going stream drained after the outbox
+  (:class:`UpSource`; the agent context's ``streams``, device twin reports and metrics
+  batches with their own outboxes, is one and is wired in automatically, with
+  ``twin_desired`` going to its ``receive``);
 - :meth:`HubLink.add_session_task` ``(factory)``: a coroutine run for each session and
   cancelled when it ends (e.g. certificate renewal over the live session);
 - :meth:`HubLink.send` ``(message, on_acked=...)``: push one message on the current
@@ -52,7 +55,15 @@ from edgeagent.outbox import hello, to_message
 from edgeagent.store import Store
 from edgeagent.uplink import Uplink, UplinkSettings
 from protocol.errors import CloseCode, ConnectionClosed, InvalidMessage, ProtocolError
-from protocol.messages import Error, Hello, Message, ObjectDelete, ObjectUpsert, SyncDone
+from protocol.messages import (
+    Error,
+    Hello,
+    Message,
+    ObjectDelete,
+    ObjectUpsert,
+    SyncDone,
+    TwinDesired,
+)
 from protocol.session import Acked, Closed, MessageReceived, PeerDead, PeerError, SessionConfig
 
 if TYPE_CHECKING:
@@ -65,6 +76,7 @@ __all__ = [
     "HubLink",
     "OutboxSource",
     "Outgoing",
+    "OutgoingLike",
     "SessionTask",
     "UpSource",
 ]
@@ -83,31 +95,40 @@ SessionTask = Callable[["Link"], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """One up-going message a source offers.
+    """One up-going message a source offers (a source may use any object with a
+    ``message`` attribute; this is the outbox's).
 
     Attributes:
         message: the protocol message.
-        token: the source's own reference (an outbox id, a batch number), given back
-            in :meth:`UpSource.sent`.
+        token: the source's own reference (an outbox id, a batch number).
     """
 
     message: Message
     token: Any = None
 
 
+class OutgoingLike(Protocol):
+    """What :meth:`UpSource.messages_to_send` returns items of."""
+
+    @property
+    def message(self) -> Message: ...
+
+
 class UpSource(Protocol):
     """An up-going stream the hub connection drains (after the outbox, in the order the
-    sources were added). Methods are called from the event loop and must not block."""
+    sources were added), in one task, one message at a time, recording each seq before
+    the next send. Methods are called from the event loop and must not block.
 
-    name: str
+    The device-twin and metrics streams (``edgeagent.streams.HubStreams``) have this
+    shape; so has the outbox (:class:`OutboxSource`).
+    """
 
-    def take(self, limit: int) -> Sequence[Outgoing]:
+    def messages_to_send(self, limit: int) -> Sequence[OutgoingLike]:
         """Up to ``limit`` messages to send now, oldest first; empty when there is none.
-        A message offered and not yet reported :meth:`sent` may be offered again only after
-        a new session started."""
+        What was offered and not reported :meth:`sent` may be offered again."""
         ...
 
-    def sent(self, item: Outgoing, seq: int | None) -> None:
+    def sent(self, item: Any, seq: int | None) -> None:
         """``item`` was handed to the session and got ``seq`` (``None``: a kind that needs
         no ack). Raising :class:`~edgeagent.errors.StoreError` closes the session."""
         ...
@@ -117,9 +138,14 @@ class UpSource(Protocol):
         the resent ones')."""
         ...
 
-    def session_started(self) -> None:
-        """A new session is open: what was sent before and not acknowledged, and is not
-        resent by the session itself, should be offered again."""
+    def session_started(self, received_up_to: int) -> Any:
+        """A new session is open; the hub has processed every seq up to
+        ``received_up_to`` (the welcome's). What was sent before and not acknowledged, and
+        is not resent by the session itself, should be offered again."""
+        ...
+
+    def session_ended(self) -> None:
+        """The session closed; nothing is sent until the next one."""
         ...
 
 
@@ -127,9 +153,9 @@ class OutboxSource:
     """The store's outbox as an up-going source (pod status, ``pod_deleted``, events).
 
     Sent-but-unacknowledged messages are resent by the session itself at the next connect
-    (with their seqs: the hub drops duplicates), so :meth:`session_started` does nothing.
-    A stored message that no longer makes a valid message is dropped with an ERROR line
-    naming it, instead of blocking everything behind it.
+    (with their seqs: the hub drops duplicates). A stored message that no longer makes a
+    valid message is dropped with an ERROR line naming it, instead of blocking everything
+    behind it.
     """
 
     name = "outbox"
@@ -137,7 +163,7 @@ class OutboxSource:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def take(self, limit: int) -> list[Outgoing]:
+    def messages_to_send(self, limit: int) -> list[Outgoing]:
         out = []
         for entry in self.store.outbox_unsent(limit=limit):
             try:
@@ -161,8 +187,16 @@ class OutboxSource:
     def acked(self, up_to: int) -> None:
         self.store.outbox_ack(up_to)
 
-    def session_started(self) -> None:
+    def session_started(self, received_up_to: int) -> None:
+        if received_up_to:
+            self.store.outbox_ack(received_up_to)
+
+    def session_ended(self) -> None:
         pass
+
+
+def _source_name(source: Any) -> str:
+    return getattr(source, "name", type(source).__name__)
 
 
 def _iso(t: float) -> str:
@@ -197,6 +231,7 @@ class HubLink:
         self.capabilities: list[str] = ["pods"]
         """Sent in the hello; parts that add handlers add what they can do."""
         self._wake = asyncio.Event()
+        self._send_lock = asyncio.Lock()
         self._link: Link | None = None
         self._session_no = 0
         self._acked_up_to = 0
@@ -272,13 +307,14 @@ class HubLink:
         link = self.link
         if link is None:
             raise HubUnavailable("no session with the hub is open")
-        try:
-            seq = await link.send(message)
-        except ConnectionClosed as exc:
-            raise HubUnavailable(f"the session with the hub closed: {exc}") from exc
-        if seq is not None:
-            if self._store is not None:
+        async with self._send_lock:  # seqs are recorded in the order they were given
+            try:
+                seq = await link.send(message)
+            except ConnectionClosed as exc:
+                raise HubUnavailable(f"the session with the hub closed: {exc}") from exc
+            if seq is not None and self._store is not None:
                 self._store.note_seq_used(seq)
+        if seq is not None:
             if on_acked is not None:
                 if link is self._link and seq > self._acked_up_to:
                     self._on_acked[seq] = on_acked
@@ -302,13 +338,24 @@ class HubLink:
         host, quic_port, websocket_port = hub.address()
         store = ctx.store
         self._store = store
-        self._all_sources = [OutboxSource(store), *self._sources]
         handlers: dict[type[Message], DownHandler] = {
             ObjectUpsert: self._on_upsert,
             ObjectDelete: self._on_delete,
             SyncDone: self._on_sync_done,
             Error: self._on_error,
         }
+        sources: list[Any] = [OutboxSource(store)]
+        removers: list[Callable[[], Any]] = []
+        # The agent's own streams with their own outboxes (device twin reports, metrics
+        # batches: ``edgeagent.streams.HubStreams``), when it has them: drained right after
+        # the outbox; they take ``twin_desired``.
+        streams = getattr(ctx, "streams", None)
+        if streams is not None:
+            sources.append(streams)
+            removers.append(streams.add_wakeup(self.kick))
+            if hasattr(streams, "receive"):
+                handlers[TwinDesired] = lambda message: streams.receive(message, self._wall())
+        self._all_sources = [*sources, *self._sources]
         handlers.update(self._handlers)
         if self._credentials is None:
             from edgeagent.credentials import FileCredentials
@@ -363,7 +410,7 @@ class HubLink:
             on_link=lambda link: self._serve(link, ctx, handlers),
         )
         self.uplink = uplink
-        remove_hook = store.add_outbox_hook(self.kick)
+        removers.append(store.add_outbox_hook(self.kick))
         self._record(store, "connecting", reason=f"dialling {hub.url}")
         log.info("connecting to the hub at %s (%s)", hub.url, ", ".join(hub.transports))
         # The uplink runs as a task of its own so that stopping (this task cancelled) goes
@@ -373,7 +420,8 @@ class HubLink:
             await asyncio.wait({run})
             run.result()
         finally:
-            remove_hook()
+            for remove in removers:
+                remove()
             try:
                 await uplink.close()
             finally:
@@ -439,9 +487,7 @@ class HubLink:
         try:
             store.advance_seq(welcome.received_up_to)
             for source in self._all_sources:
-                source.session_started()
-                if welcome.received_up_to:
-                    source.acked(welcome.received_up_to)
+                source.session_started(welcome.received_up_to)
             self._record(
                 store,
                 "connected",
@@ -483,6 +529,11 @@ class HubLink:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for source in self._all_sources:
+                try:
+                    source.session_ended()
+                except Exception:
+                    log.exception("%s: session_ended failed", _source_name(source))
             self._link = None
             self._on_acked = {}
             self.synced.clear()
@@ -561,7 +612,7 @@ class HubLink:
             try:
                 source.acked(up_to)
             except StoreError as exc:
-                log.warning("recording an ack in %s failed: %s", source.name, exc)
+                log.warning("recording an ack in %s failed: %s", _source_name(source), exc)
         if self._on_acked:
             for seq in sorted(s for s in self._on_acked if s <= up_to):
                 callback = self._on_acked.pop(seq)
@@ -590,19 +641,20 @@ class HubLink:
         session = link.session
         for source in self._all_sources:
             while session.window_free > 0:
-                items = source.take(min(session.window_free, DRAIN_BATCH))
+                items = source.messages_to_send(min(session.window_free, DRAIN_BATCH))
                 if not items:
                     break
                 for item in items:
-                    try:
-                        seq = await link.send(item.message)
-                    except ConnectionClosed:
-                        return False
-                    source.sent(item, seq)
-                    if seq is not None:
-                        store.note_seq_used(seq)
-                        if seq <= self._acked_up_to:  # the ack overtook the send
-                            source.acked(self._acked_up_to)
+                    async with self._send_lock:
+                        try:
+                            seq = await link.send(item.message)
+                        except ConnectionClosed:
+                            return False
+                        source.sent(item, seq)
+                        if seq is not None:
+                            store.note_seq_used(seq)
+                    if seq is not None and seq <= self._acked_up_to:
+                        source.acked(self._acked_up_to)  # the ack overtook the send
             if session.window_free <= 0:
                 break  # an ack will kick us
         return True

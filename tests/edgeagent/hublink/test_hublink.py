@@ -112,15 +112,16 @@ async def test_extension_points(make_agent, hub: HubRunner):
     ended = asyncio.Event()
 
     class Source:
-        name = "test-events"
+        """An up-going stream with its own outbox, as the device twins and metrics have."""
 
         def __init__(self) -> None:
             self.queue: list[KubeEvent] = []
             self.seqs: dict[int, KubeEvent] = {}
             self.acked_up_to = 0
-            self.started = 0
+            self.started: list[int] = []
+            self.ended = 0
 
-        def take(self, limit: int) -> list[Outgoing]:
+        def messages_to_send(self, limit: int) -> list[Outgoing]:
             out, self.queue = self.queue[:limit], self.queue[limit:]
             return [Outgoing(m, i) for i, m in enumerate(out)]
 
@@ -131,8 +132,11 @@ async def test_extension_points(make_agent, hub: HubRunner):
         def acked(self, up_to: int) -> None:
             self.acked_up_to = max(self.acked_up_to, up_to)
 
-        def session_started(self) -> None:
-            self.started += 1
+        def session_started(self, received_up_to: int) -> None:
+            self.started.append(received_up_to)
+
+        def session_ended(self) -> None:
+            self.ended += 1
 
     async def per_session(link) -> None:
         sessions.append(link.transport)
@@ -158,7 +162,7 @@ async def test_extension_points(make_agent, hub: HubRunner):
     await agent.connected()
     first = link.connection_id()
     assert sessions == ["quic"]
-    assert source.started == 1
+    assert len(source.started) == 1
 
     # a source's message goes up, numbered, and its ack comes back
     source.queue.append(
@@ -195,7 +199,7 @@ async def test_extension_points(make_agent, hub: HubRunner):
     await agent.connected()
     assert link.connection_id() != first
     assert sessions == ["quic", "quic"]
-    assert source.started == 2
+    assert len(source.started) == 2 and source.ended == 1
 
 
 async def test_clock_skew_is_logged_with_both_times(make_agent, caplog):
@@ -342,3 +346,71 @@ async def test_an_invalid_node_name_is_one_clear_error_and_pods_run(make_agent, 
     assert "edge_underscore" in line and "RFC 1123" in line
     assert agent.agent.context is not None  # the agent runs (pods would too)
     assert agent.store.get_state("hub.session")["state"] == "disconnected"
+
+
+async def test_the_agents_own_streams_are_drained_after_the_outbox(make_agent, hub: HubRunner):
+    """An agent context that carries ``streams`` (device twins and metrics, with their own
+    outboxes) gets them drained, woken through ``add_wakeup``, told of sessions and acks."""
+    import types
+
+    class Streams:
+        def __init__(self) -> None:
+            self.queue: list[KubeEvent] = []
+            self.in_flight: dict[int, KubeEvent] = {}
+            self.delivered: list[KubeEvent] = []
+            self.sessions: list[int] = []
+            self.wakeups: list[Callable[[], None]] = []
+
+        def add_wakeup(self, callback: Callable[[], None]) -> Callable[[], None]:
+            self.wakeups.append(callback)
+            return lambda: self.wakeups.remove(callback)
+
+        def report(self, message: KubeEvent) -> None:
+            self.queue.append(message)
+            for wake in self.wakeups:
+                wake()
+
+        def session_started(self, received_up_to: int) -> int:
+            self.sessions.append(received_up_to)
+            return len(self.sessions)
+
+        def session_ended(self) -> None:
+            pass
+
+        def messages_to_send(self, limit: int) -> list[Outgoing]:
+            return [Outgoing(m) for m in self.queue[:limit]]
+
+        def sent(self, item: Outgoing, seq: int | None) -> None:
+            assert seq is not None
+            self.queue.remove(item.message)
+            self.in_flight[seq] = item.message
+
+        def acked(self, up_to: int) -> None:
+            for seq in sorted(s for s in self.in_flight if s <= up_to):
+                self.delivered.append(self.in_flight.pop(seq))
+
+        def receive(self, message, now: float) -> bool:
+            return True
+
+    streams = Streams()
+    link = HubLink()
+
+    class WithStreams:
+        name = "hub"
+
+        async def run(self, ctx) -> None:
+            await link.run(types.SimpleNamespace(**vars(ctx), streams=streams))
+
+    agent = make_agent("edge-streams", start=False)
+    agent.link = link
+    agent.agent.services = [WithStreams()]
+    agent.start()
+    await agent.connected()
+    assert streams.sessions == [0] and len(streams.wakeups) == 1
+    event = KubeEvent(
+        ref=NOWHERE, type="Normal", reason="Reported", message="x", timestamp=time.time()
+    )
+    streams.report(event)
+    await eventually(lambda: streams.delivered == [event], "the stream's message acknowledged")
+    await agent.stop()
+    assert streams.wakeups == []  # unhooked when the service stopped
