@@ -68,7 +68,7 @@ from protocol.session import Acked, Closed, MessageReceived, PeerDead, PeerError
 
 if TYPE_CHECKING:
     from edgeagent.agent import AgentContext
-    from protocol.transport import Link, TLSCredentials
+    from protocol.transport import Link, PEMCredentials, TLSCredentials
 
 __all__ = [
     "DRAIN_BATCH",
@@ -220,7 +220,7 @@ class HubLink:
     def __init__(
         self,
         *,
-        credentials: Callable[[], TLSCredentials] | None = None,
+        credentials: Callable[[], TLSCredentials | PEMCredentials] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._credentials = credentials

@@ -47,7 +47,7 @@ from protocol.transport.errors import ConnectFailed, SessionRejected
 
 if TYPE_CHECKING:
     from protocol.messages import Hello, Message
-    from protocol.transport import Link, TLSCredentials
+    from protocol.transport import Link, PEMCredentials, TLSCredentials
 
 __all__ = ["QUIC", "WEBSOCKET", "Uplink", "UplinkSettings"]
 
@@ -137,7 +137,7 @@ class Uplink:
         self,
         settings: UplinkSettings,
         *,
-        credentials: Callable[[], TLSCredentials],
+        credentials: Callable[[], TLSCredentials | PEMCredentials],
         make_hello: Callable[[], Hello],
         pending: Callable[[], Sequence[tuple[int, Message]]],
         next_seq: Callable[[], int],
