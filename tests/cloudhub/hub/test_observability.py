@@ -100,6 +100,8 @@ async def test_readyz_reports_an_unreachable_api(test_pki) -> None:
 
 async def test_structured_logs_name_the_node(hubs: Hubs, unique) -> None:
     stream = io.StringIO()
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
     setup_logging("json", "info", stream)
     try:
         await hubs.start()
@@ -109,10 +111,11 @@ async def test_structured_logs_name_the_node(hubs: Hubs, unique) -> None:
         await agent.stop()
         await hubs.close()
     finally:
-        root = logging.getLogger()
         for handler in list(root.handlers):
             root.removeHandler(handler)
-        root.setLevel(logging.WARNING)
+        for handler in saved:
+            root.addHandler(handler)
+        root.setLevel(level)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     about = [line for line in lines if name in line["message"] or line.get("node") == name]
     assert any("connected over websocket" in line["message"] for line in about)
