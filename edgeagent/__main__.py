@@ -79,11 +79,45 @@ def main() -> None:
     """EdgeFleet edge agent."""
 
 
-@main.command()
+def _settings_epilog() -> str:
+    """The hub and node settings, one per line, for ``edgeagent run --help``."""
+    from edgeagent.settings import ENV_PREFIX, HubSettings, NodeSettings
+    from protocol.settings import describe
+
+    lines = [
+        "Hub connection: runs when hub.url is set (edgeagent join sets it and writes the "
+        "node's certificate to <state-dir>/pki). Pods keep running, and READY=1 is sent, "
+        "whether or not the hub answers. Set these in the config file (hub: {url: ...}), "
+        f"the environment ({ENV_PREFIX}HUB__URL=...) or with --set hub.url=...:",
+        "",
+        "\b",
+    ]
+    for group, cls in (("hub", HubSettings), ("node", NodeSettings)):
+        for info in describe(cls):
+            default = info.default
+            if isinstance(default, tuple):
+                default = ",".join(default)
+            elif isinstance(default, dict):
+                default = ",".join(f"{k}={v}" for k, v in default.items())
+            shown = f"{default}" if default not in ("", None) else "unset"
+            unit = f" [{info.unit}]" if info.unit else ""
+            lines.append(f"  {group}.{info.key}{unit} (default {shown})")
+            lines.append(f"      {info.help}")
+    return "\n".join(lines)
+
+
+@main.command(epilog=_settings_epilog())
 @common
 @click.option("--node-name", default=None, help="This node's name (default: host name).")
 @click.option("--runtime", "runtime_kind", type=click.Choice(["docker", "process"]), default=None)
 @click.option("--docker-url", default=None, help="Engine API endpoint.")
+@click.option(
+    "--hub",
+    "hub_url",
+    default=None,
+    metavar="URL",
+    help="The hub's session address, quic://HOST:PORT (same as --set hub.url=...).",
+)
 @click.option("--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR.")
 def run(
     config: str | None,
@@ -92,6 +126,7 @@ def run(
     node_name: str | None,
     runtime_kind: str | None,
     docker_url: str | None,
+    hub_url: str | None,
     log_level: str | None,
 ) -> None:
     """Run the agent (under systemd: Type=notify, WatchdogSec=)."""
@@ -104,6 +139,7 @@ def run(
             **{
                 "runtime.kind": runtime_kind,
                 "runtime.docker.url": docker_url,
+                "hub.url": hub_url,
                 "log_level": log_level,
             },
         )
@@ -115,10 +151,17 @@ def run(
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # aioquic logs every connection's version and ALPN at INFO: noise on a device log.
+    logging.getLogger("quic").setLevel(logging.WARNING)
     from edgeagent.agent import Agent
     from edgeagent.sdnotify import Notifier
 
-    agent = Agent(settings, notifier=Notifier.from_env(os.environ))
+    services = []
+    if settings.hub.url:
+        from edgeagent.hublink import HubLink  # imported only when a hub is configured
+
+        services.append(HubLink())
+    agent = Agent(settings, notifier=Notifier.from_env(os.environ), services=services)
 
     async def serve() -> None:
         stop = asyncio.Event()

@@ -33,7 +33,7 @@ from edgeagent.runtime import ContainerRuntime, make_runtime
 from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings
 from edgeagent.store import Store
-from edgeagent.tasks import TaskSet
+from edgeagent.tasks import TaskSet, wait_event
 
 if TYPE_CHECKING:
     from edgeagent.devices import EdgeTwins
@@ -214,10 +214,7 @@ class Agent:
                 self.notifier.status(f"waiting for the container runtime: {exc}")
                 self.notifier.watchdog()
                 log.warning("%s; retrying in %.0fs", exc, delay)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=delay)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(stop, delay)
         return False
 
     async def _supervise(self, service: AgentService, ctx: AgentContext) -> None:
@@ -275,7 +272,4 @@ class Agent:
                     due = max(due, self._flush_error_at + self.settings.store.full_retry)
                 wake = min(wake, due)
             self._dirty.clear()
-            try:
-                await asyncio.wait_for(self._dirty.wait(), timeout=max(wake - self._mono(), 0))
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._dirty, max(wake - self._mono(), 0))

@@ -6,7 +6,8 @@ fault it is, as in ``protocol.errors``:
 - :class:`UsageError` — we (or the operator) misused something: a bad setting, an
   invalid pod spec, a store used after close.
 - :class:`EnvironmentFault` — something outside the agent misbehaved or is missing:
-  the container engine, the disk, a corrupted database file.
+  the container engine, the disk, a corrupted database file, the hub or the node's
+  certificate.
 
 Third-party exceptions (``sqlite3``, ``aiodocker``, ``OSError``) are translated at the
 boundary of the module that calls them and chained with ``from``.
@@ -19,7 +20,9 @@ __all__ = [
     "ConfigError",
     "ContainerNotFoundError",
     "ContainerRuntimeError",
+    "CredentialsError",
     "EnvironmentFault",
+    "HubUnavailable",
     "ImagePullError",
     "PodConfigError",
     "PodSpecError",
@@ -172,3 +175,24 @@ class VolumeError(PodConfigError):
     stays ``ContainerCreating`` with a ``FailedMount`` Event, as with kubelet."""
 
     reason = "FailedMount"
+
+
+# --- the hub connection -----------------------------------------------------------------
+
+
+class CredentialsError(EnvironmentFault):
+    """The node's TLS material (hub CA, node certificate, key) is missing, unreadable or
+    expired; the message names the file and the command that fixes it.
+
+    Attributes:
+        path: the file concerned, if one.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class HubUnavailable(EnvironmentFault):
+    """No session with the hub is open (or it closed while sending): the message was not
+    sent; keep it and send it on the next session."""

@@ -41,11 +41,13 @@ from edgeagent.metrics.settings import MetricsSettings
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "DEFAULT_HUB_PORT",
     "AgentSettings",
     "DeviceSettings",
     "DockerSettings",
     "HubSettings",
     "MetricsSettings",
+    "NodeSettings",
     "PodSettings",
     "ProcessSettings",
     "RuntimeSettings",
@@ -166,21 +168,201 @@ class PodSettings:
     """``terminationGracePeriodSeconds`` when the pod does not say (Kubernetes: 30 s)."""
 
 
+def _h(text: str, unit: str = "") -> dict[str, str]:
+    """Field metadata: the one-line help ``edgeagent run --help`` shows, and the unit."""
+    return {"help": text, "unit": unit} if unit else {"help": text}
+
+
+DEFAULT_HUB_PORT = 7443
+"""The hub's session port when ``hub.url`` names none: UDP for QUIC, TCP for WebSocket
+(one Kubernetes Service with both protocols on one number)."""
+
+TRANSPORTS = ("quic", "websocket")
+
+
 @dataclass(frozen=True)
 class HubSettings:
-    """How to reach the cloud hub. Used by the uplink; ``url`` empty means no hub."""
+    """How to reach the cloud hub (the hub connection runs only when ``url`` is set).
 
-    url: str = ""
-    """Hub endpoint, e.g. ``quic://hub.example:7443``; empty to run without a hub."""
+    ``edgeagent join`` writes ``url`` into the config file and the TLS material into
+    ``<state_dir>/pki``; the rest has defaults meant for production.
+    """
 
-    ca_file: str = ""
-    """Hub CA bundle (PEM); default ``<state_dir>/pki/ca.crt``."""
+    url: str = field(
+        default="",
+        metadata=_h(
+            "hub session address: quic://HOST:PORT, wss://HOST:PORT or HOST[:PORT] "
+            f"(port {DEFAULT_HUB_PORT} when omitted); empty runs the agent with no hub"
+        ),
+    )
+    """The hub's address. The scheme does not restrict the transport (``transports``
+    does): the one port serves QUIC over UDP and WebSocket over TCP."""
 
-    cert_file: str = ""
-    """This node's client certificate (PEM); default ``<state_dir>/pki/node.crt``."""
+    quic_port: int = field(default=0, metadata=_h("UDP port for QUIC; 0: the url's port"))
+    websocket_port: int = field(
+        default=0, metadata=_h("TCP port for WebSocket over TLS; 0: the url's port")
+    )
+    server_name: str = field(
+        default="",
+        metadata=_h("name the hub certificate must carry; empty: the url's host"),
+    )
+    """Set it when dialling an address the certificate does not name (an IP behind NAT)."""
 
-    key_file: str = ""
-    """This node's private key (PEM, 0600); default ``<state_dir>/pki/node.key``."""
+    transports: tuple[str, ...] = field(
+        default=TRANSPORTS,
+        metadata=_h("transports to use, in order of preference: quic, websocket"),
+    )
+    """QUIC first (one handshake, no head-of-line blocking, survives address changes),
+    WebSocket as the fallback where UDP is blocked. ``websocket`` alone skips the 3 s
+    QUIC attempt on networks known to drop UDP; ``quic`` alone never falls back."""
+
+    ca_file: str = field(
+        default="", metadata=_h("hub CA bundle (PEM); empty: <state_dir>/pki/ca.crt")
+    )
+    cert_file: str = field(
+        default="", metadata=_h("node client certificate (PEM); empty: <state_dir>/pki/node.crt")
+    )
+    key_file: str = field(
+        default="", metadata=_h("node private key (PEM, 0600); empty: <state_dir>/pki/node.key")
+    )
+
+    quic_handshake_timeout: float = field(
+        default=3.0, metadata=_h("wait this long for QUIC before falling back", "s")
+    )
+    """UDP blocked by a firewall looks like silence, so this bounds a fallback; 3 s covers
+    several round trips on a slow cellular link."""
+
+    websocket_timeout: float = field(
+        default=10.0, metadata=_h("TCP, TLS, upgrade and welcome over WebSocket", "s")
+    )
+    quic_retry_first: float = field(
+        default=30.0,
+        metadata=_h("after a fallback to WebSocket, try QUIC again this soon (then doubling)", "s"),
+    )
+    """A QUIC dial that straddles a hub restart can time out while WebSocket then works:
+    that was no firewall, so look again soon."""
+    quic_retry_interval: float = field(
+        default=600.0, metadata=_h("while on WebSocket, try QUIC again at least this often", "s")
+    )
+    """10 min: rare enough to cost nothing, often enough to leave a fallback in the hour."""
+
+    backoff_base: float = field(
+        default=1.0, metadata=_h("first reconnect delay bound (full jitter)", "s")
+    )
+    backoff_cap: float = field(default=60.0, metadata=_h("longest reconnect delay", "s"))
+    """A fleet rejoining after a hub outage spreads over a minute instead of stampeding."""
+
+    healthy_after: float = field(
+        default=10.0, metadata=_h("a session open this long resets the back-off", "s")
+    )
+    liveness_timeout: float = field(
+        default=60.0, metadata=_h("a hub silent this long is taken as gone", "s")
+    )
+    """Pings go every ``heartbeat_interval`` the hub's welcome gives (capped at half of
+    this); silence for this long closes the session and the agent redials."""
+
+    max_clock_skew: float = field(
+        default=60.0, metadata=_h("log a warning when the hub's clock differs by more", "s")
+    )
+    """Status, event and metric timestamps come from this clock: beyond a minute they are
+    visibly off (certificates tolerate 5 min: ``protocol.pki.CLOCK_SKEW``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("quic_port", "websocket_port"):
+            port = getattr(self, name)
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"hub.{name} must be 0..65535, not {port}", key=f"hub.{name}")
+        if not self.transports or any(t not in TRANSPORTS for t in self.transports):
+            raise ConfigError(
+                f"hub.transports must be one or both of quic, websocket, not {self.transports}",
+                key="hub.transports",
+            )
+        for name in (
+            "quic_handshake_timeout",
+            "websocket_timeout",
+            "quic_retry_interval",
+            "quic_retry_first",
+            "backoff_base",
+            "backoff_cap",
+            "liveness_timeout",
+            "max_clock_skew",
+        ):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"hub.{name} must be > 0 seconds", key=f"hub.{name}")
+        if self.healthy_after < 0:
+            raise ConfigError("hub.healthy_after must be >= 0 seconds", key="hub.healthy_after")
+        if self.url:
+            self.address()  # raises ConfigError naming the problem
+
+    def address(self) -> tuple[str, int, int]:
+        """``(host, quic_port, websocket_port)`` from ``url`` and the port settings.
+
+        Raises:
+            ConfigError: ``url`` is empty or not ``[scheme://]host[:port]``.
+        """
+        url = self.url.strip()
+        if not url:
+            raise ConfigError("hub.url is empty: no hub configured", key="hub.url")
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            scheme, rest = "", url
+        if scheme not in ("", "quic", "wss", "https"):
+            raise ConfigError(
+                f"hub.url {url!r}: scheme must be quic://, wss:// or none", key="hub.url"
+            )
+        rest = rest.split("/", 1)[0]
+        if rest.startswith("["):  # [IPv6]:port
+            host, _, tail = rest[1:].partition("]")
+            port_text = tail[1:] if tail.startswith(":") else ""
+        elif rest.count(":") == 1:
+            host, _, port_text = rest.partition(":")
+        else:
+            host, port_text = rest, ""
+        try:
+            port = int(port_text) if port_text else DEFAULT_HUB_PORT
+        except ValueError:
+            port = -1
+        if not host or not 0 < port <= 65535:
+            raise ConfigError(f"hub.url {url!r} is not [scheme://]host[:port]", key="hub.url")
+        return host, self.quic_port or port, self.websocket_port or port
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What the agent registers about this machine (the Node object's labels and
+    resources). Capacity is measured at every connect; these add to it."""
+
+    labels: dict[str, str] = field(
+        default_factory=dict, metadata=_h("node labels, e.g. site=plant-4,zone=line-2")
+    )
+    """Reported in the hello; the hub adds the edge role and the well-known labels
+    (hostname, os, arch). The hub decides which keys it accepts."""
+
+    extended_resources: dict[str, str] = field(
+        default_factory=dict,
+        metadata=_h("extended resources as quantities, e.g. edgefleet.io/gpio=4"),
+    )
+    """Added to capacity and allocatable as they are (Kubernetes extended resources:
+    a domain-prefixed name and an integer quantity)."""
+
+    max_pods: int = field(default=110, metadata=_h("the node's pods capacity"))
+    """kubelet's default ``maxPods``."""
+
+    reserved_cpu: int = field(
+        default=0, metadata=_h("CPU kept from allocatable for the system", "millicores")
+    )
+    reserved_memory: int = field(
+        default=0, metadata=_h("memory kept from allocatable for the system", "bytes")
+    )
+    """Like kubelet's ``--system-reserved``: allocatable = capacity - reserved (none by
+    default, as kubelet)."""
+
+    def __post_init__(self) -> None:
+        if self.max_pods < 1:
+            raise ConfigError("node.max_pods must be >= 1", key="node.max_pods")
+        for name in ("reserved_cpu", "reserved_memory"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"node.{name} must be >= 0", key=f"node.{name}")
 
 
 @dataclass(frozen=True)
@@ -205,6 +387,7 @@ class AgentSettings:
     hub: HubSettings = field(default_factory=HubSettings)
     devices: DeviceSettings = field(default_factory=DeviceSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    node: NodeSettings = field(default_factory=NodeSettings)
 
     @property
     def store_path(self) -> pathlib.Path:

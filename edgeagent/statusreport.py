@@ -129,6 +129,7 @@ def render(report: dict[str, Any]) -> str:
         f"node:        {report['node_name']}",
         f"hub:         {hub['state']}"
         + (f" over {hub['transport']}" if hub.get("transport") else "")
+        + (f" since {hub['since']}" if hub.get("since") else "")
         + (f" ({hub['url']})" if hub.get("url") else " (no hub configured)"),
     ]
     if cert.get("not_after"):

@@ -15,12 +15,18 @@ connect. The loops, outer to inner:
   retry interval (10 min) has passed. A session-level refusal (version mismatch,
   unauthorized) is not a transport failure and does not cause a fallback.
 - **Middle** (one link): the application's ``on_link`` coroutine uses the link until it
-  closes. While on WebSocket, every ``quic_retry_interval`` the uplink checks whether a
-  QUIC handshake now succeeds; if so it closes the WebSocket session and dials QUIC at
-  once (never two sessions at once, so sequence numbers and resends stay simple).
+  closes. While on WebSocket, the uplink checks whether a QUIC handshake now succeeds,
+  ``quic_retry_first`` (30 s) after the fallback, then at doubling intervals up to
+  ``quic_retry_interval`` (10 min); if one does, it closes the WebSocket session and dials
+  QUIC at once (never two sessions at once, so sequence numbers and resends stay simple).
+  The short first retry matters after a hub restart: a QUIC dial that began while the hub
+  was down waits for retransmissions and can time out just as the hub comes back, while
+  the WebSocket dial after it succeeds; the network was never blocking UDP.
 
 The uplink knows nothing about the store: the hello, the unacknowledged messages to resend
-and the next sequence number come from callbacks, read at every dial.
+and the next sequence number come from callbacks, read at every dial. Each transport's
+adapter is imported the first time it is dialled (aioquic with ``cryptography`` costs about
+14 MiB of RSS: an agent configured for WebSocket only never loads it).
 """
 
 from __future__ import annotations
@@ -32,21 +38,16 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from edgeagent.errors import AgentError
+from edgeagent.tasks import wait_event
 from protocol.backoff import backoff, is_retryable, retry_delay
 from protocol.errors import CloseCode
 from protocol.session import SessionConfig
-from protocol.transport import (
-    ConnectFailed,
-    Link,
-    SessionRejected,
-    TLSCredentials,
-    connect_quic,
-    connect_websocket,
-    quic_handshake_succeeds,
-)
+from protocol.transport.errors import ConnectFailed, SessionRejected
 
 if TYPE_CHECKING:
     from protocol.messages import Hello, Message
+    from protocol.transport import Link, PEMCredentials, TLSCredentials
 
 __all__ = ["QUIC", "WEBSOCKET", "Uplink", "UplinkSettings"]
 
@@ -76,8 +77,13 @@ class UplinkSettings:
     websocket_timeout: float = 10.0
     """Seconds for TCP, TLS, upgrade and welcome over WebSocket."""
     quic_retry_interval: float = 600.0
-    """While on WebSocket, seconds between checks whether QUIC works again (10 min: rare
-    enough to cost nothing, often enough to leave a fallback within the hour)."""
+    """While on WebSocket, the longest time in seconds between checks whether QUIC works
+    again (10 min: rare enough to cost nothing, often enough to leave a fallback within the
+    hour)."""
+    quic_retry_first: float = 30.0
+    """Seconds from a fallback to the first QUIC check; the wait doubles after each failed
+    check, up to ``quic_retry_interval`` (a network that blocks UDP costs a few background
+    handshake attempts in the first quarter hour, then one per interval)."""
     backoff_base: float = 1.0
     """Seconds: the first reconnect waits up to this long (full jitter)."""
     backoff_cap: float = 60.0
@@ -88,12 +94,20 @@ class UplinkSettings:
     that accepts and drops at once keeps the agent backing off."""
     session: SessionConfig = field(default_factory=SessionConfig)
     """Session settings (ping interval, liveness, window, close timeout)."""
+    transports: tuple[str, ...] = (QUIC, WEBSOCKET)
+    """Which transports to dial: QUIC is tried first when listed; WebSocket is the
+    fallback when listed (``(WEBSOCKET,)`` alone never tries QUIC)."""
 
     def __post_init__(self) -> None:
+        if not self.transports or any(t not in (QUIC, WEBSOCKET) for t in self.transports):
+            raise ValueError(
+                f"transport.transports must name quic and/or websocket, not {self.transports}"
+            )
         for name in (
             "quic_handshake_timeout",
             "websocket_timeout",
             "quic_retry_interval",
+            "quic_retry_first",
             "backoff_base",
             "backoff_cap",
         ):
@@ -109,7 +123,9 @@ class Uplink:
     Args:
         settings: addresses, timeouts, backoff.
         credentials: returns the current TLS credentials (read at every dial, so that a
-            renewed certificate is used for the next connection).
+            renewed certificate is used for the next connection). An ``AgentError`` it
+            raises (not joined, files unreadable, certificate expired) is logged and the
+            dial counts as failed: the uplink backs off and asks again.
         make_hello: returns the hello for the next session (inventory, node info).
         pending: returns the unacknowledged ``(seq, message)`` pairs to resend.
         next_seq: returns the next sequence number to assign.
@@ -121,7 +137,7 @@ class Uplink:
         self,
         settings: UplinkSettings,
         *,
-        credentials: Callable[[], TLSCredentials],
+        credentials: Callable[[], TLSCredentials | PEMCredentials],
         make_hello: Callable[[], Hello],
         pending: Callable[[], Sequence[tuple[int, Message]]],
         next_seq: Callable[[], int],
@@ -137,6 +153,7 @@ class Uplink:
         self._link: Link | None = None
         self._preferred = QUIC
         self._quic_failed_at: float | None = None
+        self._quic_retries = 0
         self._run_task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._refusal: SessionRejected | None = None
@@ -219,10 +236,7 @@ class Uplink:
                     break
                 if delay > 0:
                     logger.info("reconnecting to the hub in %.1f s", delay)
-                    try:
-                        await asyncio.wait_for(self._stop.wait(), delay)
-                    except asyncio.TimeoutError:
-                        pass
+                    await wait_event(self._stop, delay)
         finally:
             self._done.set()
 
@@ -247,9 +261,25 @@ class Uplink:
         return link
 
     def _quic_due(self, now: float) -> bool:
+        if QUIC not in self.settings.transports:
+            return False
+        if WEBSOCKET not in self.settings.transports:
+            return True
         if self._preferred == QUIC or self._quic_failed_at is None:
             return True
-        return now - self._quic_failed_at >= self.settings.quic_retry_interval
+        return now - self._quic_failed_at >= self._quic_retry_delay()
+
+    def _quic_retry_delay(self) -> float:
+        """Seconds from the last QUIC failure to the next check (doubling, capped)."""
+        s = self.settings
+        return min(s.quic_retry_first * 2**self._quic_retries, s.quic_retry_interval)
+
+    def _note_quic_failed(self, now: float) -> None:
+        if self._preferred == QUIC or self._quic_failed_at is None:
+            self._quic_retries = 0  # a fresh fallback: check again soon
+        else:
+            self._quic_retries = min(self._quic_retries + 1, 32)
+        self._quic_failed_at = now
 
     async def _dial(self) -> Link | None:
         """Try QUIC (when due), then WebSocket; ``None`` if both failed."""
@@ -262,8 +292,14 @@ class Uplink:
             "config": s.session,
             "server_name": s.server_name,
         }
-        credentials = self._credentials()
+        try:
+            credentials = self._credentials()
+        except AgentError as exc:
+            logger.error("cannot dial the hub: %s", exc)
+            return None
         if self._quic_due(loop.time()):
+            from protocol.transport.quic import connect_quic
+
             try:
                 link = await connect_quic(
                     s.host,
@@ -278,12 +314,17 @@ class Uplink:
                 return None
             except ConnectFailed as exc:
                 logger.info("QUIC to %s:%s failed (%s); trying WebSocket", s.host, s.quic_port, exc)
-                self._quic_failed_at = loop.time()
+                self._note_quic_failed(loop.time())
             else:
                 self._preferred = QUIC
                 self._quic_failed_at = None
+                self._quic_retries = 0
                 await self._set_link(link)
                 return link
+        if WEBSOCKET not in s.transports:
+            return None
+        from protocol.transport.websocket import connect_websocket
+
         try:
             link = await connect_websocket(
                 s.host,
@@ -316,7 +357,7 @@ class Uplink:
         ended = loop.create_task(link.wait_closed(), name="uplink-link-ended")
         tasks = [app, ended]
         retry = None
-        if link.transport == WEBSOCKET:
+        if link.transport == WEBSOCKET and QUIC in self.settings.transports:
             retry = loop.create_task(self._retry_quic(), name="uplink-quic-retry")
             tasks.append(retry)
         try:
@@ -336,7 +377,8 @@ class Uplink:
             await self._set_link(None)
 
     async def _retry_quic(self) -> bool:
-        """While on WebSocket: every ``quic_retry_interval`` check whether QUIC works.
+        """While on WebSocket: check whether QUIC works, at the times the module
+        docstring gives.
 
         Returns:
             True once a QUIC handshake succeeded (the caller moves to QUIC); never returns
@@ -346,13 +388,21 @@ class Uplink:
         loop = asyncio.get_running_loop()
         while True:
             assert self._quic_failed_at is not None
-            wait = self._quic_failed_at + s.quic_retry_interval - loop.time()
+            wait = self._quic_failed_at + self._quic_retry_delay() - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+            from protocol.transport.quic import quic_handshake_succeeds
+
+            try:
+                credentials = self._credentials()
+            except AgentError as exc:
+                logger.error("cannot try QUIC again: %s", exc)
+                self._note_quic_failed(loop.time())
+                continue
             ok = await quic_handshake_succeeds(
                 s.host,
                 s.quic_port,
-                credentials=self._credentials(),
+                credentials=credentials,
                 server_name=s.server_name,
                 timeout=s.quic_handshake_timeout,
             )
@@ -360,8 +410,9 @@ class Uplink:
                 logger.info("QUIC to %s:%s works again; leaving WebSocket", s.host, s.quic_port)
                 self._preferred = QUIC
                 self._quic_failed_at = None
+                self._quic_retries = 0
                 return True
-            self._quic_failed_at = loop.time()
+            self._note_quic_failed(loop.time())
 
     async def close(self) -> None:
         """Stop reconnecting and close the open link.
@@ -379,9 +430,10 @@ class Uplink:
                 )
             except asyncio.TimeoutError:
                 pass
-        if self._run_task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._done.wait()), 1.0)
-            except asyncio.TimeoutError:
+        task = self._run_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            done, _ = await asyncio.wait({task}, timeout=1.0)
+            if not done:
                 logger.error("uplink did not stop within its bound; cancelling it")
-                self._run_task.cancel()
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)

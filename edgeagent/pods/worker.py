@@ -51,7 +51,7 @@ from edgeagent.runtime.base import (
     PullPolicy,
 )
 from edgeagent.store import pod_coalesce_key, ref_dict
-from edgeagent.tasks import TaskSet
+from edgeagent.tasks import TaskSet, wait_event
 
 if TYPE_CHECKING:
     from edgeagent.pods.reconciler import PodReconciler
@@ -128,10 +128,7 @@ class PodWorker:
                     delay = resync
                 if delay is None:
                     return
-                try:
-                    await asyncio.wait_for(self.wake.wait(), timeout=max(delay, 0.01))
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self.wake, max(delay, 0.01))
         finally:
             await self._tasks.close()
 

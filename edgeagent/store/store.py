@@ -145,7 +145,8 @@ class OutboxEntry:
     """One up-going message not yet acknowledged.
 
     Attributes:
-        id: local append order (send unsent messages in this order).
+        id: local append order (send unsent messages in this order); never reused while
+            the agent runs, so it names one message (the token of a send in flight).
         seq: the wire sequence number the session gave it, or ``None`` while unsent.
         kind: the message kind tag (``"pod_status"``, ``"event"`` …).
         body: the message fields by name, as the protocol dataclass has them.
@@ -227,7 +228,9 @@ class Store:
         self._listeners: list[Callable[[ObjectChange], None]] = []
         self._lost_listeners: list[Callable[[], None]] = []
         self._dirty_hooks: list[Callable[[], None]] = []
+        self._outbox_hooks: list[Callable[[], None]] = []
         self._appends_since_trim = 0
+        self._last_outbox_id = 0
         self._next_seq = 0
         self._reserved = 0
         self.recovered_from: pathlib.Path | None = None
@@ -368,6 +371,7 @@ class Store:
         self._conn.commit()
 
     def _init_seq(self) -> None:
+        self._last_outbox_id = self._conn.execute("SELECT MAX(id) FROM outbox").fetchone()[0] or 0
         reserved = self._get_state_raw("seq.reserved")
         top = self._conn.execute("SELECT MAX(seq) FROM outbox").fetchone()[0] or 0
         if reserved is None:
@@ -417,6 +421,18 @@ class Store:
         """Call ``hook()`` when a write opens a batch that needs a :meth:`flush` later
         (the agent's flusher waits on it)."""
         self._dirty_hooks.append(hook)
+
+    def add_outbox_hook(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` after every message appended to the outbox (a status change, an
+        event), so that the hub connection sends it at once instead of on a timer. The
+        append is not committed yet when the hook runs (that is fine: see the module
+        docstring on sequence numbers).
+
+        Returns:
+            A function that removes the hook.
+        """
+        self._outbox_hooks.append(hook)
+        return lambda: self._outbox_hooks.remove(hook)
 
     def add_lost_writes_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` when a commit failed and its batch was rolled back (disk
@@ -746,14 +762,25 @@ class Store:
             conn.execute(
                 "DELETE FROM outbox WHERE coalesce_key = ? AND seq IS NULL", (coalesce_key,)
             )
+        # Ids are never reused while the agent runs: SQLite would give a new row the id of
+        # the highest one just deleted, and a status replaced (latest wins) while its
+        # predecessor was being sent would then be marked sent in the predecessor's place
+        # and never go up.
+        self._last_outbox_id += 1
         cur = conn.execute(
-            "INSERT INTO outbox (seq, kind, coalesce_key, body, created_at) VALUES (NULL,?,?,?,?)",
-            (kind, coalesce_key, _dumps(body), self._wall()),
+            "INSERT INTO outbox (id, seq, kind, coalesce_key, body, created_at) "
+            "VALUES (?,NULL,?,?,?,?)",
+            (self._last_outbox_id, kind, coalesce_key, _dumps(body), self._wall()),
         )
         if coalesce_key is None:
             self._appends_since_trim += 1
             if self._appends_since_trim >= 100:
                 self._trim(conn)
+        for hook in list(self._outbox_hooks):
+            try:
+                hook()
+            except Exception:  # a hook's bug must not fail the write
+                log.exception("outbox hook failed")
         return int(cur.lastrowid or 0)
 
     def _trim(self, conn: sqlite3.Connection) -> None:
@@ -806,13 +833,23 @@ class Store:
             return self._entries("WHERE seq IS NULL", "id")
         return self._entries("WHERE seq IS NULL", "id LIMIT ?", (limit,))
 
-    def outbox_mark_sent(self, entry_id: int, seq: int) -> None:
+    def outbox_mark_sent(self, entry_id: int, seq: int, *, missing_ok: bool = False) -> bool:
         """Record the seq ``Session.send`` gave a message (batched commit). Call it right
         after the send, for every send, in order.
 
+        Args:
+            entry_id: the message's outbox id.
+            seq: the seq the session gave it.
+            missing_ok: a message replaced by a newer one with its coalescing key (latest
+                wins) while it was being sent is gone: return ``False`` instead of raising.
+                The seq is still recorded as used.
+
+        Returns:
+            ``True`` when the message was marked, ``False`` when it was gone (``missing_ok``).
+
         Raises:
-            StoreError: the message is gone or was already sent, or ``seq`` is below
-                :meth:`next_seq` (seqs only go up).
+            StoreError: the message is gone or was already sent (without ``missing_ok``), or
+                ``seq`` is below :meth:`next_seq` (seqs only go up).
             StoreFullError: no space.
         """
         if seq < self._next_seq:
@@ -821,10 +858,11 @@ class Store:
             cur = conn.execute(
                 "UPDATE outbox SET seq = ? WHERE id = ? AND seq IS NULL", (seq, entry_id)
             )
-            if cur.rowcount != 1:
-                raise StoreError(f"outbox message {entry_id} is gone or was already sent")
             self._next_seq = max(self._next_seq, seq + 1)
+            if cur.rowcount != 1 and not missing_ok:
+                raise StoreError(f"outbox message {entry_id} is gone or was already sent")
         self._keep_reserved()
+        return cur.rowcount == 1
 
     def note_seq_used(self, seq: int) -> None:
         """Record that the session gave ``seq`` to a message kept elsewhere (metrics batches
@@ -833,6 +871,16 @@ class Store:
         if seq >= self._next_seq:
             self._next_seq = seq + 1
             self._keep_reserved()
+
+    def outbox_drop(self, entry_id: int) -> bool:
+        """Remove one message that can never be sent (its stored body no longer makes a
+        valid message); the caller logs what was lost (batched commit).
+
+        Returns:
+            ``False`` if no message had that id.
+        """
+        with self._write() as conn:
+            return conn.execute("DELETE FROM outbox WHERE id = ?", (entry_id,)).rowcount == 1
 
     def outbox_sent(self) -> list[OutboxEntry]:
         """Messages sent and not acknowledged, by seq: the ``pending`` to hand to the next

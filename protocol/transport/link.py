@@ -36,13 +36,36 @@ if TYPE_CHECKING:
 
     from protocol.messages import Hello, Message, Welcome
 
-__all__ = ["TRANSPORT_CLOSE_BOUND", "Link"]
+__all__ = ["TRANSPORT_CLOSE_BOUND", "Link", "handshake_failure"]
 
 logger = logging.getLogger(__name__)
 
 TRANSPORT_CLOSE_BOUND = 1.0
 """Seconds a transport gets to close cleanly (QUIC CONNECTION_CLOSE, WebSocket close frame)
 after the session has ended, before it is aborted."""
+
+
+def handshake_failure(opened: Any, where: str) -> Exception:
+    """The error a dialer raises when the session ended before its welcome arrived.
+
+    Args:
+        opened: what the session gave instead of ``Established`` (a ``Closed`` event, or
+            anything else when the connection ended without one).
+        where: ``host:port``, for the message.
+
+    Returns:
+        ``SessionRejected`` when the hub closed the session (with its code, reason and
+        retry-after), else ``ConnectFailed``.
+    """
+    from protocol.transport.errors import ConnectFailed, SessionRejected
+
+    if isinstance(opened, Closed):
+        if opened.code == CloseCode.PEER_DEAD:
+            return ConnectFailed(f"{where}: no answer to our hello")
+        if opened.code == CloseCode.CONNECTION_LOST:
+            return ConnectFailed(f"{where}: the connection closed during the session handshake")
+        return SessionRejected(opened.code, opened.reason, opened.retry_after)
+    return ConnectFailed(f"{where}: the connection closed during the session handshake")
 
 
 class _Backend(Protocol):

@@ -52,10 +52,11 @@ from aioquic.quic.packet import (
 
 from protocol import pki
 from protocol.errors import CloseCode
-from protocol.session import Closed, Established, Role, Session, SessionConfig
-from protocol.transport.errors import ConnectFailed, HandshakeTimeout, SessionRejected
+from protocol.session import Established, Role, Session, SessionConfig
+from protocol.transport.errors import ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
-from protocol.transport.tls import TLSCredentials
+from protocol.transport.link import handshake_failure as _rejection
+from protocol.transport.tls import PEMCredentials, TLSCredentials, tls_credentials
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -82,8 +83,13 @@ ACK_DELAY = 0.005
 
 
 def _configuration(
-    credentials: TLSCredentials, *, is_client: bool, server_name: str | None, idle_timeout: float
+    credentials: TLSCredentials | PEMCredentials,
+    *,
+    is_client: bool,
+    server_name: str | None,
+    idle_timeout: float,
 ) -> QuicConfiguration:
+    credentials = tls_credentials(credentials)  # aioquic works on parsed certificates
     config = QuicConfiguration(
         is_client=is_client,
         alpn_protocols=[ALPN],
@@ -312,7 +318,7 @@ async def connect_quic(
     host: str,
     port: int,
     *,
-    credentials: TLSCredentials,
+    credentials: TLSCredentials | PEMCredentials,
     hello: Hello,
     pending: Iterable[tuple[int, Message]] = (),
     next_seq: int = 1,
@@ -410,7 +416,7 @@ async def quic_handshake_succeeds(
     host: str,
     port: int,
     *,
-    credentials: TLSCredentials,
+    credentials: TLSCredentials | PEMCredentials,
     server_name: str | None = None,
     timeout: float = 3.0,
 ) -> bool:
@@ -474,16 +480,6 @@ def _describe(event: qe.ConnectionTerminated) -> str:
         alert = code - 0x100
         what = f"TLS alert {_TLS_ALERTS.get(alert, alert)}"
     return f"connection closed: {what} {event.reason_phrase}".rstrip()
-
-
-def _rejection(opened: Any, where: str) -> Exception:
-    if isinstance(opened, Closed):
-        if opened.code == CloseCode.PEER_DEAD:
-            return ConnectFailed(f"{where}: no answer to our hello")
-        if opened.code == CloseCode.CONNECTION_LOST:
-            return ConnectFailed(f"{where}: the connection closed during the session handshake")
-        return SessionRejected(opened.code, opened.reason, opened.retry_after)
-    return ConnectFailed(f"{where}: the connection closed during the session handshake")
 
 
 # -- server ---------------------------------------------------------------------------------

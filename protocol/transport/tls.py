@@ -7,6 +7,11 @@ transport turns it into an :class:`ssl.SSLContext` (here) and the QUIC transport
 aioquic configuration (``protocol.transport.quic``).
 
 TLS 1.3 is the minimum: QUIC requires it, and using it on TCP too keeps one policy.
+
+:class:`PEMCredentials` carries the same material as PEM bytes, never parsed here: an
+agent on WebSocket builds its TLS context with the standard library alone and does not
+import ``cryptography`` (about 8 MiB of RSS on a device). QUIC needs the parsed form
+(aioquic works on ``cryptography`` objects): :func:`tls_credentials` converts.
 """
 
 from __future__ import annotations
@@ -16,14 +21,22 @@ import ssl
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec
-
-from protocol import pki
 from protocol.transport.errors import TransportError
 
-__all__ = ["TLSCredentials", "client_ssl_context", "peer_node_name", "server_ssl_context"]
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+__all__ = [
+    "PEMCredentials",
+    "TLSCredentials",
+    "client_ssl_context",
+    "peer_node_name",
+    "server_ssl_context",
+    "tls_credentials",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +71,8 @@ class TLSCredentials:
             protocol.pki.PKIError: a PEM block does not parse.
             TransportError: a chain is given without its key or the reverse.
         """
+        from protocol import pki
+
         chain = tuple(pki.load_certificates_pem(cert_pem)) if cert_pem else ()
         key = pki.load_private_key_pem(key_pem) if key_pem else None
         return cls(cas=tuple(pki.load_certificates_pem(ca_pem)), chain=chain, private_key=key)
@@ -65,33 +80,82 @@ class TLSCredentials:
     @property
     def ca_pem(self) -> bytes:
         """The trusted CA certificates as one PEM bundle."""
+        from protocol import pki
+
         return pki.dump_certificate_pem(self.cas)
 
 
+@dataclass(frozen=True, slots=True)
+class PEMCredentials:
+    """A client's mutual-TLS material as PEM bytes, not parsed (see the module docstring).
+
+    Use it where :class:`TLSCredentials` goes on the client side (``connect_websocket``,
+    ``connect_quic``, ``quic_handshake_succeeds``). Problems in the PEM show when a context
+    is built: :func:`client_ssl_context` raises ``TransportError``.
+    """
+
+    ca_pem: bytes
+    """The trusted CA certificates."""
+    cert_pem: bytes = b""
+    """Our certificate, then any intermediates; empty to present none."""
+    key_pem: bytes = b""
+    """The key of the first certificate of ``cert_pem``."""
+
+    def __post_init__(self) -> None:
+        if not self.ca_pem.strip():
+            raise TransportError("TLS credentials need at least one trusted CA certificate")
+        if bool(self.cert_pem.strip()) != bool(self.key_pem.strip()):
+            raise TransportError("a certificate chain and its private key come together")
+
+
+def tls_credentials(credentials: TLSCredentials | PEMCredentials) -> TLSCredentials:
+    """The parsed form (imports ``cryptography``), for aioquic.
+
+    Raises:
+        protocol.pki.PKIError: a PEM block does not parse.
+        TransportError: a chain without its key or the reverse.
+    """
+    if isinstance(credentials, PEMCredentials):
+        return TLSCredentials.from_pem(
+            credentials.ca_pem, credentials.cert_pem or None, credentials.key_pem or None
+        )
+    return credentials
+
+
 def _load_chain(context: ssl.SSLContext, chain: Sequence[x509.Certificate], key) -> None:
+    from protocol import pki
+
+    _load_chain_pem(context, pki.dump_certificate_pem(chain) + pki.dump_private_key_pem(key))
+
+
+def _load_chain_pem(context: ssl.SSLContext, pem: bytes) -> None:
     # ssl only loads a certificate chain from a file: write it to a private temporary
     # directory (mode 0700, removed at once) rather than asking callers for paths.
     with tempfile.TemporaryDirectory(prefix="edgefleet-tls-") as tmp:
         path = os.path.join(tmp, "chain.pem")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(pki.dump_certificate_pem(chain) + pki.dump_private_key_pem(key))
+            f.write(pem)
         try:
             context.load_cert_chain(path)
         except ssl.SSLError as exc:
             raise TransportError(f"certificate and key do not load: {exc}") from exc
 
 
-def _base_context(protocol: int, credentials: TLSCredentials) -> ssl.SSLContext:
+def _base_context(protocol: int, credentials: TLSCredentials | PEMCredentials) -> ssl.SSLContext:
     context = ssl.SSLContext(protocol)
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.verify_mode = ssl.CERT_REQUIRED
     context.verify_flags |= ssl.VERIFY_X509_STRICT
     try:
         context.load_verify_locations(cadata=credentials.ca_pem.decode("ascii"))
-    except ssl.SSLError as exc:
+    except (ssl.SSLError, UnicodeDecodeError) as exc:
         raise TransportError(f"CA certificates do not load: {exc}") from exc
-    if credentials.chain:
+    if isinstance(credentials, PEMCredentials):
+        if credentials.cert_pem:
+            pem = credentials.cert_pem.rstrip(b"\n") + b"\n" + credentials.key_pem
+            _load_chain_pem(context, pem)
+    elif credentials.chain:
         _load_chain(context, credentials.chain, credentials.private_key)
     return context
 
@@ -110,7 +174,7 @@ def server_ssl_context(credentials: TLSCredentials) -> ssl.SSLContext:
     return _base_context(ssl.PROTOCOL_TLS_SERVER, credentials)
 
 
-def client_ssl_context(credentials: TLSCredentials) -> ssl.SSLContext:
+def client_ssl_context(credentials: TLSCredentials | PEMCredentials) -> ssl.SSLContext:
     """The agent's TLS context: verify the hub against the CA with hostname checking.
 
     Presents the node certificate when the credentials carry one.
@@ -150,6 +214,10 @@ def peer_node_name(certificate: x509.Certificate | bytes | None) -> str:
     """
     if certificate is None:
         raise TransportError("the peer presented no certificate")
+    from cryptography import x509
+
+    from protocol import pki
+
     try:
         if isinstance(certificate, bytes):
             certificate = x509.load_der_x509_certificate(certificate)

@@ -54,7 +54,7 @@ from protocol.errors import CloseCode
 from protocol.session import Established, Role, Session, SessionConfig
 from protocol.transport.errors import ConnectFailed, HandshakeTimeout, TransportError
 from protocol.transport.link import TRANSPORT_CLOSE_BOUND, Link
-from protocol.transport.quic import _rejection
+from protocol.transport.link import handshake_failure as _rejection
 from protocol.transport.tls import (
     TLSCredentials,
     client_ssl_context,
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
     from protocol.messages import Hello, Message
+    from protocol.transport.tls import PEMCredentials
 
 __all__ = [
     "BATCH_BYTES",
@@ -503,7 +504,7 @@ async def connect_websocket(
     host: str,
     port: int,
     *,
-    credentials: TLSCredentials,
+    credentials: TLSCredentials | PEMCredentials,
     hello: Hello,
     pending: Iterable[tuple[int, Message]] = (),
     next_seq: int = 1,

@@ -1,0 +1,660 @@
+"""The agent's connection to the hub: the service that joins the store to the uplink.
+
+:class:`HubLink` is an :class:`~edgeagent.agent.AgentService` (``edgeagent run`` starts it
+when ``hub.url`` is set). The agent does not wait for it: pods run from the store whether
+or not the hub answers. On every session the uplink (:mod:`edgeagent.uplink`) opens:
+
+1. **hello**: the store's inventory (uid → resourceVersion) and this node's facts
+   (:func:`edgeagent.nodeinfo.node_info`); the outbox's sent-but-unacknowledged messages
+   are resent with their sequence numbers, minus those the welcome says the hub has.
+2. **welcome**: the hub's ``received_up_to`` acknowledges what it already has; its clock
+   is compared with ours (a difference over ``hub.max_clock_skew`` is logged with both
+   times); ``hub.session`` (state, transport, since) is recorded for ``edgeagent status``.
+3. **down**: every message from the hub goes to the handler registered for its kind
+   (:meth:`HubLink.register`), in arrival order. Built in: ``object_upsert`` and
+   ``object_delete`` are committed to the store before anything acts on them (the pod
+   reconciler is told after the commit), ``sync_done`` ends the reconnect diff, ``error``
+   is logged.
+4. **up**: the sources (:class:`UpSource`) are drained in order (the store's outbox
+   first: pod status, ``pod_deleted``, events), as many messages as the session's window
+   allows. A source wakes the drain with :meth:`HubLink.kick`; the outbox does so on every
+   append, so a status goes up as soon as it changes, not on a timer, and what is still
+   waiting for the window is coalesced in the outbox (latest wins per pod).
+5. **acks**: the hub's cumulative ack is passed to every source (the outbox drops what it
+   covers) and to the ``on_acked`` callbacks of :meth:`HubLink.send`.
+
+Extension points for other parts of the agent (device twins, metrics, certificate
+renewal), all to be used before the agent starts:
+
+- :meth:`HubLink.register` ``(kind, handler)``: a handler for a down-going kind;
+- :meth:`HubLink.add_source` ``(source)``: an up-going stream drained after the outbox
+  (:class:`UpSource`; the agent context's ``streams``, device twin reports and metrics
+  batches with their own outboxes, is one and is wired in automatically, with
+  ``twin_desired`` going to its ``receive``);
+- :meth:`HubLink.add_session_task` ``(factory)``: a coroutine run for each session and
+  cancelled when it ends (e.g. certificate renewal over the live session);
+- :meth:`HubLink.send` ``(message, on_acked=...)``: push one message on the current
+  session (for a stream with its own store-and-forward buffer: metrics batches);
+  :meth:`HubLink.connection_id` tells sessions apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from edgeagent.errors import HubUnavailable, StoreError
+from edgeagent.nodeinfo import AGENT_VERSION, node_info
+from edgeagent.outbox import hello, to_message
+from edgeagent.store import Store
+from edgeagent.uplink import Uplink, UplinkSettings
+from protocol.errors import CloseCode, ConnectionClosed, InvalidMessage, ProtocolError
+from protocol.messages import (
+    Error,
+    Hello,
+    Message,
+    ObjectDelete,
+    ObjectUpsert,
+    SyncDone,
+    TwinDesired,
+)
+from protocol.session import Acked, Closed, MessageReceived, PeerDead, PeerError, SessionConfig
+
+if TYPE_CHECKING:
+    from edgeagent.agent import AgentContext
+    from protocol.transport import Link, PEMCredentials, TLSCredentials
+
+__all__ = [
+    "DRAIN_BATCH",
+    "DownHandler",
+    "HubLink",
+    "OutboxSource",
+    "Outgoing",
+    "OutgoingLike",
+    "SessionTask",
+    "UpSource",
+]
+
+log = logging.getLogger(__name__)
+
+DRAIN_BATCH = 64
+"""Most messages taken from one source at a time (one store read per batch)."""
+
+DownHandler = Callable[[Message], "Awaitable[None] | None"]
+"""``handler(message)``: called for each message of its kind, in arrival order."""
+
+SessionTask = Callable[["Link"], Awaitable[None]]
+"""``factory(link)``: a coroutine run for one session, cancelled when it ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One up-going message a source offers (a source may use any object with a
+    ``message`` attribute; this is the outbox's).
+
+    Attributes:
+        message: the protocol message.
+        token: the source's own reference (an outbox id, a batch number).
+    """
+
+    message: Message
+    token: Any = None
+
+
+class OutgoingLike(Protocol):
+    """What :meth:`UpSource.messages_to_send` returns items of."""
+
+    @property
+    def message(self) -> Message: ...
+
+
+class UpSource(Protocol):
+    """An up-going stream the hub connection drains (after the outbox, in the order the
+    sources were added), in one task, one message at a time, recording each seq before
+    the next send. Methods are called from the event loop and must not block.
+
+    The device-twin and metrics streams (``edgeagent.streams.HubStreams``) have this
+    shape; so has the outbox (:class:`OutboxSource`).
+    """
+
+    def messages_to_send(self, limit: int) -> Sequence[OutgoingLike]:
+        """Up to ``limit`` messages to send now, oldest first; empty when there is none.
+        What was offered and not reported :meth:`sent` may be offered again."""
+        ...
+
+    def sent(self, item: Any, seq: int | None) -> None:
+        """``item`` was handed to the session and got ``seq`` (``None``: a kind that needs
+        no ack). Raising :class:`~edgeagent.errors.StoreError` closes the session."""
+        ...
+
+    def acked(self, up_to: int) -> None:
+        """The hub acknowledged every seq up to ``up_to`` (cumulative, this session's and
+        the resent ones')."""
+        ...
+
+    def session_started(self, received_up_to: int) -> Any:
+        """A new session is open; the hub has processed every seq up to
+        ``received_up_to`` (the welcome's). What was sent before and not acknowledged, and
+        is not resent by the session itself, should be offered again."""
+        ...
+
+    def session_ended(self) -> None:
+        """The session closed; nothing is sent until the next one."""
+        ...
+
+
+class OutboxSource:
+    """The store's outbox as an up-going source (pod status, ``pod_deleted``, events).
+
+    Sent-but-unacknowledged messages are resent by the session itself at the next connect
+    (with their seqs: the hub drops duplicates). A stored message that no longer makes a
+    valid message is dropped with an ERROR line naming it, instead of blocking everything
+    behind it.
+    """
+
+    name = "outbox"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def messages_to_send(self, limit: int) -> list[Outgoing]:
+        out = []
+        for entry in self.store.outbox_unsent(limit=limit):
+            try:
+                out.append(Outgoing(to_message(entry), entry.id))
+            except (InvalidMessage, KeyError, TypeError, ValueError) as exc:
+                log.error(
+                    "dropping outbox message %d (%s), which is not a valid message: %s",
+                    entry.id,
+                    entry.kind,
+                    exc,
+                )
+                self.store.outbox_drop(entry.id)
+        return out
+
+    def sent(self, item: Outgoing, seq: int | None) -> None:
+        if seq is None:  # a kind that needs no ack: done once handed to the session
+            self.store.outbox_drop(item.token)
+        else:
+            self.store.outbox_mark_sent(item.token, seq, missing_ok=True)
+
+    def acked(self, up_to: int) -> None:
+        self.store.outbox_ack(up_to)
+
+    def session_started(self, received_up_to: int) -> None:
+        if received_up_to:
+            self.store.outbox_ack(received_up_to)
+
+    def session_ended(self) -> None:
+        pass
+
+
+def _source_name(source: Any) -> str:
+    return getattr(source, "name", type(source).__name__)
+
+
+def _iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, tz=datetime.timezone.utc).isoformat(
+        timespec="seconds"
+    )
+
+
+class HubLink:
+    """The hub connection service.
+
+    Args:
+        credentials: returns the TLS credentials for the next dial (default: the files
+            named by the ``hub`` settings, :class:`~edgeagent.credentials.FileCredentials`;
+            the certificate renewer's ``credentials`` fits here too).
+        wall_clock: seconds since the epoch (clock-skew check, ``hub.session`` times).
+    """
+
+    name = "hub"
+
+    def __init__(
+        self,
+        *,
+        credentials: Callable[[], TLSCredentials | PEMCredentials] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._credentials = credentials
+        self._wall = wall_clock
+        self._handlers: dict[type[Message], DownHandler] = {}
+        self._sources: list[UpSource] = []
+        self._session_tasks: list[SessionTask] = []
+        self.capabilities: list[str] = ["pods"]
+        """Sent in the hello; parts that add handlers add what they can do."""
+        self._wake = asyncio.Event()
+        self._send_lock = asyncio.Lock()
+        self._link: Link | None = None
+        self._session_no = 0
+        self._acked_up_to = 0
+        self._on_acked: dict[int, Callable[[], None]] = {}
+        self._unhandled: set[str] = set()
+        self._store: Store | None = None
+        self._all_sources: list[UpSource] = []
+        self.uplink: Uplink | None = None
+        """The uplink while the service runs (for observation: transport, link changes)."""
+        self.synced = asyncio.Event()
+        """Set when the current session's ``sync_done`` arrived; cleared when it ends."""
+        self.skew: float | None = None
+        """Our clock minus the hub's at the last welcome, seconds."""
+
+    # -- extension points ----------------------------------------------------------------
+
+    def register(self, kind: type[Message], handler: DownHandler) -> None:
+        """Handle every hub message of ``kind`` with ``handler`` (replacing a built-in one).
+
+        Raises:
+            ValueError: ``kind`` is not a message the hub may send.
+        """
+        if not getattr(kind, "from_hub", False) or getattr(kind, "control", False):
+            raise ValueError(f"{kind.__name__} is not an application message the hub sends")
+        self._handlers[kind] = handler
+
+    def add_source(self, source: UpSource) -> None:
+        """Drain ``source`` on every session, after the outbox and the sources added
+        before it."""
+        self._sources.append(source)
+
+    def add_session_task(self, factory: SessionTask) -> None:
+        """Run ``factory(link)`` for every session; it is cancelled when the session ends
+        (an exception it raises is logged and ends only that task)."""
+        self._session_tasks.append(factory)
+
+    def kick(self) -> None:
+        """Something new to send: drain the sources now (cheap; call it freely)."""
+        self._wake.set()
+
+    # -- observation ---------------------------------------------------------------------
+
+    @property
+    def link(self) -> Link | None:
+        """The open session's link, if any."""
+        link = self._link
+        return link if link is not None and not link.closed else None
+
+    def connection_id(self) -> int | None:
+        """A number that changes with every session, or ``None`` while offline."""
+        return self._session_no if self.link is not None else None
+
+    async def send(
+        self, message: Message, *, on_acked: Callable[[], None] | None = None
+    ) -> int | None:
+        """Send one message on the current session (waiting while its window is full).
+
+        For streams that keep their own unacknowledged messages (metrics batches): nothing
+        is stored here; after a new session (:meth:`connection_id` changed) the caller sends
+        again what was not acknowledged.
+
+        Args:
+            message: an edge message.
+            on_acked: called once the hub's cumulative ack covers this message (never if
+                the session ends first).
+
+        Returns:
+            The message's seq, or ``None`` for a kind that needs no ack.
+
+        Raises:
+            HubUnavailable: no session is open, or it closed before the message was sent.
+        """
+        link = self.link
+        if link is None:
+            raise HubUnavailable("no session with the hub is open")
+        async with self._send_lock:  # seqs are recorded in the order they were given
+            try:
+                seq = await link.send(message)
+            except ConnectionClosed as exc:
+                raise HubUnavailable(f"the session with the hub closed: {exc}") from exc
+            if seq is not None and self._store is not None:
+                self._store.note_seq_used(seq)
+        if seq is not None:
+            if on_acked is not None:
+                if link is self._link and seq > self._acked_up_to:
+                    self._on_acked[seq] = on_acked
+                elif link is self._link:
+                    on_acked()
+        return seq
+
+    # -- the service ---------------------------------------------------------------------
+
+    async def run(self, ctx: AgentContext) -> None:
+        """Keep a session with the hub until cancelled (the agent's service entry point).
+
+        Never raises for hub or network trouble: the uplink retries with back-off, and the
+        agent runs its pods meanwhile.
+
+        Raises:
+            ConfigError: ``hub.url`` is not usable.
+        """
+        settings = ctx.settings
+        hub = settings.hub
+        host, quic_port, websocket_port = hub.address()
+        store = ctx.store
+        self._store = store
+        handlers: dict[type[Message], DownHandler] = {
+            ObjectUpsert: self._on_upsert,
+            ObjectDelete: self._on_delete,
+            SyncDone: self._on_sync_done,
+            Error: self._on_error,
+        }
+        sources: list[Any] = [OutboxSource(store)]
+        removers: list[Callable[[], Any]] = []
+        # The agent's own streams with their own outboxes (device twin reports, metrics
+        # batches: ``edgeagent.streams.HubStreams``), when it has them: drained right after
+        # the outbox; they take ``twin_desired``.
+        streams = getattr(ctx, "streams", None)
+        if streams is not None:
+            sources.append(streams)
+            removers.append(streams.add_wakeup(self.kick))
+            if hasattr(streams, "receive"):
+                handlers[TwinDesired] = lambda message: streams.receive(message, self._wall())
+        self._all_sources = [*sources, *self._sources]
+        handlers.update(self._handlers)
+        if self._credentials is None:
+            from edgeagent.credentials import FileCredentials
+
+            self._credentials = FileCredentials(settings, wall_clock=self._wall)
+
+        def make_hello() -> Hello:
+            return hello(
+                store,
+                node_name=ctx.node_name,
+                agent_version=AGENT_VERSION,
+                capabilities=tuple(self.capabilities),
+                node_info=node_info(settings, ctx.host_ip),
+            )
+
+        try:
+            make_hello()
+        except InvalidMessage as exc:
+            # No session can ever open (e.g. a host name with "_" as the node name): say so
+            # once and leave the pods running, rather than failing every few seconds.
+            log.error(
+                "cannot connect to the hub: %s; set node_name to a valid Kubernetes node "
+                "name (lower-case letters, digits, '-' and '.')",
+                exc,
+            )
+            self._record(store, "disconnected", reason=f"invalid hello: {exc}")
+            await asyncio.Event().wait()  # until the agent stops
+        uplink = Uplink(
+            UplinkSettings(
+                host=host,
+                quic_port=quic_port,
+                websocket_port=websocket_port,
+                server_name=hub.server_name or None,
+                quic_handshake_timeout=hub.quic_handshake_timeout,
+                websocket_timeout=hub.websocket_timeout,
+                quic_retry_interval=hub.quic_retry_interval,
+                quic_retry_first=hub.quic_retry_first,
+                backoff_base=hub.backoff_base,
+                backoff_cap=hub.backoff_cap,
+                healthy_after=hub.healthy_after,
+                session=SessionConfig(
+                    # the hub's heartbeat_interval decides; this only has to be below
+                    ping_interval=min(SessionConfig().ping_interval, hub.liveness_timeout / 2),
+                    liveness_timeout=hub.liveness_timeout,
+                ),
+                transports=hub.transports,
+            ),
+            credentials=self._credentials,
+            make_hello=make_hello,
+            pending=lambda: self._pending(store),
+            next_seq=store.next_seq,
+            on_link=lambda link: self._serve(link, ctx, handlers),
+        )
+        self.uplink = uplink
+        removers.append(store.add_outbox_hook(self.kick))
+        self._record(store, "connecting", reason=f"dialling {hub.url}")
+        log.info("connecting to the hub at %s (%s)", hub.url, ", ".join(hub.transports))
+        # The uplink runs as a task of its own so that stopping (this task cancelled) goes
+        # through uplink.close(): the session is closed with GOING_AWAY, not dropped.
+        run = asyncio.get_running_loop().create_task(uplink.run(), name="hub-uplink")
+        try:
+            await asyncio.wait({run})
+            run.result()
+        finally:
+            for remove in removers:
+                remove()
+            try:
+                await uplink.close()
+            finally:
+                if not run.done():
+                    run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
+                self._record(store, "disconnected", reason="agent stopped")
+
+    def _pending(self, store: Store) -> list[tuple[int, Message]]:
+        """The outbox's sent-but-unacknowledged messages, for the session to resend; one
+        whose stored body no longer makes a valid message (an agent upgrade tightened a
+        rule) is dropped with an ERROR line rather than stopping every connect."""
+        out = []
+        for entry in store.outbox_sent():
+            try:
+                out.append((entry.seq, to_message(entry)))
+            except (InvalidMessage, KeyError, TypeError, ValueError) as exc:
+                log.error(
+                    "dropping sent outbox message %d (%s, seq %s), not a valid message: %s",
+                    entry.id,
+                    entry.kind,
+                    entry.seq,
+                    exc,
+                )
+                store.outbox_drop(entry.id)
+        return out
+
+    def _record(self, store: Store, state: str, **extra: Any) -> None:
+        value = {"state": state, "since": _iso(self._wall()), **extra}
+        try:
+            store.set_state("hub.session", value)
+        except StoreError as exc:
+            log.warning("cannot record the hub session state: %s", exc)
+
+    def _check_skew(self, hub_time: float, limit: float) -> None:
+        local = self._wall()
+        skew = local - hub_time
+        self.skew = skew
+        if abs(skew) > limit:
+            log.warning(
+                "clock skew with the hub: this node's clock reads %s, the hub's %s (%s by %.0f s);"
+                " status and event times will be off: check NTP (timedatectl status)",
+                _iso(local),
+                _iso(hub_time),
+                "ahead" if skew > 0 else "behind",
+                abs(skew),
+            )
+
+    async def _serve(
+        self, link: Link, ctx: AgentContext, handlers: dict[type[Message], DownHandler]
+    ) -> None:
+        """One session (the uplink's ``on_link``): until the link closes."""
+        store = ctx.store
+        welcome = link.welcome
+        assert welcome is not None
+        self._check_skew(welcome.hub_time, ctx.settings.hub.max_clock_skew)
+        self._session_no += 1
+        self._link = link
+        self._acked_up_to = welcome.received_up_to
+        self._on_acked = {}
+        self.synced.clear()
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            store.advance_seq(welcome.received_up_to)
+            for source in self._all_sources:
+                source.session_started(welcome.received_up_to)
+            self._record(
+                store,
+                "connected",
+                transport=link.transport,
+                session_id=welcome.session_id,
+                hub=ctx.settings.hub.url,
+            )
+            log.info(
+                "connected to the hub over %s (session %s, hub has up to seq %d, %d resent)",
+                link.transport,
+                welcome.session_id,
+                welcome.received_up_to,
+                sum(1 for seq, _ in link.session.unacked() if seq > welcome.received_up_to),
+            )
+            loop = asyncio.get_running_loop()
+            tasks.append(loop.create_task(self._drain(link, store), name="hub-drain"))
+            for factory in self._session_tasks:
+                tasks.append(loop.create_task(self._session_task(factory, link), name="hub-task"))
+            self.kick()
+            async for event in link:
+                if isinstance(event, MessageReceived):
+                    if not await self._dispatch(link, handlers, event.message):
+                        break
+                elif isinstance(event, Acked):
+                    self._on_ack(event.up_to)
+                elif isinstance(event, PeerError):  # the session delivers ``error`` so
+                    if not await self._dispatch(link, handlers, event.error):
+                        break
+                elif isinstance(event, PeerDead):
+                    log.warning("the hub went silent for %.0f s", event.silent_for)
+                elif isinstance(event, Closed):
+                    log.info(
+                        "session with the hub closed: %s%s%s",
+                        event.code.name,
+                        f" ({event.reason})" if event.reason else "",
+                        " by the hub" if event.by_peer else "",
+                    )
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for source in self._all_sources:
+                try:
+                    source.session_ended()
+                except Exception:
+                    log.exception("%s: session_ended failed", _source_name(source))
+            self._link = None
+            self._on_acked = {}
+            self.synced.clear()
+            closed = link.close_event
+            reason = (
+                closed.code.name + (f": {closed.reason}" if closed.reason else "") if closed else ""
+            )
+            self._record(store, "disconnected", reason=reason or "link ended")
+
+    async def _session_task(self, factory: SessionTask, link: Link) -> None:
+        try:
+            await factory(link)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("a hub session task failed")
+
+    # -- down ----------------------------------------------------------------------------
+
+    async def _dispatch(
+        self, link: Link, handlers: dict[type[Message], DownHandler], message: Message
+    ) -> bool:
+        """Give ``message`` to its handler. Returns False when the session must end (the
+        store could not keep an object: the next session's inventory makes the hub resend
+        it)."""
+        handler = handlers.get(type(message))
+        if handler is None:
+            kind = type(message).kind
+            if kind not in self._unhandled:
+                self._unhandled.add(kind)
+                log.warning("the hub sent %s messages, which this agent does not handle", kind)
+            return True
+        try:
+            result = handler(message)
+            if inspect.isawaitable(result):
+                await result
+        except StoreError as exc:
+            log.error(
+                "could not store %s from the hub (%s); reconnecting so that the hub resends it",
+                type(message).kind,
+                exc,
+            )
+            await link.close(CloseCode.GOING_AWAY, "edge store write failed")
+            return False
+        except (ProtocolError, ValueError, KeyError, TypeError):
+            log.exception("handling %s from the hub failed", type(message).kind)
+        return True
+
+    def _on_upsert(self, message: Message) -> None:
+        assert isinstance(message, ObjectUpsert) and self._store is not None
+        self._store.apply_upsert(message.ref, message.resource_version, message.object)
+
+    def _on_delete(self, message: Message) -> None:
+        assert isinstance(message, ObjectDelete) and self._store is not None
+        self._store.apply_delete(message.ref.uid)
+
+    def _on_sync_done(self, message: Message) -> None:
+        assert isinstance(message, SyncDone)
+        log.info("in sync with the hub: %d object(s) for this node", message.inventory_size)
+        self.synced.set()
+
+    def _on_error(self, message: Message) -> None:
+        assert isinstance(message, Error)
+        log.warning(
+            "the hub answered%s with %s: %s",
+            f" message {message.in_reply_to}" if message.in_reply_to is not None else "",
+            message.code.name,
+            message.message,
+        )
+
+    # -- up ------------------------------------------------------------------------------
+
+    def _on_ack(self, up_to: int) -> None:
+        self._acked_up_to = max(self._acked_up_to, up_to)
+        for source in self._all_sources:
+            try:
+                source.acked(up_to)
+            except StoreError as exc:
+                log.warning("recording an ack in %s failed: %s", _source_name(source), exc)
+        if self._on_acked:
+            for seq in sorted(s for s in self._on_acked if s <= up_to):
+                callback = self._on_acked.pop(seq)
+                try:
+                    callback()
+                except Exception:
+                    log.exception("an on_acked callback failed")
+        self.kick()  # the window has room again
+
+    async def _drain(self, link: Link, store: Store) -> None:
+        """Send what the sources have, in order, as the window allows; then wait for a
+        kick (an append, an ack). A failure here ends the session (the next one starts
+        from what the store holds) rather than leaving a session that sends nothing."""
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if not await self._drain_once(link, store):
+                    return
+        except (StoreError, ProtocolError, ValueError, TypeError, KeyError) as exc:
+            log.error("sending to the hub failed: %s; reconnecting", exc, exc_info=True)
+            await link.close(CloseCode.GOING_AWAY, "edge outbox failure")
+
+    async def _drain_once(self, link: Link, store: Store) -> bool:
+        """One pass over the sources. Returns False once the link is closed."""
+        session = link.session
+        for source in self._all_sources:
+            while session.window_free > 0:
+                items = source.messages_to_send(min(session.window_free, DRAIN_BATCH))
+                if not items:
+                    break
+                for item in items:
+                    async with self._send_lock:
+                        try:
+                            seq = await link.send(item.message)
+                        except ConnectionClosed:
+                            return False
+                        source.sent(item, seq)
+                        if seq is not None:
+                            store.note_seq_used(seq)
+                    if seq is not None and seq <= self._acked_up_to:
+                        source.acked(self._acked_up_to)  # the ack overtook the send
+            if session.window_free <= 0:
+                break  # an ack will kick us
+        return True
