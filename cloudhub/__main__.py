@@ -105,7 +105,17 @@ async def _serve(settings: HubSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    hub = Hub(settings, extensions=[pki_extension(settings.pki)])  # hook-up (certs)
+    extensions = []
+    tls = settings.tls
+    if tls.ca_file or tls.cert_file or tls.key_file:
+        # Certificates from an outside CA: the hub's own CA, join endpoint and renewal are off.
+        log.info(
+            "serving with the TLS files given (tls.*): the hub CA, bootstrap-token join and "
+            "certificate renewal are off; nodes need certificates from that CA"
+        )
+    else:
+        extensions.append(pki_extension(settings.pki))
+    hub = Hub(settings, extensions=extensions)
     try:
         await hub.start()
     except (HubError, ProtocolError) as exc:

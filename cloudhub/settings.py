@@ -100,20 +100,24 @@ class ListenSettings:
 
 @dataclass(frozen=True, slots=True)
 class TLSSettings:
-    """The hub CA and the hub's serving certificate (PEM files)."""
+    """Certificates from an outside CA (PEM files). Unset (the default), the hub runs its
+    own CA (``pki.*``: the CA in a Secret, bootstrap-token join, renewal); set, the hub
+    serves with these and its own CA, join endpoint and renewal are off."""
 
     ca_file: pathlib.Path | None = field(
         default=None,
-        metadata=_h("PEM bundle of the CA that issued node certificates; required"),
+        metadata=_h(
+            "PEM bundle of the outside CA that issued node certificates; unset: the hub's own CA"
+        ),
     )
     cert_file: pathlib.Path | None = field(
         default=None,
         metadata=_h(
-            "PEM server certificate (chain) the hub presents, issued by the hub CA; required"
+            "PEM server certificate (chain) the hub presents, issued by that CA (with tls.ca_file)"
         ),
     )
     key_file: pathlib.Path | None = field(
-        default=None, metadata=_h("PEM private key of the server certificate; required")
+        default=None, metadata=_h("PEM private key of that server certificate (with tls.ca_file)")
     )
 
 
