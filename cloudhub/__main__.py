@@ -108,6 +108,14 @@ async def _serve(settings: HubSettings) -> int:
     extensions = []
     tls = settings.tls
     if tls.ca_file or tls.cert_file or tls.key_file:
+        missing = [f"tls.{k}" for k in ("ca_file", "cert_file", "key_file") if not getattr(tls, k)]
+        if missing:
+            log.error(
+                "cannot start: an outside CA needs all three tls.* files; set %s too, or "
+                "none of them to use the hub's own CA",
+                ", ".join(missing),
+            )
+            return 1
         # Certificates from an outside CA: the hub's own CA, join endpoint and renewal are off.
         log.info(
             "serving with the TLS files given (tls.*): the hub CA, bootstrap-token join and "

@@ -234,6 +234,21 @@ async def test_hub_runs_under_its_service_account_on_kube_apiserver(
     admin_config = str(kube_apiserver.kubeconfig)
     applied = await _kubectl(kubectl, admin_config, *_apply_args())
     assert applied.returncode == 0, applied.stderr
+    try:
+        await _hub_runs_under_its_service_account(kube_apiserver, kubectl, tmp_path)
+    finally:
+        # The kube-apiserver is shared by the session: take the CRDs away again so that
+        # later tests see no devices.kubeedge.io (the namespace stays: with no
+        # controller-manager, nothing would ever finish deleting it).
+        delete = ["delete", "--ignore-not-found"]
+        for path in sorted((REPO / "deploy" / "crds").glob("*.yaml")):
+            delete += ["-f", str(path)]
+        deleted = await _kubectl(kubectl, admin_config, *delete)
+        assert deleted.returncode == 0, deleted.stderr
+
+
+async def _hub_runs_under_its_service_account(kube_apiserver, kubectl: str, tmp_path) -> None:
+    admin_config = str(kube_apiserver.kubeconfig)
 
     configuration = k8s_client.Configuration()
     await k8s_config.load_kube_config(config_file=admin_config, client_configuration=configuration)
