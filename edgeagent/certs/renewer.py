@@ -298,6 +298,33 @@ class CertificateRenewer:
 
     # -- the loop for one live session ---------------------------------------------------
 
+    async def renew_once(
+        self, send: Callable[[CertRenewRequest], Awaitable[Any]]
+    ) -> TLSCredentials:
+        """One renewal now: make a key and request, send it, wait for the answer (given
+        to :meth:`handle` by the session's reader), check it and install it.
+
+        Args:
+            send: sends a message on the live session.
+
+        Returns:
+            The new credentials.
+
+        Raises:
+            TimeoutError: no answer within ``response_timeout`` seconds.
+            RenewalFailed / CertificateFilesError: see :meth:`apply`.
+            HubUnavailable: ``send`` found no session (``HubLink.send``).
+        """
+        request = self.make_request()
+        try:
+            await send(request)
+            future = self._pending[request.request_id][1]
+            response = await asyncio.wait_for(future, self.response_timeout)
+            return self.apply(response)
+        except BaseException:
+            self.forget(request.request_id)
+            raise
+
     async def run(self, send: Callable[[CertRenewRequest], Awaitable[Any]]) -> None:
         """Renew whenever due, for as long as the session lasts (cancel it when the
         session ends; run one per session).
@@ -324,24 +351,15 @@ class CertificateRenewer:
                 # Wake at least hourly: the files may be replaced meanwhile.
                 await asyncio.sleep(min(delay, 3600.0))
                 continue
-            request = self.make_request()
             try:
-                await send(request)
-                future = self._pending[request.request_id][1]
-                response = await asyncio.wait_for(future, self.response_timeout)
-                self.apply(response)
+                await self.renew_once(send)
                 failures = 0
             except asyncio.TimeoutError:
-                self.forget(request.request_id)
                 failures += 1
                 log.warning("no answer to certificate renewal within %.0f s", self.response_timeout)
             except EnvironmentFault as exc:  # RenewalFailed, CertificateFilesError, HubUnavailable
-                self.forget(request.request_id)
                 failures += 1
                 log.warning("certificate renewal failed: %s", exc)
-            except BaseException:
-                self.forget(request.request_id)
-                raise
             if failures:
                 cap = min(self.retry_cap, self.retry_base * 2 ** (failures - 1))
                 await asyncio.sleep(self._uniform(0.0, cap))
