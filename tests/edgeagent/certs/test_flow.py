@@ -136,6 +136,10 @@ async def _flow(pki_hub: PKIHub, kube: KubeClient, agent: AgentProcess, namespac
     assert "the hub refused this node over quic" in log and "was revoked" in log
     assert "edgeagent join --renew --token NEW_TOKEN" in log
     assert "edgeagent join --renew" in agent.hub_session()["reason"]
+    status = await command("edgeagent", "status", "--state-dir", str(agent.state))
+    assert status.returncode == 0, status.stderr
+    assert "hub:         refused since" in status.stdout, status.stdout
+    assert "edgeagent join --renew --token NEW_TOKEN" in status.stdout  # what to run
     assert agent.running and agent.proc.pid == pid  # no crash loop; the store stays
     p = await get_pod(kube, "apps", "worker")
     assert container_status(p)["containerID"] == before["containerID"]

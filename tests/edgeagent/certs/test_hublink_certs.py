@@ -219,3 +219,29 @@ async def test_certificate_the_hub_rejects_is_an_error_naming_the_recovery(
     write_node_pki(state / "pki", test_pki.ca, "pi-x")
     await agent.connected()
     assert agent.store.get_state("hub.session")["state"] == "connected"
+
+
+async def test_certificate_expired_by_our_clock_is_not_dialled_and_names_the_recovery(
+    plain_hub: HubRunner, test_pki: TestPKI, agents, tmp_path: pathlib.Path, caplog
+) -> None:
+    """The node was offline longer than its certificate lived: no dial (the hub would
+    refuse it), an ERROR naming the recovery at every back-off step, the agent running."""
+    caplog.set_level(logging.INFO, logger="edgeagent")
+    state = tmp_path / "state"
+    write_expired_pki(state / "pki", test_pki.ca, "pi-old")
+    link = HubLink()
+    agent = agents(settings_for(state, "pi-old", plain_hub.url), link)
+
+    def errors() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "cannot dial the hub" in r.getMessage()]
+
+    await eventually(lambda: len(errors()) >= 3, "the expiry, retried with back-off")
+    text = errors()[0].getMessage()
+    assert errors()[0].levelno == logging.ERROR
+    assert "expired" in text and "0.5 days ago" in text
+    assert "edgeagent join --renew --token NEW_TOKEN" in text
+    session = agent.store.get_state("hub.session")
+    assert session["state"] == "no-credentials" and "expired" in session["reason"]
+    assert not any("QUIC" in r.getMessage() for r in caplog.records)  # never dialled
+    write_node_pki(state / "pki", test_pki.ca, "pi-old")  # the re-join
+    await agent.connected()
