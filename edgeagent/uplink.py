@@ -132,8 +132,8 @@ class Uplink:
         settings: addresses, timeouts, backoff.
         credentials: returns the current TLS credentials (read at every dial, so that a
             renewed certificate is used for the next connection). An ``AgentError`` it
-            raises (not joined, files unreadable, certificate expired) is logged and the
-            dial counts as failed: the uplink backs off and asks again.
+            raises (not joined, files unreadable, certificate expired) is logged as an
+            ERROR and given to ``on_refused``; the uplink asks again at the back-off cap.
         make_hello: returns the hello for the next session (inventory, node info).
         pending: returns the unacknowledged ``(seq, message)`` pairs to resend.
         next_seq: returns the next sequence number to assign.
