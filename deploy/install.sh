@@ -19,6 +19,9 @@ CONFIG_DIR=/etc/edgeagent
 STATE_DIR=/var/lib/edgeagent
 UNIT_DIR=/etc/systemd/system
 UNIT=edgeagent.service
+# The agent's messages name 'edgeagent join --renew ...' and 'edgeagent status': this
+# link makes them work as typed.
+COMMAND_LINK=/usr/local/bin/edgeagent
 BACKOFF_SYSTEMD=254 # RestartSteps= and RestartMaxDelaySec= appeared in systemd 254
 
 ROOT=""
@@ -92,7 +95,7 @@ usage_error() {
     exit 2
 }
 
-need_value() { [ $# -ge 2 ] && [ -n "$2" ] || usage_error "$1 needs a value"; }
+need_value() { if [ $# -lt 2 ] || [ -z "$2" ]; then usage_error "$1 needs a value"; fi; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -239,6 +242,10 @@ uninstall() {
         systemctl_do daemon-reload
         did=1
     fi
+    if [ -L "$ROOT$COMMAND_LINK" ] && [ "$(readlink "$ROOT$COMMAND_LINK")" = "$PREFIX/bin/edgeagent" ]; then
+        run rm -f "$ROOT$COMMAND_LINK"
+        did=1
+    fi
     if [ -d "$VENV" ]; then
         run rm -rf "$VENV"
         did=1
@@ -333,14 +340,36 @@ runtime:
 EOF
 }
 
+link_command() {
+    local link=$ROOT$COMMAND_LINK target=$PREFIX/bin/edgeagent
+    if [ -L "$link" ] && [ "$(readlink "$link")" = "$target" ]; then
+        return 0
+    fi
+    if [ -e "$link" ] || [ -L "$link" ]; then
+        say "warning: $COMMAND_LINK exists and is not a link to $target; left alone (run $target instead)"
+        return 0
+    fi
+    if [ "$DRY_RUN" = 1 ]; then
+        say "would link $link -> $target"
+        return 0
+    fi
+    mkdir -p "$(dirname "$link")"
+    ln -s "$target" "$link"
+    CHANGED=1
+    say "linked $COMMAND_LINK -> $target"
+}
+
 joined() { [ -f "$ROOT$STATE_DIR/pki/node.crt" ] && [ -f "$ROOT$STATE_DIR/pki/node.key" ]; }
 
 do_join() {
     if joined; then
+        if [ -n "$TOKEN" ]; then
+            say "already joined (certificate in $STATE_DIR/pki): the token was not used; to get a new certificate keeping the node's name, labels and store: edgeagent join --renew --token TOKEN"
+        fi
         return 0
     fi
     if [ -z "$TOKEN" ]; then
-        say "not joined yet: run '$PREFIX/bin/edgeagent join --hub ... --token ... --ca-cert-hash ...' (from 'cloudhub token create'), then: systemctl start edgeagent"
+        say "not joined yet: run 'edgeagent join --hub ... --token ... --ca-cert-hash ...' (from 'cloudhub token create'), then: systemctl start edgeagent"
         return 0
     fi
     local args=(join --config "$ROOT$CONFIG_DIR/config.yaml" --state-dir "$ROOT$STATE_DIR"
@@ -430,6 +459,7 @@ main() {
     if [ "$DRY_RUN" = 0 ]; then
         "$VENV/bin/edgeagent" --help >/dev/null || die "the installed agent does not start: $VENV/bin/edgeagent --help failed"
     fi
+    link_command
     write_config
     do_join
     install_unit

@@ -22,7 +22,13 @@ from edgeagent.settings import AgentSettings
 if TYPE_CHECKING:
     from protocol.transport.tls import PEMCredentials
 
-__all__ = ["FileCredentials", "certificate_not_after", "credential_paths"]
+__all__ = [
+    "RENEW_HINT",
+    "FileCredentials",
+    "certificate_not_after",
+    "certificate_validity",
+    "credential_paths",
+]
 
 JOIN_HINT = (
     "this node has not joined the fleet: run 'edgeagent join --hub HUB --token TOKEN "
@@ -180,14 +186,25 @@ def _der_time(tag: int, text: bytes) -> float:
 def certificate_not_after(cert_pem: bytes) -> float:
     """``notAfter`` of the first certificate in ``cert_pem``, seconds since the epoch.
 
+    Raises:
+        ValueError: no certificate, or not the structure RFC 5280 describes.
+    """
+    return certificate_validity(cert_pem)[1]
+
+
+def certificate_validity(cert_pem: bytes) -> tuple[float, float]:
+    """``(notBefore, notAfter)`` of the first certificate in ``cert_pem``, seconds since
+    the epoch.
+
     A few lines of DER reading (RFC 5280 §4.1: Certificate → tbsCertificate → validity)
-    instead of ``cryptography``, which costs an agent on WebSocket ~8 MiB of RSS for this
-    one field.
+    instead of ``cryptography``, which costs an agent on WebSocket ~8 MiB of RSS for these
+    two fields (the renewer reads them to know when to renew).
 
     Raises:
         ValueError: no certificate, or not the structure RFC 5280 describes.
     """
     import base64
+    import binascii
 
     text = cert_pem.decode("ascii", errors="replace")
     begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
@@ -195,7 +212,10 @@ def certificate_not_after(cert_pem: bytes) -> float:
     stop = text.find(end, start)
     if start < 0 or stop < 0:
         raise ValueError("no PEM certificate")
-    der = base64.b64decode("".join(text[start + len(begin) : stop].split()))
+    try:
+        der = base64.b64decode("".join(text[start + len(begin) : stop].split()))
+    except binascii.Error as exc:
+        raise ValueError(f"the PEM certificate is not base64: {exc}") from exc
     _, cert, _ = _der_item(der, 0)  # Certificate ::= SEQUENCE
     _, tbs, tbs_end = _der_item(der, cert)  # tbsCertificate ::= SEQUENCE
     at = tbs
@@ -207,6 +227,7 @@ def certificate_not_after(cert_pem: bytes) -> float:
     tag, validity, _ = _der_item(der, at)
     if tag != 0x30 or at >= tbs_end:
         raise ValueError("no validity in the certificate")
-    _, _, not_before_end = _der_item(der, validity)
+    tag, start_at, not_before_end = _der_item(der, validity)
+    not_before = _der_time(tag, der[start_at:not_before_end])
     tag, start_at, end_at = _der_item(der, not_before_end)
-    return _der_time(tag, der[start_at:end_at])
+    return not_before, _der_time(tag, der[start_at:end_at])

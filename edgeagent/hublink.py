@@ -9,7 +9,8 @@ or not the hub answers. On every session the uplink (:mod:`edgeagent.uplink`) op
    are resent with their sequence numbers, minus those the welcome says the hub has.
 2. **welcome**: the hub's ``received_up_to`` acknowledges what it already has; its clock
    is compared with ours (a difference over ``hub.max_clock_skew`` is logged with both
-   times); ``hub.session`` (state, transport, since) is recorded for ``edgeagent status``.
+   times, and certificate timing uses the hub's clock from then on: :meth:`HubLink.hub_clock`);
+   ``hub.session`` (state, transport, since) is recorded for ``edgeagent status``.
 3. **down**: every message from the hub goes to the handler registered for its kind
    (:meth:`HubLink.register`), in arrival order. Built in: ``object_upsert`` and
    ``object_delete`` are committed to the store before anything acts on them (the pod
@@ -22,6 +23,17 @@ or not the hub answers. On every session the uplink (:mod:`edgeagent.uplink`) op
    waiting for the window is coalesced in the outbox (latest wins per pod).
 5. **acks**: the hub's cumulative ack is passed to every source (the outbox drops what it
    covers) and to the ``on_acked`` callbacks of :meth:`HubLink.send`.
+
+Certificates (docs/pki.md): with the default credentials, the files ``edgeagent join``
+wrote (``<state_dir>/pki`` or the ``hub.*_file`` settings) are read at every dial and again
+whenever they change, and a :class:`~edgeagent.certs.CertificateRenewer` runs on every
+session: at a jittered 70-90 % of the certificate's lifetime it sends
+``cert_renew_request``, takes the ``cert_renew_response`` and replaces the files
+atomically; the session goes on and the next dial uses the new certificate. A refused
+identity (certificate expired, revoked, not from the hub's CA) is an ERROR naming the
+recovery command, recorded as ``hub.session`` state ``refused`` (``no-credentials`` when
+the files are missing or unusable here); the agent keeps running
+its pods and retries at the back-off cap, and picks up the files a re-join writes.
 
 Extension points for other parts of the agent (device twins, metrics, certificate
 renewal), all to be used before the agent starts:
@@ -49,6 +61,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from edgeagent.credentials import RENEW_HINT
 from edgeagent.errors import HubUnavailable, StoreError
 from edgeagent.nodeinfo import AGENT_VERSION, node_info
 from edgeagent.outbox import hello, to_message
@@ -56,6 +69,7 @@ from edgeagent.store import Store
 from edgeagent.uplink import Uplink, UplinkSettings
 from protocol.errors import CloseCode, ConnectionClosed, InvalidMessage, ProtocolError
 from protocol.messages import (
+    CertRenewResponse,
     Error,
     Hello,
     Message,
@@ -68,6 +82,7 @@ from protocol.session import Acked, Closed, MessageReceived, PeerDead, PeerError
 
 if TYPE_CHECKING:
     from edgeagent.agent import AgentContext
+    from edgeagent.certs import CertificateRenewer
     from protocol.transport import Link, PEMCredentials, TLSCredentials
 
 __all__ = [
@@ -209,9 +224,10 @@ class HubLink:
     """The hub connection service.
 
     Args:
-        credentials: returns the TLS credentials for the next dial (default: the files
-            named by the ``hub`` settings, :class:`~edgeagent.credentials.FileCredentials`;
-            the certificate renewer's ``credentials`` fits here too).
+        credentials: returns the TLS credentials for the next dial. Default: the files
+            named by the ``hub`` settings (:class:`~edgeagent.credentials.FileCredentials`),
+            renewed over the session by a :class:`~edgeagent.certs.CertificateRenewer`
+            (see the module docstring); credentials given here are the caller's to renew.
         wall_clock: seconds since the epoch (clock-skew check, ``hub.session`` times).
     """
 
@@ -245,6 +261,8 @@ class HubLink:
         """Set when the current session's ``sync_done`` arrived; cleared when it ends."""
         self.skew: float | None = None
         """Our clock minus the hub's at the last welcome, seconds."""
+        self.renewer: CertificateRenewer | None = None
+        """The certificate renewer while the service runs with the default credentials."""
 
     # -- extension points ----------------------------------------------------------------
 
@@ -279,6 +297,12 @@ class HubLink:
         """The open session's link, if any."""
         link = self._link
         return link if link is not None and not link.closed else None
+
+    def hub_clock(self) -> float:
+        """Seconds since the epoch by the hub's clock as last seen: ours corrected by the
+        skew measured at the last welcome (ours alone before the first). The hub judges
+        certificates by its clock, so their expiry and renewal are timed with this one."""
+        return self._wall() - (self.skew or 0.0)
 
     def connection_id(self) -> int | None:
         """A number that changes with every session, or ``None`` while offline."""
@@ -356,11 +380,18 @@ class HubLink:
             if hasattr(streams, "receive"):
                 handlers[TwinDesired] = lambda message: streams.receive(message, self._wall())
         self._all_sources = [*sources, *self._sources]
-        handlers.update(self._handlers)
         if self._credentials is None:
+            import random
+
+            from edgeagent.certs import CertificateRenewer, CertPaths
             from edgeagent.credentials import FileCredentials
 
-            self._credentials = FileCredentials(settings, wall_clock=self._wall)
+            self._credentials = FileCredentials(settings, wall_clock=self.hub_clock)
+            self.renewer = CertificateRenewer(
+                CertPaths.from_settings(settings), uniform=random.uniform, clock=self.hub_clock
+            )
+            handlers[CertRenewResponse] = self.renewer.handle
+        handlers.update(self._handlers)
 
         def make_hello() -> Hello:
             return hello(
@@ -408,6 +439,9 @@ class HubLink:
             pending=lambda: self._pending(store),
             next_seq=store.next_seq,
             on_link=lambda link: self._serve(link, ctx, handlers),
+            on_refused=lambda reason, by_hub: self._record(
+                store, "refused" if by_hub else "no-credentials", reason=reason
+            ),
         )
         self.uplink = uplink
         removers.append(store.add_outbox_hook(self.kick))
@@ -506,6 +540,10 @@ class HubLink:
             tasks.append(loop.create_task(self._drain(link, store), name="hub-drain"))
             for factory in self._session_tasks:
                 tasks.append(loop.create_task(self._session_task(factory, link), name="hub-task"))
+            renewer = self.renewer
+            if renewer is not None:
+                renewal = self._session_task(lambda _link: renewer.run(self.send), link)
+                tasks.append(loop.create_task(renewal, name="hub-cert-renewal"))
             self.kick()
             async for event in link:
                 if isinstance(event, MessageReceived):
@@ -519,12 +557,19 @@ class HubLink:
                 elif isinstance(event, PeerDead):
                     log.warning("the hub went silent for %.0f s", event.silent_for)
                 elif isinstance(event, Closed):
-                    log.info(
-                        "session with the hub closed: %s%s%s",
-                        event.code.name,
-                        f" ({event.reason})" if event.reason else "",
-                        " by the hub" if event.by_peer else "",
-                    )
+                    if event.by_peer and event.code is CloseCode.UNAUTHORIZED:
+                        log.error(
+                            "the hub closed the session and refuses this node (%s): %s",
+                            event.reason,
+                            RENEW_HINT,
+                        )
+                    else:
+                        log.info(
+                            "session with the hub closed: %s%s%s",
+                            event.code.name,
+                            f" ({event.reason})" if event.reason else "",
+                            " by the hub" if event.by_peer else "",
+                        )
         finally:
             for task in tasks:
                 task.cancel()

@@ -109,6 +109,7 @@ def collect(settings: AgentSettings) -> dict[str, Any]:
                 "state": session.get("state", "never connected"),
                 "transport": session.get("transport"),
                 "since": session.get("since"),
+                "reason": session.get("reason"),
             },
             "certificate": _cert_expiry(settings),
             "pods": pods,
@@ -132,6 +133,8 @@ def render(report: dict[str, Any]) -> str:
         + (f" since {hub['since']}" if hub.get("since") else "")
         + (f" ({hub['url']})" if hub.get("url") else " (no hub configured)"),
     ]
+    if hub["state"] in ("refused", "no-credentials") and hub.get("reason"):
+        lines.append(f"             {hub['reason']}")  # what to run to fix it
     if cert.get("not_after"):
         days = cert["seconds_left"] / 86400
         lines.append(f"certificate: expires {cert['not_after']} ({days:.1f} days left)")

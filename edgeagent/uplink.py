@@ -9,11 +9,18 @@ connect. The loops, outer to inner:
   open ``healthy_after`` seconds); a hub's ``retry_after`` is a floor under the delay; a
   final refusal (``VERSION_MISMATCH``, ``UNAUTHORIZED``: ``protocol.backoff.is_retryable``)
   is retried only at the cap, since only a change on one side can fix it.
+- **Identity refused**: the hub refusing this node's certificate (at TLS: expired, not
+  from its CA; or the session ``UNAUTHORIZED``: revoked), or no usable certificate here
+  (not joined, expired by our clock, damaged files), is logged as an ERROR that says what
+  to run (``edgeagent join --renew --token NEW_TOKEN``), reported to ``on_refused``, and
+  retried at the cap: the agent and its pods keep running, and the files a re-join
+  writes are used at the next dial, with no restart.
 - **Dial**: QUIC first, with a short handshake timeout (3 s), because a network that drops
   UDP shows up as silence, not as an error. If QUIC fails at the transport level, fall
   back to WebSocket and remember it: later dials go straight to WebSocket until the QUIC
   retry interval (10 min) has passed. A session-level refusal (version mismatch,
-  unauthorized) is not a transport failure and does not cause a fallback.
+  unauthorized, a rejected certificate) is not a transport failure and does not cause a
+  fallback.
 - **Middle** (one link): the application's ``on_link`` coroutine uses the link until it
   closes. While on WebSocket, the uplink checks whether a QUIC handshake now succeeds,
   ``quic_retry_first`` (30 s) after the fallback, then at doubling intervals up to
@@ -38,12 +45,13 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from edgeagent.credentials import RENEW_HINT
 from edgeagent.errors import AgentError
 from edgeagent.tasks import wait_event
 from protocol.backoff import backoff, is_retryable, retry_delay
 from protocol.errors import CloseCode
 from protocol.session import SessionConfig
-from protocol.transport.errors import ConnectFailed, SessionRejected
+from protocol.transport.errors import CertificateRejected, ConnectFailed, SessionRejected
 
 if TYPE_CHECKING:
     from protocol.messages import Hello, Message
@@ -124,13 +132,16 @@ class Uplink:
         settings: addresses, timeouts, backoff.
         credentials: returns the current TLS credentials (read at every dial, so that a
             renewed certificate is used for the next connection). An ``AgentError`` it
-            raises (not joined, files unreadable, certificate expired) is logged and the
-            dial counts as failed: the uplink backs off and asks again.
+            raises (not joined, files unreadable, certificate expired) is logged as an
+            ERROR and given to ``on_refused``; the uplink asks again at the back-off cap.
         make_hello: returns the hello for the next session (inventory, node info).
         pending: returns the unacknowledged ``(seq, message)`` pairs to resend.
         next_seq: returns the next sequence number to assign.
         on_link: coroutine that uses an established link until it closes (reads its
             events, sends the outbox); the uplink closes the link when it returns.
+        on_refused: ``on_refused(text, by_hub)``, called with the ERROR line's text whenever
+            this node's identity is refused by the hub (``by_hub``) or unusable here (see
+            the module docstring), e.g. to record it for ``edgeagent status``.
     """
 
     def __init__(
@@ -142,6 +153,7 @@ class Uplink:
         pending: Callable[[], Sequence[tuple[int, Message]]],
         next_seq: Callable[[], int],
         on_link: Callable[[Link], Awaitable[None]],
+        on_refused: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.settings = settings
         self._credentials = credentials
@@ -149,6 +161,8 @@ class Uplink:
         self._pending = pending
         self._next_seq = next_seq
         self._on_link = on_link
+        self._on_refused = on_refused
+        self._identity_refused = False
         self._stop = asyncio.Event()
         self._link: Link | None = None
         self._preferred = QUIC
@@ -213,6 +227,7 @@ class Uplink:
         try:
             while not self._stop.is_set():
                 self._refusal = None
+                self._identity_refused = False
                 link = await self._until_stopped(self._dial())
                 retry_after = None
                 if link is not None:
@@ -231,6 +246,8 @@ class Uplink:
                         # A final refusal (version mismatch, unauthorized) needs a change on
                         # one side; keep asking, but only at the slowest rate.
                         retry_after = max(retry_after or 0.0, self.settings.backoff_cap)
+                elif self._identity_refused:  # only a new certificate helps: as above
+                    retry_after = self.settings.backoff_cap
                 delay = retry_delay(next(delays), retry_after)
                 if self._stop.is_set():
                     break
@@ -295,7 +312,7 @@ class Uplink:
         try:
             credentials = self._credentials()
         except AgentError as exc:
-            logger.error("cannot dial the hub: %s", exc)
+            self._refused(f"cannot dial the hub: {exc}", by_hub=False)
             return None
         if self._quic_due(loop.time()):
             from protocol.transport.quic import connect_quic
@@ -309,8 +326,10 @@ class Uplink:
                     **common,
                 )
             except SessionRejected as exc:
-                logger.warning("hub refused the session over QUIC: %s", exc)
-                self._refusal = exc
+                self._rejected(exc, QUIC)
+                return None
+            except CertificateRejected as exc:
+                self._certificate_rejected(exc)
                 return None
             except ConnectFailed as exc:
                 logger.info("QUIC to %s:%s failed (%s); trying WebSocket", s.host, s.quic_port, exc)
@@ -334,8 +353,10 @@ class Uplink:
                 **common,
             )
         except SessionRejected as exc:
-            logger.warning("hub refused the session over WebSocket: %s", exc)
-            self._refusal = exc
+            self._rejected(exc, WEBSOCKET)
+            return None
+        except CertificateRejected as exc:
+            self._certificate_rejected(exc)
             return None
         except ConnectFailed as exc:
             logger.warning("WebSocket to %s:%s failed: %s", s.host, s.websocket_port, exc)
@@ -345,6 +366,29 @@ class Uplink:
             self._quic_failed_at = loop.time()
         await self._set_link(link)
         return link
+
+    def _refused(self, text: str, *, by_hub: bool = True) -> None:
+        """This node's identity is refused or unusable: say so once per dial, loudly."""
+        self._identity_refused = True
+        logger.error("%s", text)
+        if self._on_refused is not None:
+            self._on_refused(text, by_hub)
+
+    def _rejected(self, exc: SessionRejected, transport: str) -> None:
+        self._refusal = exc
+        if exc.code is CloseCode.UNAUTHORIZED:
+            self._refused(
+                f"the hub refused this node over {transport} ({exc.reason}): {RENEW_HINT}"
+            )
+        else:
+            logger.warning("hub refused the session over %s: %s", transport, exc)
+
+    def _certificate_rejected(self, exc: CertificateRejected) -> None:
+        self._refused(
+            f"the hub rejected this node's certificate ({exc}): it expired (check this "
+            f"node's clock: timedatectl status), was not issued by this hub's CA, or is "
+            f"damaged; {RENEW_HINT}"
+        )
 
     async def _serve(self, link: Link) -> bool:
         """Run ``on_link`` until the link closes (the middle loop).

@@ -100,14 +100,22 @@ class PKIExtension:
         inbound.reply(response)
 
     def _revoked(self, node: str, serials: frozenset[int]) -> None:
+        # A revocation covers every valid certificate of the node, so its session goes
+        # whichever certificate opened it: that one, or an older one that expired while
+        # the session lived on and was renewed over it (its serial is not among the
+        # revoked, since an expired certificate is not revoked).
         hub = self._hub
         session = hub.registry.get(node) if hub is not None else None
         if session is None or session.closed:
             return
         certificate = session.link.peer_certificate
-        if certificate is not None and certificate.serial_number in serials:
-            log.warning("closing the session of node %s: its certificate was revoked", node)
-            session.close_soon(CloseCode.UNAUTHORIZED, "certificate revoked")
+        serial = f"{certificate.serial_number:x}" if certificate is not None else "none"
+        log.warning(
+            "closing the session of node %s (certificate %s): its certificates were revoked",
+            node,
+            serial,
+        )
+        session.close_soon(CloseCode.UNAUTHORIZED, "certificate revoked")
 
 
 def pki_extension(settings: PKISettings) -> PKIExtension:

@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives import serialization
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.kube import CONFIGMAPS, NODES, Informer, KubeClient, retrying
 from cloudhub.pki.errors import CertificateRevoked
+from protocol import pki
 
 __all__ = [
     "RECORD_LABEL",
@@ -359,11 +360,14 @@ class CertificateRegistry:
             node_name: the node.
             certificate: the new certificate.
             via: ``"join"`` or ``"renewal"``.
-            renewing: for a renewal, the certificate the node authenticated with; if it
-                was revoked meanwhile the renewal is refused.
+            renewing: for a renewal, the certificate the node authenticated with; the
+                renewal is refused if the node was revoked since that certificate was
+                issued: it was revoked itself, or it expired while its session lived on
+                and a certificate renewed from it was revoked (an expired certificate is
+                not among the revoked, but its session must not get a new one).
 
         Raises:
-            CertificateRevoked: ``renewing`` is revoked.
+            CertificateRevoked: the node was revoked since ``renewing`` was issued.
             KubeAPIError: the record could not be written (the certificate must then not
                 be handed out).
         """
@@ -377,9 +381,14 @@ class CertificateRegistry:
 
         def mutate(entries: list[IssuedCertificate]) -> list[IssuedCertificate]:
             if renewing is not None:
+                serial = renewing.serial_number
+                since = next(
+                    (e.issued_at for e in entries if e.serial == serial),
+                    renewing.not_valid_before_utc.timestamp() + pki.CLOCK_SKEW,
+                )
                 for e in entries:
-                    if e.serial == renewing.serial_number and e.revoked_at is not None:
-                        raise CertificateRevoked(node_name, e.serial, e.revoked_at, e.revoked_why)
+                    if e.revoked_at is not None and (e.serial == serial or e.revoked_at >= since):
+                        raise CertificateRevoked(node_name, serial, e.revoked_at, e.revoked_why)
             return [*entries, entry]
 
         await self._update(node_name, mutate)

@@ -6,7 +6,14 @@ the current certificate authenticates: the agent sends ``cert_renew_request`` wi
 for a *new* key made on the device, the hub answers ``cert_renew_response`` with the
 certificate. The new files replace the old atomically (:meth:`CertPaths.install`); the live
 session goes on, pods are untouched, and the next connection uses the new certificate
-(the uplink reads :meth:`CertificateRenewer.credentials` at every dial).
+(the uplink reads the files again when they change: ``edgeagent.credentials``).
+
+Time is the hub's: the renewer takes a clock corrected by the skew measured at the last
+welcome (``HubLink.hub_clock``), since the hub judges the certificate (when it may be
+renewed, when it expires) by its own clock, and a board without a real-time clock may
+run minutes or years off. Waiting for the renewal point reads the certificate's validity
+with a few lines of DER (``edgeagent.credentials.certificate_validity``); ``cryptography``
+is imported only when a renewal is made.
 
 A certificate that expired (the node was offline longer than its lifetime) cannot be
 renewed over a session, since the hub refuses it: :meth:`credentials` raises
@@ -32,6 +39,7 @@ from edgeagent.certs.errors import (
     RenewalFailed,
 )
 from edgeagent.certs.files import CertPaths, keys_match
+from edgeagent.errors import EnvironmentFault
 from protocol.messages import CertRenewRequest, CertRenewResponse
 
 if TYPE_CHECKING:
@@ -43,6 +51,10 @@ log = logging.getLogger(__name__)
 
 RENEW_AT = (0.7, 0.9)
 """Fractions of the lifetime between which renewal starts (drawn once per certificate)."""
+
+BACKDATED = 300.0
+"""Seconds the hub back-dates notBefore (``protocol.pki.CLOCK_SKEW``, which cannot be
+imported here without ``cryptography``; a test keeps the two equal)."""
 
 
 def _iso(t: float) -> str:
@@ -62,6 +74,7 @@ class CertificateRenewer:
         retry_base / retry_cap: seconds of back-off (full jitter) between failed attempts.
         on_renewed: called with the new credentials after each renewal is installed (the
             agent records the new expiry for ``edgeagent status``).
+        clock: seconds since the epoch, as the hub counts them (default ``time.time``).
     """
 
     def __init__(
@@ -73,6 +86,7 @@ class CertificateRenewer:
         retry_base: float = 10.0,
         retry_cap: float = 600.0,
         on_renewed: Callable[[TLSCredentials], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.paths = paths
         self._uniform = uniform
@@ -84,6 +98,9 @@ class CertificateRenewer:
         self._renew_at = 0.0
         self._pending: dict[str, tuple[Any, asyncio.Future[CertRenewResponse]]] = {}
         self._on_renewed = on_renewed
+        self._clock = clock
+        self._schedule_stamp: tuple | None = None
+        self._validity = (0.0, 0.0)
         self.renewals = 0
         """Certificates installed by this renewer."""
 
@@ -105,12 +122,33 @@ class CertificateRenewer:
         if self._credentials is None or stamp != self._stamp:
             credentials = self.paths.load()
             self._credentials, self._stamp = credentials, stamp
-            self._renew_at = self._draw_renew_at(credentials)
         return self._credentials
 
-    def _draw_renew_at(self, credentials: TLSCredentials) -> float:
-        issued, expires = _lifetime(credentials)
-        return issued + self._uniform(*RENEW_AT) * (expires - issued)
+    def _schedule(self) -> tuple[float, float]:
+        """``(renew_at, not_after)`` of the certificate on disk, read without
+        ``cryptography``; the renewal point is drawn again for every new certificate.
+
+        Raises:
+            NotJoined: no certificate. CertificateFilesError: it cannot be read.
+        """
+        stamp = self._file_stamp()
+        if self._schedule_stamp is None or stamp != self._schedule_stamp:
+            from edgeagent.credentials import certificate_validity
+
+            if not self.paths.joined():
+                self.paths.load()  # raises NotJoined naming the join command
+            try:
+                validity = certificate_validity(self.paths.cert.read_bytes())
+            except (OSError, ValueError) as exc:
+                raise CertificateFilesError(
+                    f"cannot read the node certificate {self.paths.cert}: {exc}"
+                ) from exc
+            if validity != self._validity or self._schedule_stamp is None:
+                self._validity = validity
+                issued, expires = _lifetime(*validity)
+                self._renew_at = issued + self._uniform(*RENEW_AT) * (expires - issued)
+            self._schedule_stamp = stamp
+        return self._renew_at, self._validity[1]
 
     @property
     def node_name(self) -> str:
@@ -136,7 +174,7 @@ class CertificateRenewer:
         credentials = self._reload()
         cert = credentials.chain[0]
         not_after = cert.not_valid_after_utc.timestamp()
-        now = time.time()
+        now = self._clock()
         if now >= not_after:
             name = self.node_name
             raise CertificateExpired(
@@ -152,14 +190,21 @@ class CertificateRenewer:
 
     @property
     def renew_at(self) -> float:
-        """When renewal starts for the current certificate, seconds since the epoch."""
-        self._reload()
-        return self._renew_at
+        """When renewal starts for the current certificate, seconds since the epoch.
+
+        Raises:
+            NotJoined / CertificateFilesError: no usable certificate.
+        """
+        return self._schedule()[0]
 
     @property
     def not_after(self) -> float:
-        """When the current certificate expires, seconds since the epoch."""
-        return self._reload().chain[0].not_valid_after_utc.timestamp()
+        """When the current certificate expires, seconds since the epoch.
+
+        Raises:
+            NotJoined / CertificateFilesError: no usable certificate.
+        """
+        return self._schedule()[1]
 
     # -- one renewal, sans I/O -------------------------------------------------------------
 
@@ -218,7 +263,7 @@ class CertificateRenewer:
         try:
             cert = pki.load_certificate_pem(response.certificate_pem)
             cas = pki.load_certificates_pem(response.ca_pem)
-            got = pki.verify_node_certificate(cert, cas=cas, now=time.time())
+            got = pki.verify_node_certificate(cert, cas=cas, now=self._clock())
         except pki.PKIError as exc:
             raise RenewalFailed(f"the renewed certificate is unusable: {exc}") from exc
         if got != name or not keys_match(cert, key):
@@ -233,6 +278,7 @@ class CertificateRenewer:
         )
         self.renewals += 1
         credentials = self._reload()
+        self._schedule()
         log.info(
             "renewed the certificate of node %s: serial %x valid until %s; next renewal from %s",
             name,
@@ -252,16 +298,45 @@ class CertificateRenewer:
 
     # -- the loop for one live session ---------------------------------------------------
 
+    async def renew_once(
+        self, send: Callable[[CertRenewRequest], Awaitable[Any]]
+    ) -> TLSCredentials:
+        """One renewal now: make a key and request, send it, wait for the answer (given
+        to :meth:`handle` by the session's reader), check it and install it.
+
+        Args:
+            send: sends a message on the live session.
+
+        Returns:
+            The new credentials.
+
+        Raises:
+            TimeoutError: no answer within ``response_timeout`` seconds.
+            RenewalFailed / CertificateFilesError: see :meth:`apply`.
+            HubUnavailable: ``send`` found no session (``HubLink.send``).
+        """
+        request = self.make_request()
+        try:
+            await send(request)
+            future = self._pending[request.request_id][1]
+            response = await asyncio.wait_for(future, self.response_timeout)
+            return self.apply(response)
+        except BaseException:
+            self.forget(request.request_id)
+            raise
+
     async def run(self, send: Callable[[CertRenewRequest], Awaitable[Any]]) -> None:
         """Renew whenever due, for as long as the session lasts (cancel it when the
         session ends; run one per session).
 
         Args:
-            send: sends a message on the live session (``link.send``); answers must be
+            send: sends a message on the live session (``HubLink.send``); answers must be
                 passed to :meth:`handle` by whoever reads the session's events.
 
-        Never returns on its own; failures are logged and retried with back-off (full
-        jitter between ``retry_base`` and ``retry_cap``), until the certificate expires.
+        Never returns on its own; failures (a refusal, no answer, files that cannot be
+        written, a send on a session that just closed) are logged and retried with
+        back-off (full jitter up to ``retry_base`` doubling to ``retry_cap``), until the
+        certificate expires.
         """
         failures = 0
         while True:
@@ -271,46 +346,33 @@ class CertificateRenewer:
                 log.error("cannot renew the certificate: %s", exc)
                 await asyncio.sleep(self.retry_cap)
                 continue
-            delay = due - time.time()
+            delay = due - self._clock()
             if delay > 0:
                 # Wake at least hourly: the files may be replaced meanwhile.
                 await asyncio.sleep(min(delay, 3600.0))
                 continue
-            request = self.make_request()
             try:
-                await send(request)
-                future = self._pending[request.request_id][1]
-                response = await asyncio.wait_for(future, self.response_timeout)
-                self.apply(response)
+                await self.renew_once(send)
                 failures = 0
             except asyncio.TimeoutError:
-                self.forget(request.request_id)
                 failures += 1
                 log.warning("no answer to certificate renewal within %.0f s", self.response_timeout)
-            except (RenewalFailed, CertificateFilesError) as exc:
-                self.forget(request.request_id)
+            except EnvironmentFault as exc:  # RenewalFailed, CertificateFilesError, HubUnavailable
                 failures += 1
                 log.warning("certificate renewal failed: %s", exc)
-            except BaseException:
-                self.forget(request.request_id)
-                raise
             if failures:
                 cap = min(self.retry_cap, self.retry_base * 2 ** (failures - 1))
                 await asyncio.sleep(self._uniform(0.0, cap))
 
 
-def _lifetime(credentials: TLSCredentials) -> tuple[float, float]:
-    """``(issued, expires)`` of the current certificate, seconds since the epoch.
+def _lifetime(not_before: float, not_after: float) -> tuple[float, float]:
+    """``(issued, expires)`` of a certificate valid from ``not_before`` to ``not_after``,
+    seconds since the epoch.
 
     The hub back-dates notBefore by ``protocol.pki.CLOCK_SKEW`` (so that a board a little
     behind accepts it); the lifetime the renewal point is a fraction of starts at issue.
     """
-    from protocol import pki
-
-    cert = credentials.chain[0]
-    not_before = cert.not_valid_before_utc.timestamp()
-    not_after = cert.not_valid_after_utc.timestamp()
-    issued = not_before + pki.CLOCK_SKEW
+    issued = not_before + BACKDATED
     if issued >= not_after:  # not one of ours: use the whole validity
         issued = not_before
     return issued, not_after

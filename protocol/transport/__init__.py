@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from protocol.transport.errors import (
+        CertificateRejected,
         ConnectFailed,
         HandshakeTimeout,
         SessionRejected,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from protocol.transport.websocket import WebSocketServer, connect_websocket, serve_websocket
 
 _WHERE = {
+    "CertificateRejected": "errors",
     "ConnectFailed": "errors",
     "HandshakeTimeout": "errors",
     "SessionRejected": "errors",
@@ -60,6 +62,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "CertificateRejected",
     "ConnectFailed",
     "HandshakeTimeout",
     "Link",

@@ -5,6 +5,7 @@
     protocol.errors.TransportError
     └── ConnectFailed             refused, unreachable, TLS or certificate failure
         ├── HandshakeTimeout      no transport handshake or no welcome in time
+        ├── CertificateRejected   the hub refused our client certificate
         └── SessionRejected       the hub closed the session during hello/welcome
 
 Every aioquic, websockets, ``ssl`` or ``OSError`` failure is translated into one of these at
@@ -17,6 +18,7 @@ from __future__ import annotations
 from protocol.errors import CloseCode, TransportError
 
 __all__ = [
+    "CertificateRejected",
     "ConnectFailed",
     "HandshakeTimeout",
     "SessionRejected",
@@ -41,6 +43,28 @@ class HandshakeTimeout(ConnectFailed):
     def __init__(self, message: str, *, timeout: float) -> None:
         super().__init__(message)
         self.timeout = timeout
+
+
+class CertificateRejected(ConnectFailed):
+    """The hub refused our client certificate during the TLS handshake (expired, not from
+    its CA, not a node certificate, or none at all).
+
+    Only a new certificate helps, so a dialer should not try another transport with the
+    same one. Over QUIC the hub's TLS alert and reason arrive as a crypto error (RFC 9001
+    §4.8); over WebSocket asyncio's TLS server closes the connection without sending its
+    alert, so the rejection is inferred: the TLS handshake completed on our side and the
+    hub closed the connection before answering the upgrade.
+
+    Attributes:
+        alert: the TLS alert name (``bad_certificate``, ``certificate_required``…), or
+            ``None`` when the hub sent none (WebSocket).
+        reason: the hub's reason text (QUIC), or ``""``.
+    """
+
+    def __init__(self, message: str, *, alert: str | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.alert = alert
+        self.reason = reason
 
 
 class SessionRejected(ConnectFailed):

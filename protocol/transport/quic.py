@@ -53,7 +53,7 @@ from aioquic.quic.packet import (
 from protocol import pki
 from protocol.errors import CloseCode
 from protocol.session import Established, Role, Session, SessionConfig
-from protocol.transport.errors import ConnectFailed, HandshakeTimeout
+from protocol.transport.errors import CertificateRejected, ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
 from protocol.transport.link import handshake_failure as _rejection
 from protocol.transport.tls import PEMCredentials, TLSCredentials, tls_credentials
@@ -398,8 +398,15 @@ async def connect_quic(
                 f"no welcome from {host}:{port} within {timeout} s", timeout=timeout
             ) from None
         if not isinstance(opened, Established):
-            if endpoint.termination is not None and endpoint.termination.error_code:
-                raise ConnectFailed(f"QUIC {host}:{port}: {_describe(endpoint.termination)}")
+            termination = endpoint.termination
+            if termination is not None and termination.error_code:
+                where = f"QUIC {host}:{port}: {_describe(termination)}"
+                alert = _alert(termination.error_code)
+                if alert is not None:
+                    # Our side of the handshake was done: this is the hub's verdict on
+                    # our client certificate (it checks it after its own Finished).
+                    raise CertificateRejected(where, alert=alert, reason=termination.reason_phrase)
+                raise ConnectFailed(where)
             raise _rejection(opened, f"{host}:{port}")
     except BaseException:
         if link is not None:
@@ -466,19 +473,27 @@ async def quic_handshake_succeeds(
 
 _TLS_ALERTS = {
     42: "bad_certificate",
+    43: "unsupported_certificate",
+    44: "certificate_revoked",
     45: "certificate_expired",
+    46: "certificate_unknown",
     48: "unknown_ca",
     116: "certificate_required",
 }
 
 
-def _describe(event: qe.ConnectionTerminated) -> str:
-    """A QUIC close in words: the TLS alert for crypto errors (RFC 9001 §4.8)."""
-    code = event.error_code
-    what = f"error 0x{code:x}"
+def _alert(code: int) -> str | None:
+    """The TLS alert a QUIC crypto error carries (RFC 9001 §4.8), or ``None``."""
     if 0x100 <= code <= 0x1FF:
         alert = code - 0x100
-        what = f"TLS alert {_TLS_ALERTS.get(alert, alert)}"
+        return _TLS_ALERTS.get(alert, str(alert))
+    return None
+
+
+def _describe(event: qe.ConnectionTerminated) -> str:
+    """A QUIC close in words: the TLS alert for crypto errors (RFC 9001 §4.8)."""
+    alert = _alert(event.error_code)
+    what = f"TLS alert {alert}" if alert is not None else f"error 0x{event.error_code:x}"
     return f"connection closed: {what} {event.reason_phrase}".rstrip()
 
 

@@ -52,7 +52,12 @@ from websockets.uri import parse_uri
 
 from protocol.errors import CloseCode
 from protocol.session import Established, Role, Session, SessionConfig
-from protocol.transport.errors import ConnectFailed, HandshakeTimeout, TransportError
+from protocol.transport.errors import (
+    CertificateRejected,
+    ConnectFailed,
+    HandshakeTimeout,
+    TransportError,
+)
 from protocol.transport.link import TRANSPORT_CLOSE_BOUND, Link
 from protocol.transport.link import handshake_failure as _rejection
 from protocol.transport.tls import (
@@ -166,6 +171,23 @@ def _start_tls(
     transport.set_protocol(protocol)  # type: ignore[attr-defined]
     protocol.connection_made(transport)
     return waiter
+
+
+#: OpenSSL's names for the alerts a TLS server sends about a client certificate.
+_CERTIFICATE_ALERTS = {
+    "SSLV3_ALERT_BAD_CERTIFICATE": "bad_certificate",
+    "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE": "unsupported_certificate",
+    "SSLV3_ALERT_CERTIFICATE_REVOKED": "certificate_revoked",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "certificate_expired",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "certificate_unknown",
+    "TLSV1_ALERT_UNKNOWN_CA": "unknown_ca",
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "certificate_required",
+}
+
+
+def _certificate_alert(exc: ssl.SSLError | None) -> str | None:
+    """The client-certificate alert the peer sent, if ``exc`` is one."""
+    return _CERTIFICATE_ALERTS.get(getattr(exc, "reason", None) or "")
 
 
 def _done(future: asyncio.Future[Any], result: Any = None) -> None:
@@ -291,17 +313,27 @@ class _WebSocketConnection(asyncio.Protocol):
         if exc is None and self.tls_error is not None:
             exc = self.tls_error
         if not self.opened.done():
-            if self.tls_error is not None:
-                detail = f"TLS: {self.tls_error}"
+            failure: ConnectFailed
+            alert = _certificate_alert(self.tls_error)
+            if alert is not None and self._client:
+                failure = CertificateRejected(f"{self._where}: TLS: {self.tls_error}", alert=alert)
+            elif self.tls_error is not None:
+                failure = ConnectFailed(f"{self._where}: TLS: {self.tls_error}")
             elif not self._client:
-                detail = "the connection closed before the WebSocket upgrade"
-            else:
-                # asyncio's TLS server drops a client it rejects without sending the alert.
-                detail = (
-                    "the hub closed the connection before the WebSocket upgrade: "
-                    "our client certificate was probably rejected"
+                failure = ConnectFailed(
+                    f"{self._where}: the connection closed before the WebSocket upgrade"
                 )
-            self._fail_open(ConnectFailed(f"{self._where}: {detail}"))
+            else:
+                # TLS came up on our side, then the hub hung up without answering the
+                # upgrade: asyncio's TLS server drops a client whose certificate it
+                # rejects (which it checks after our side of the TLS 1.3 handshake is
+                # done) without sending the alert.
+                failure = CertificateRejected(
+                    f"{self._where}: the hub closed the connection right after the TLS "
+                    "handshake, before the WebSocket upgrade: it rejected our client "
+                    "certificate"
+                )
+            self._fail_open(failure)
         if self.link is not None:
             reason = self._closed_reason()
             if exc is not None and self._ws.close_rcvd is None:

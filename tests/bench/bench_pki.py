@@ -9,6 +9,11 @@ the hub's cost per renewal.
   replica does) and the time until the agent's session is closed is measured.
 - ``renewal``: ``HubPKI.renew`` for a fresh CSR (sign and record), milliseconds each
   (called without the peer certificate, so the "too early" rule does not apply).
+- ``session renewal``: the agent's side, over a live WebSocket session to a session server
+  wired to ``HubPKI`` (certificates of 4 s, renewed once past half of it): the
+  ``CertificateRenewer`` makes a key and CSR, sends ``cert_renew_request``, takes the
+  answer, checks it and replaces its files atomically; milliseconds from the request made
+  to the files installed.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.pki import CertificateRegistry, HubPKI, PKISettings
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from edgeagent.certs import CertificateRenewer
-from protocol.session import Closed
+from protocol.messages import CertRenewResponse
+from protocol.session import Closed, MessageReceived
 from protocol.transport import connect_websocket
 from tests.cloudhub.pki.sessionhub import SessionHub, hello
 from tests.cloudhub.pki.test_join import Node
@@ -38,6 +44,7 @@ async def _main(quick: bool) -> dict:
     joins = 8 if quick else 60
     revocations = 4 if quick else 20
     renewals = 10 if quick else 100
+    session_renewals = 5 if quick else 30
     async with EmbeddedAPIServer(APIServerSettings(port=0)) as api:
         admin = await KubeClient.from_kubeconfig(str(api.kubeconfig_path))
         other = await KubeClient.from_kubeconfig(str(api.kubeconfig_path))
@@ -57,12 +64,85 @@ async def _main(quick: bool) -> dict:
             hub = await SessionHub(hub_pki).start()
             try:
                 with tempfile.TemporaryDirectory() as tmp:
-                    return await _measure(
+                    out = await _measure(
                         hub_pki, hub, other, pathlib.Path(tmp), joins, revocations, renewals
                     )
             finally:
                 await hub.close()
                 await hub_pki.close()
+            await admin.create(
+                NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "edgefleet-short"}},
+            )
+            short = HubPKI(
+                admin,
+                PKISettings(
+                    namespace="edgefleet-short",
+                    join_host="127.0.0.1",
+                    join_port=0,
+                    server_names=("localhost",),
+                    node_cert_lifetime=4.0,
+                ),
+            )
+            await short.start()
+            hub = await SessionHub(short).start()
+            try:
+                with tempfile.TemporaryDirectory() as tmp:
+                    ms = await _session_renewals(short, hub, pathlib.Path(tmp), session_renewals)
+            finally:
+                await hub.close()
+                await short.close()
+    results = out["results"]
+    results["session_renewals"] = session_renewals
+    results["session_renewal_ms_p50"] = round(statistics.median(ms), 1)
+    results["session_renewal_ms_max"] = round(max(ms), 1)
+    out["goals"].append(
+        {
+            "id": "session_renewal_max",
+            "value": results["session_renewal_ms_max"],
+            "target": 1000,
+            "unit": "ms",
+            "op": "<=",
+        }
+    )
+    return out
+
+
+async def _session_renewals(hub_pki, hub, tmp, count: int) -> list[float]:
+    token, _ = await hub_pki.tokens.create(ttl=3600)
+    node = Node(tmp, "bench-renew")
+    await node.join(f"localhost:{hub_pki.join_server.port}", token, hub_pki.ca.ca_hash)
+    renewer = CertificateRenewer(node.paths, uniform=lambda a, b: a)
+    link = await connect_websocket(
+        "127.0.0.1",
+        hub.websocket_port,
+        credentials=renewer.credentials(),
+        hello=hello(node.name),
+        server_name="localhost",
+        timeout=10.0,
+    )
+
+    async def read() -> None:
+        async for event in link:
+            if isinstance(event, MessageReceived) and isinstance(event.message, CertRenewResponse):
+                renewer.handle(event.message)
+
+    reader = asyncio.create_task(read())
+    ms: list[float] = []
+    try:
+        # The hub renews only past half the lifetime of the certificate the session
+        # was opened with.
+        issued = renewer.credentials().chain[0].not_valid_before_utc.timestamp() + 300
+        await asyncio.sleep(max(0.0, issued + 2.2 - time.time()))
+        for _ in range(count):
+            started = time.perf_counter()
+            await renewer.renew_once(link.send)
+            ms.append((time.perf_counter() - started) * 1000)
+    finally:
+        await link.close()
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+    return ms
 
 
 async def _measure(hub_pki, hub, other, tmp, joins, revocations, renewals) -> dict:
@@ -122,14 +202,27 @@ async def _measure(hub_pki, hub, other, tmp, joins, revocations, renewals) -> di
     return {
         "results": results,
         "goals": [
-            {"id": "join_p95", "value": results["join_ms_p95"], "target": 500, "unit": "ms"},
+            {
+                "id": "join_p95",
+                "value": results["join_ms_p95"],
+                "target": 500,
+                "unit": "ms",
+                "op": "<=",
+            },
             {
                 "id": "revocation_max",
                 "value": results["revocation_ms_max"],
                 "target": 1000,
                 "unit": "ms",
+                "op": "<=",
             },
-            {"id": "renewal_p95", "value": results["renewal_ms_p95"], "target": 100, "unit": "ms"},
+            {
+                "id": "renewal_p95",
+                "value": results["renewal_ms_p95"],
+                "target": 100,
+                "unit": "ms",
+                "op": "<=",
+            },
         ],
     }
 

@@ -124,6 +124,9 @@ async def test_install_join_idempotency_and_uninstall(
 
     venv = root / "opt" / "edgeagent"
     assert (venv / "bin" / "edgeagent").exists()
+    # 'edgeagent join --renew ...' and 'edgeagent status', as the agent's messages say.
+    link = root / "usr" / "local" / "bin" / "edgeagent"
+    assert os.readlink(link) == "/opt/edgeagent/bin/edgeagent"
     assert (venv / "share" / "edgeagent" / "edgeagent.service").read_bytes() == UNIT.read_bytes()
     unit = root / "etc" / "systemd" / "system" / "edgeagent.service"
     assert unit.read_bytes() == UNIT.read_bytes()
@@ -170,11 +173,12 @@ async def test_install_join_idempotency_and_uninstall(
     second = await install(*args)  # the single-use token is spent: the join must be skipped
     assert second.returncode == 0, second.stdout + second.stderr
     assert "already installed; nothing changed" in second.stdout
+    assert "already joined" in second.stdout and "edgeagent join --renew" in second.stdout
     assert snapshot(root) == before
 
     # The installed unit, its drop-ins and its real ExecStart pass systemd-analyze verify.
     assert await asyncio.to_thread(verify_tree, root) == ""
-    await asyncio.to_thread(shutil.rmtree, root / "usr")
+    await asyncio.to_thread(shutil.rmtree, root / "usr" / "lib")  # verify_tree's copy
 
     dry = await install(*args[:2], "--uninstall", "--dry-run")
     assert dry.returncode == 0 and "would run: rm -rf" in dry.stdout
@@ -183,6 +187,7 @@ async def test_install_join_idempotency_and_uninstall(
     removed = await install("--root", str(root), "--uninstall")
     assert removed.returncode == 0, removed.stderr
     assert not venv.exists() and not unit.exists() and not wants.exists()
+    assert not link.exists() and not link.is_symlink()
     assert key.exists() and "kept" in removed.stdout  # identity and store stay
     again = await install("--root", str(root), "--uninstall")
     assert again.returncode == 0 and "nothing to uninstall" in again.stdout

@@ -220,3 +220,49 @@ def test_importing_the_join_command_does_not_load_cryptography() -> None:
     code = "import edgeagent.join, edgeagent.certs, sys; print('cryptography' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_backdating_matches_the_hub() -> None:
+    from edgeagent.certs.renewer import BACKDATED
+
+    assert BACKDATED == pki.CLOCK_SKEW
+
+
+def test_waiting_for_the_renewal_point_does_not_load_cryptography(tmp_path, ca) -> None:
+    """An agent on WebSocket (~8 MiB less without ``cryptography``) keeps it out of memory
+    until a renewal is due: the schedule comes from the certificate's DER."""
+    import subprocess
+    import sys
+
+    paths = paths_in(tmp_path)
+    key, cert = issue(ca, lifetime=100 * DAY)
+    install(paths, ca, key, cert)
+    code = (
+        "import pathlib, sys\n"
+        "from edgeagent.certs import CertificateRenewer, CertPaths\n"
+        "d = pathlib.Path(sys.argv[1])\n"
+        "r = CertificateRenewer(CertPaths(d, d / 'ca.crt', d / 'node.crt', d / 'node.key'),\n"
+        "                       uniform=lambda a, b: b)\n"
+        "print(r.renew_at, r.not_after, 'cryptography' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(paths.directory)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    renew_at, not_after, loaded = out.stdout.split()
+    issued = cert.not_valid_before_utc.timestamp() + pki.CLOCK_SKEW
+    assert float(renew_at) == pytest.approx(issued + 0.9 * 100 * DAY)
+    assert float(not_after) == cert.not_valid_after_utc.timestamp()
+    assert loaded == "False"
+
+
+def test_a_damaged_certificate_is_a_files_error_for_the_schedule(tmp_path, ca) -> None:
+    paths = paths_in(tmp_path)
+    key, cert = issue(ca)
+    install(paths, ca, key, cert)
+    paths.cert.write_text("-----BEGIN CERTIFICATE-----\nnot*base64\n-----END CERTIFICATE-----\n")
+    with pytest.raises(CertificateFilesError, match="cannot read the node certificate"):
+        _ = CertificateRenewer(paths, uniform=lambda a, b: a).renew_at
+    paths.cert.unlink()
+    with pytest.raises(NotJoined):
+        _ = CertificateRenewer(paths, uniform=lambda a, b: a).renew_at

@@ -256,7 +256,8 @@ async def test_missing_credentials_agent_runs_and_connects_once_joined(
         "a clear error naming the join",
     )
     assert agent.link.connection_id() is None
-    assert agent.store.get_state("hub.session")["state"] == "connecting"
+    session = agent.store.get_state("hub.session")
+    assert session["state"] == "no-credentials" and "edgeagent join" in session["reason"]
     write_node_pki(agent.settings.state_dir / "pki", test_pki.ca, "edge-late")  # "join"
     await agent.connected()  # picked up with no restart
 

@@ -10,6 +10,7 @@ from protocol.errors import CloseCode, ConnectionClosed
 from protocol.messages import KubeEvent, ObjectRef, TwinDesired
 from protocol.session import Acked, Closed, MessageReceived
 from protocol.transport import (
+    CertificateRejected,
     ConnectFailed,
     HandshakeTimeout,
     Link,
@@ -105,6 +106,11 @@ async def test_bad_client_certificates_are_rejected(transport, who, make_hub, te
         )
     assert not isinstance(info.value, (SessionRejected, HandshakeTimeout)), info.value
     assert "certificate" in str(info.value)  # the message says why
+    # Typed, so that a dialer knows another transport will not help.
+    assert isinstance(info.value, CertificateRejected), repr(info.value)
+    if transport == "quic":  # the hub's alert and reason come through
+        assert info.value.alert in ("bad_certificate", "certificate_required")
+        assert info.value.reason
     assert hub.links == []
 
 

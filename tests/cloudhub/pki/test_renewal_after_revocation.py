@@ -1,0 +1,53 @@
+"""A session outlives the certificate that opened it when that certificate is renewed over
+it; once the node is revoked, that session must not get a new certificate, even though
+its own (expired) certificate is not among the serials revoked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from cloudhub.pki import CertificateRegistry
+from edgeagent.certs import CertificateRenewer
+from protocol import pki
+from tests.cloudhub.pki.conftest import NAMESPACE, Cluster, join_address
+from tests.cloudhub.pki.test_join import Node
+
+
+async def test_a_session_whose_certificate_expired_gets_nothing_after_revocation(
+    start_hub, cluster: Cluster, tmp_path
+) -> None:
+    hub = await start_hub(node_cert_lifetime=3.0)
+    token, _ = await hub.tokens.create(ttl=3600)
+    pi = Node(tmp_path, "pi-long")
+    await pi.join(join_address(hub), token, hub.ca.ca_hash)
+    renewer = CertificateRenewer(pi.paths, uniform=lambda a, b: a)
+    first = renewer.credentials().chain[0]  # the certificate the session was opened with
+    issued = first.not_valid_before_utc.timestamp() + pki.CLOCK_SKEW
+    await asyncio.sleep(max(0.0, issued + 1.6 - time.time()))  # past half its lifetime
+
+    request = renewer.make_request()
+    answer = await hub.renew("pi-long", request, first)
+    assert answer.error is None, answer.error
+    renewer.apply(answer)
+    assert renewer.credentials().chain[0].serial_number != first.serial_number
+
+    await asyncio.sleep(max(0.0, first.not_valid_after_utc.timestamp() + 0.2 - time.time()))
+    other = await cluster.new_client()
+    try:
+        revoked = await CertificateRegistry(other, NAMESPACE).revoke("pi-long", "stolen")
+    finally:
+        await other.close()
+    assert first.serial_number not in revoked  # it had expired: not revoked as such
+
+    async def refused() -> str:
+        while True:  # this replica learns of the revocation through its watch
+            request = renewer.make_request()
+            answer = await hub.renew("pi-long", request, first)
+            renewer.forget(request.request_id)
+            if answer.error is not None:
+                return answer.error
+            await asyncio.sleep(0.05)
+
+    error = await asyncio.wait_for(refused(), 10)
+    assert "revoked" in error and "stolen" in error
