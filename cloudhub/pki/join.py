@@ -31,7 +31,7 @@ import time
 
 from aiohttp import web
 
-from cloudhub.errors import KubeAPIError
+from cloudhub.errors import ConfigError, KubeAPIError
 from cloudhub.pki.ca import CAManager
 from cloudhub.pki.errors import JoinRefused
 from cloudhub.pki.settings import PKISettings
@@ -98,7 +98,7 @@ class JoinServer:
         """Publish the hub info, bind the port and serve.
 
         Raises:
-            OSError: the port cannot be bound.
+            ConfigError: the port cannot be bound (in use, or not allowed).
         """
         s = self.settings
         outer = _tls_context(self._current_credentials())
@@ -112,6 +112,12 @@ class JoinServer:
         self._site = web.TCPSite(self._runner, s.join_host, s.join_port, ssl_context=outer)
         try:
             await self._site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            raise ConfigError(
+                f"the join endpoint cannot listen on {s.join_host}:{s.join_port}: {exc} "
+                "(set pki.join_port, or 0 for a free port)"
+            ) from exc
         except BaseException:
             await self._runner.cleanup()
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import socket
 import subprocess
 import sys
 
@@ -56,3 +57,43 @@ def test_partial_tls_material_exits_1_with_the_settings_to_give(tmp_path: pathli
     )
     assert proc.returncode == 1, proc.stderr
     assert "tls.cert_file, tls.key_file" in proc.stderr
+
+
+def test_join_port_in_use_exits_1_naming_the_setting(tmp_path: pathlib.Path) -> None:
+    env = {"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cloudhub",
+                "serve",
+                "--kube-embedded-data-dir",
+                str(tmp_path / "api"),
+                "--kube-embedded-port",
+                "0",
+                "--listen-quic-port",
+                "0",
+                "--listen-websocket-port",
+                "0",
+                "--observability-http-port",
+                "0",
+                "--pki-join-host",
+                "127.0.0.1",
+                "--pki-join-port",
+                str(port),
+                "--observability-log-format",
+                "text",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert f"join endpoint cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert "pki.join_port" in proc.stderr and "Traceback" not in proc.stderr
