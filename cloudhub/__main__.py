@@ -98,6 +98,7 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 
 
 async def _serve(settings: HubSettings) -> int:
+    from cloudhub.devices.extension import devices_extension  # hook-up (device twins)
     from cloudhub.hub import Hub
     from cloudhub.pki.extension import pki_extension  # hook-up (certs)
 
@@ -105,7 +106,13 @@ async def _serve(settings: HubSettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    hub = Hub(settings, extensions=[pki_extension(settings.pki)])  # hook-up (certs)
+    hub = Hub(
+        settings,
+        extensions=[
+            pki_extension(settings.pki),  # hook-up (certs)
+            devices_extension(settings.devices),  # hook-up (device twins)
+        ],
+    )
     try:
         await hub.start()
     except (HubError, ProtocolError) as exc:
