@@ -95,9 +95,7 @@ def _generation(obj: dict | None) -> int:
 def edge_view(obj: dict, resource_version: str) -> dict:
     """What a node is sent of a Device or DeviceModel: no ``status``, no ``managedFields``,
     and ``resource_version`` as ``metadata.resourceVersion``."""
-    meta = {
-        k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("managedFields",)
-    }
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in ("managedFields",)}
     meta["resourceVersion"] = resource_version
     out = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
     out["metadata"] = meta
@@ -395,7 +393,7 @@ class DevicesExtension:
         model_name = ((obj or {}).get("spec") or {}).get("deviceModelRef", {}).get("name", "")
         model = self.model_for(message.ref.namespace, model_name)
         if model is None:
-            return f"DeviceModel {model_name!r} is not known to the hub, the value cannot be checked"
+            return f"DeviceModel {model_name!r} is not known to the hub: cannot check the value"
         prop = model.property(message.property)
         if prop is None:
             return f"property {message.property!r} is not defined in DeviceModel {model.name!r}"
@@ -409,4 +407,3 @@ class DevicesExtension:
 def devices_extension(settings: DevicesSettings) -> DevicesExtension:
     """The device-twins extension for ``Hub(..., extensions=[...])``."""
     return DevicesExtension(settings)
-

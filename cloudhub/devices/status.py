@@ -228,4 +228,3 @@ class DeviceStatusWriter:
         if not (rejections.changed or merged.changed):
             return None
         return merged.status
-
