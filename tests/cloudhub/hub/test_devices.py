@@ -153,3 +153,29 @@ async def test_reconnect_sends_the_full_desired_state_after_the_objects(
     assert uid not in back.store  # the old device was deleted by the sync
     assert back.desired[new_uid].properties == {"status": 0}
     assert back.desired[new_uid].version == again["metadata"]["generation"]
+
+
+def test_packaged_crds_are_the_deployed_ones() -> None:
+    from cloudhub.devices.extension import CRD_DIR
+    from tests.twins.kubeedge import REPO
+
+    packaged = sorted(CRD_DIR.glob("*.yaml"))
+    assert [p.name for p in packaged] == [
+        "devices.kubeedge.io_devicemodels.yaml",
+        "devices.kubeedge.io_devices.yaml",
+    ]
+    for path in packaged:
+        assert path.read_bytes() == (REPO / "deploy" / "crds" / path.name).read_bytes()
+
+
+async def test_twins_off_by_setting_or_without_the_crds(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique
+) -> None:
+    off = devices_extension(DevicesSettings(enabled=False))
+    missing = devices_extension(DevicesSettings())
+    hub = await hubs.start(extensions=[off, missing])  # no CRDs in this API: the hub runs
+    assert not off.enabled and off.devices is None
+    assert not missing.enabled and missing.devices is None
+    agent = hubs.agent(unique("edge-plain"))
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    assert hub.registry.get(agent.name) is not None
