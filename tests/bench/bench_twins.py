@@ -62,7 +62,7 @@ def _percentiles(values: list[float]) -> dict[str, Any]:
         return {"count": 0}
 
     def pct(p: float) -> float:
-        return round(ms[min(len(ms) - 1, int(round(p / 100 * (len(ms) - 1))))], 1)
+        return round(ms[min(len(ms) - 1, round(p / 100 * (len(ms) - 1)))], 1)
 
     return {
         "count": len(ms),
