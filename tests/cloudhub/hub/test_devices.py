@@ -179,3 +179,26 @@ async def test_twins_off_by_setting_or_without_the_crds(
     agent = hubs.agent(unique("edge-plain"))
     await agent.wait_for(lambda: agent.synced, DEADLINE)
     assert hub.registry.get(agent.name) is not None
+
+
+async def test_the_embedded_api_gets_the_crds(tmp_path, test_pki) -> None:
+    from cloudhub.hub import Hub
+    from cloudhub.settings import load_hub_settings
+    from tests.cloudhub.hub.conftest import TEST_SETTINGS
+
+    settings = load_hub_settings(
+        overrides={
+            **TEST_SETTINGS,
+            "kube.embedded_data_dir": str(tmp_path / "api"),
+            "kube.embedded_port": 0,
+        }
+    )
+    twins = devices_extension(settings.devices)
+    async with Hub(settings, credentials=test_pki.server, extensions=[twins]) as hub:
+        assert settings.kube.mode == "embedded"
+        assert twins.enabled and twins.devices is not None and twins.devices.synced.is_set()
+        assert hub.kube is not None
+        items, _ = await hub.kube.list(DEVICES, limit=1)  # served, empty
+        assert items == []
+        created = await hub.kube.create(DEVICEMODELS, model(VLED_MODEL, "default"))
+        assert created["spec"]["properties"][0]["type"] == "INT"
