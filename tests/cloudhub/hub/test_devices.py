@@ -202,3 +202,25 @@ async def test_the_embedded_api_gets_the_crds(tmp_path, test_pki) -> None:
         assert items == []
         created = await hub.kube.create(DEVICEMODELS, model(VLED_MODEL, "default"))
         assert created["spec"]["properties"][0]["type"] == "INT"
+
+
+async def test_a_report_is_acknowledged_only_once_written(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique
+) -> None:
+    await install_device_crds(kube)
+    node = unique("edge-dev")
+    await kube.create(DEVICEMODELS, model(VLED_MODEL, namespace))
+    vled = await kube.create(DEVICES, device(VLED_DEVICE, namespace, node))
+    uid = vled["metadata"]["uid"]
+    # one write every 2 s: the second report's write waits for a token
+    await hubs.start(extensions=[devices_extension(DevicesSettings(qps=0.5, burst=1))])
+    agent = hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced and uid in agent.store, DEADLINE)
+    ref = agent.store[uid][0]
+    for version, value in ((1, 1), (2, 0)):
+        agent.send(_report(ref, "status", value, version))
+        await agent.wait_for(lambda: agent.all_acked, DEADLINE)
+        # acknowledged => already in the API (an ack before the write would see the old one)
+        obj = await kube.get(DEVICES, "vled-instance-01", namespace)
+        assert twin(obj, "status")["reported"]["metadata"]["version"] == str(version)
+        assert reported_value(obj, "status") == str(value)
