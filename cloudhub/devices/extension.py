@@ -68,8 +68,10 @@ __all__ = ["CRD_DIR", "DevicesExtension", "devices_extension"]
 
 log = logging.getLogger(__name__)
 
-CRD_DIR = pathlib.Path(__file__).with_name("crds")
-"""The Device and DeviceModel CRDs (the same files as ``deploy/crds/``)."""
+CRD_DIR = pathlib.Path(__file__).parent
+"""Where the Device and DeviceModel CRDs are packaged (``devices.kubeedge.io_*.yaml``, the
+same files as ``deploy/crds/``; next to this module so that the wheel's package data
+carries them)."""
 
 CRD_SERVED_TIMEOUT = 30.0
 """Seconds to wait for freshly installed CRDs to be served by the embedded API."""
@@ -166,7 +168,7 @@ class DevicesExtension:
     async def _install_crds(self, hub: Hub) -> None:
         kube = hub.kube
         assert kube is not None
-        for path in sorted(CRD_DIR.glob("*.yaml")):
+        for path in sorted(CRD_DIR.glob("devices.kubeedge.io_*.yaml")):
             crd = yaml.safe_load(path.read_text())
             try:
                 # rbac: embedded API only (a cluster gets the CRDs from deploy/crds)

@@ -159,7 +159,7 @@ def test_packaged_crds_are_the_deployed_ones() -> None:
     from cloudhub.devices.extension import CRD_DIR
     from tests.twins.kubeedge import REPO
 
-    packaged = sorted(CRD_DIR.glob("*.yaml"))
+    packaged = sorted(CRD_DIR.glob("devices.kubeedge.io_*.yaml"))
     assert [p.name for p in packaged] == [
         "devices.kubeedge.io_devicemodels.yaml",
         "devices.kubeedge.io_devices.yaml",
