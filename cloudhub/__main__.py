@@ -98,6 +98,7 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 
 
 async def _serve(settings: HubSettings) -> int:
+    from cloudhub.devices.extension import devices_extension  # hook-up (device twins)
     from cloudhub.hub import Hub
     from cloudhub.pki.extension import pki_extension  # hook-up (certs)
 
@@ -123,6 +124,7 @@ async def _serve(settings: HubSettings) -> int:
         )
     else:
         extensions.append(pki_extension(settings.pki))
+    extensions.append(devices_extension(settings.devices))
     hub = Hub(settings, extensions=extensions)
     try:
         await hub.start()

@@ -19,7 +19,8 @@ each ``install(hub)`` called (and awaited if it returns an awaitable) after step
 is built and before the informers start. An extension may add informers
 (:meth:`Hub.add_informer`), message handlers (``hub.dispatcher.register(kind, handler)``),
 per-node objects sent down like pods (``hub.objects.add_source`` / ``add_kind`` /
-``changed``), session hooks (``hub.registry.on_connect`` / ``on_disconnect``), peer checks
+``changed``), session hooks (``hub.registry.on_connect`` / ``on_synced`` /
+``on_disconnect``), peer checks
 (``hub.edge.peer_checks``: certificate revocation), Node-deletion hooks
 (``hub.on_node_deleted``), background tasks (:meth:`Hub.add_task`) and collectors
 (``hub.metrics.registry``).

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cloudhub.devices.settings import DevicesSettings  # hook-up (device twins)
 from cloudhub.pki.settings import PKISettings  # hook-up (certs)
 from protocol.errors import SettingsError
 from protocol.session import SessionConfig
@@ -366,6 +367,7 @@ class HubSettings:
     authorization: AuthorizationSettings = field(default_factory=AuthorizationSettings)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
     pki: PKISettings = field(default_factory=PKISettings)  # hook-up (certs)
+    devices: DevicesSettings = field(default_factory=DevicesSettings)  # hook-up (device twins)
 
 
 def load_hub_settings(

@@ -583,8 +583,11 @@ class TwinDesired(Message):
             raise InvalidMessage("version", "must be >= 0")
 
     def coalesce_key(self) -> Hashable | None:
-        """The device uid: the newest desired state replaces an unsent one."""
-        return self.ref.uid
+        """``("twin_desired", device uid)``: the newest desired state replaces an unsent
+        one. Not the bare uid, which is the key of the Device's own ``object_upsert``: a
+        desired state queued right behind the upsert that carries the Device must not
+        replace it."""
+        return ("twin_desired", self.ref.uid)
 
 
 @_register

@@ -7,7 +7,10 @@ its cleanup sees it is no longer current and leaves the node alone — the new s
 receiving, its Lease keeps being renewed.
 
 Hooks (the seam for other parts): ``on_connect(session)`` after a session is accepted and
-current; ``on_disconnect(session, was_current)`` when its handler ends. ``was_current`` is
+current; ``on_synced(session)`` right after the reconnect diff (every ``object_upsert`` and
+``object_delete`` of the sync, then ``sync_done``) is queued, so that what a hook sends
+goes out after the objects it refers to (device twins send ``twin_desired`` here);
+``on_disconnect(session, was_current)`` when its handler ends. ``was_current`` is
 ``False`` for a superseded session: the node is still connected through the newer one.
 """
 
@@ -34,6 +37,7 @@ class SessionRegistry:
         # the edge resends everything unacknowledged, which is still correct).
         self._seqs: dict[str, tuple[int, int]] = {}
         self.on_connect: list[Callable[[NodeSession], None]] = []
+        self.on_synced: list[Callable[[NodeSession], None]] = []
         self.on_disconnect: list[Callable[[NodeSession, bool], None]] = []
 
     def __len__(self) -> int:
@@ -81,6 +85,14 @@ class SessionRegistry:
             except Exception:
                 session.log.exception("on_connect hook failed")
         return previous
+
+    def synced(self, session: NodeSession) -> None:
+        """The session's reconnect diff is queued: run the ``on_synced`` hooks."""
+        for hook in self.on_synced:
+            try:
+                hook(session)
+            except Exception:
+                session.log.exception("on_synced hook failed")
 
     def detach(self, session: NodeSession) -> bool:
         """The session's handler ended; returns whether it was still current."""

@@ -8,7 +8,8 @@ For every link the transports hand over (the TLS handshake done, the hello recei
 2. The session becomes the node's current one (superseding an older one), the welcome is
    sent at once (registration of the Node object runs in the background, so a slow API
    never makes an agent's handshake time out), the ``on_connect`` hooks run, and the
-   node's desired set is diffed against its inventory (:meth:`NodeSession.sync`).
+   node's desired set is diffed against its inventory (:meth:`NodeSession.sync`), then the
+   ``on_synced`` hooks run.
 3. Every message is dispatched (:mod:`.dispatch`); when the link ends, the
    ``on_disconnect`` hooks run.
 """
@@ -116,6 +117,7 @@ class EdgeServer:
         metrics.sessions_opened.labels(transport).inc()
         metrics.connected.labels(transport).inc()
         queued = session.sync(hello.inventory)
+        registry.synced(session)
         session.log.info(
             "connected over %s: agent %s, inventory %d, %d objects to sync",
             transport,

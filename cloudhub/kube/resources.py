@@ -15,6 +15,8 @@ __all__ = [
     "CRDS",
     "DAEMONSETS",
     "DEPLOYMENTS",
+    "DEVICEMODELS",
+    "DEVICES",
     "EVENTS",
     "LEASES",
     "NAMESPACES",
@@ -87,3 +89,7 @@ DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True)
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
 )
+DEVICES = ResourceType("devices.kubeedge.io", "v1beta1", "devices", "Device", True)
+"""KubeEdge's Device (deploy/crds): desired values in spec, reported ones in status."""
+DEVICEMODELS = ResourceType("devices.kubeedge.io", "v1beta1", "devicemodels", "DeviceModel", True)
+"""KubeEdge's DeviceModel (deploy/crds): property names, types, bounds, access modes."""

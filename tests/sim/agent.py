@@ -35,6 +35,7 @@ from protocol.messages import (
     PodDeleted,
     PodStatus,
     SyncDone,
+    TwinDesired,
 )
 from protocol.session import Acked, Closed, MessageReceived, PeerError, SessionConfig
 from protocol.transport import Link, TLSCredentials, connect_quic, connect_websocket
@@ -160,6 +161,10 @@ class SimAgent:
         self._task: asyncio.Task[None] | None = None
         self._synced_in_session = False
         self._cut_on: Callable[[Message], bool] | None = None
+        # device twins: uid -> the newest twin_desired received (what a mapper would see),
+        # and (uid, version, wall-clock arrival) of every one received, in order
+        self.desired: dict[str, TwinDesired] = {}
+        self.desired_log: list[tuple[str, int, float]] = []
 
     # -- observation ----------------------------------------------------------------------
 
@@ -375,6 +380,12 @@ class SimAgent:
             self._synced_in_session = True
         elif isinstance(message, Error):
             self.errors.append(message)
+        elif isinstance(message, TwinDesired):
+            uid = message.ref.uid
+            self.desired_log.append((uid, message.version, time.time()))
+            held = self.desired.get(uid)
+            if uid in self.store and (held is None or message.version > held.version):
+                self.desired[uid] = message  # as the edge does: newer versions of known devices
 
     def _on_pod(self, ref: ObjectRef, rv: str, pod: dict) -> None:
         terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))

@@ -108,12 +108,22 @@ class HubRunner:
         kubeconfig: the embedded API server's kubeconfig.
         credentials: the hub's server credentials (``TestPKI.server``).
         port: the session port (QUIC on UDP, WebSocket on TCP).
+        extensions: ``settings -> [extension, ...]``, called at every start (fresh
+            extension objects for every hub), e.g. the device twins.
     """
 
-    def __init__(self, kubeconfig: pathlib.Path, credentials: Any, port: int) -> None:
+    def __init__(
+        self,
+        kubeconfig: pathlib.Path,
+        credentials: Any,
+        port: int,
+        *,
+        extensions: Callable[[Any], list[Any]] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.credentials = credentials
         self.port = port
+        self.extensions = extensions
         self.hub: Any = None
 
     @property
@@ -131,7 +141,9 @@ class HubRunner:
             "listen.websocket_port": self.port,
             **overrides,
         }
-        hub = Hub(load_hub_settings(overrides=values), credentials=self.credentials)
+        settings = load_hub_settings(overrides=values)
+        extensions = self.extensions(settings) if self.extensions is not None else None
+        hub = Hub(settings, credentials=self.credentials, extensions=extensions)
         try:
             await hub.start()
         except BaseException:
