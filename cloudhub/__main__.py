@@ -99,13 +99,20 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 
 async def _serve(settings: HubSettings) -> int:
     from cloudhub.hub import Hub
+    from cloudhub.metrics.extension import metrics_extension  # hook-up (metrics)
     from cloudhub.pki.extension import pki_extension  # hook-up (certs)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    hub = Hub(settings, extensions=[pki_extension(settings.pki)])  # hook-up (certs)
+    hub = Hub(
+        settings,
+        extensions=[
+            pki_extension(settings.pki),  # hook-up (certs)
+            metrics_extension(settings.metrics),  # hook-up (metrics)
+        ],
+    )
     try:
         await hub.start()
     except (HubError, ProtocolError) as exc:

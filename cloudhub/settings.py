@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cloudhub.metrics.settings import HubMetricsSettings  # hook-up (metrics)
 from cloudhub.pki.settings import PKISettings  # hook-up (certs)
 from protocol.errors import SettingsError
 from protocol.session import SessionConfig
@@ -362,6 +363,7 @@ class HubSettings:
     authorization: AuthorizationSettings = field(default_factory=AuthorizationSettings)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
     pki: PKISettings = field(default_factory=PKISettings)  # hook-up (certs)
+    metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)  # hook-up (metrics)
 
 
 def load_hub_settings(
