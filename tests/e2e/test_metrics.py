@@ -160,7 +160,9 @@ async def test_edge_metrics_reach_prometheus_kubectl_top_and_node_conditions(
 
 async def test_a_hub_outage_loses_no_metrics(hub, kube: KubeClient, agent) -> None:
     node = unique("edge-outage")
-    edge = agent(node, *FAST_METRICS)
+    # samples are background writes (committed with the next commit or after this delay):
+    # commit them soon, so that the backlog can be read from the store meanwhile
+    edge = agent(node, *FAST_METRICS, "store.background_commit_delay=0.5")
 
     async def last_sample() -> float | None:
         return await series(hub, "edgefleet_node_last_sample_timestamp_seconds", node=node)
@@ -214,7 +216,7 @@ async def test_malformed_oversized_and_misaddressed_batches_are_refused(hub, tes
         client.send(MetricsBatch(node_name=name, samples={"p": [b"\x01garbage"]}))
         noisy = [
             Sample(t + i, 1, {(Metric.NODE_MEMORY_AVAILABLE_KIB, None): (i * 7919) % 10**9})
-            for i in range(60_000)
+            for i in range(100_000)
         ]
         big = encode_batch(Batch(5, 2, tuple(noisy)))
         assert 256 * 1024 < len(big) < 4 * 2**20  # over the hub's default limit, a valid frame
