@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from cloudhub.kube import KubeClient
-from protocol import pki
 from tests.bench.bench_e2e import HubProcess
 from tests.edgeagent.hublink.fleet import AgentProcess
 from tests.k8s.fixtures import kubectl  # noqa: F401  (session fixture)
@@ -46,18 +45,7 @@ def test_pki() -> TestPKI:
 async def hub(tmp_path: pathlib.Path, test_pki: TestPKI, request) -> AsyncIterator[HubProcess]:
     """The hub process; more ``cloudhub serve`` flags through indirect parametrization."""
     process = HubProcess(tmp_path / "hub", test_pki)
-    # cloudhub serve runs the PKI extension: the test CA is the operator-supplied hub CA
-    # (the agents' certificates chain to it; the hub issues its serving certificate).
-    ca_cert, ca_key = tmp_path / "hub" / "tls" / "ca.crt", tmp_path / "hub" / "tls" / "ca.key"
-    ca_key.write_bytes(pki.dump_private_key_pem(test_pki.ca.private_key))
-    process.args += (
-        "--pki-ca-cert-file",
-        str(ca_cert),
-        "--pki-ca-key-file",
-        str(ca_key),
-        *HUB_TEST_FLAGS,
-        *getattr(request, "param", ()),
-    )
+    process.args += (*HUB_TEST_FLAGS, *getattr(request, "param", ()))
     await asyncio.to_thread(process.start)
     try:
         yield process
