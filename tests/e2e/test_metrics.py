@@ -78,7 +78,9 @@ async def test_edge_metrics_reach_prometheus_kubectl_top_and_node_conditions(
     await kube.create(
         NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     )
-    await kube.create(PODS, pod("busy", namespace, node, "while :; do :; done"))
+    busy = pod("busy", namespace, node, "while :; do :; done")
+    busy["metadata"]["labels"] = {"app": "busy"}
+    await kube.create(PODS, busy)
     agent(node, *FAST_METRICS)
 
     async def running():
@@ -144,6 +146,15 @@ async def test_edge_metrics_reach_prometheus_kubectl_top_and_node_conditions(
     assert name == "busy" and cpu.endswith("m") and int(cpu[:-1]) >= 100, out  # a busy loop
     listed = await kubectl_run(kubectl, hub, "top", "node")
     assert node in listed
+    # label selectors: the Node's labels, the pod's labels
+    edge = await kubectl_run(kubectl, hub, "top", "node", "-l", "node-role.kubernetes.io/edge")
+    assert node in edge
+    assert node not in await kubectl_run(kubectl, hub, "top", "node", "-l", "site=elsewhere")
+    selected = await kubectl_run(kubectl, hub, "top", "pod", "-n", namespace, "-l", "app=busy")
+    assert "busy" in selected
+    assert "busy" not in await kubectl_run(
+        kubectl, hub, "top", "pod", "-n", namespace, "-l", "app=other"
+    )
 
     # the Node carries the edge's pressure verdict (hub threshold: 99 % must be free)
     async def pressed():
