@@ -190,3 +190,15 @@ async def test_memory_pressure_follows_the_edge_figures(
     relieved = await eventually(lambda: memory_is("False"), "MemoryPressure=False", DEADLINE)
     assert relieved["reason"] == "KubeletHasSufficientMemory"
     assert relieved["lastTransitionTime"] >= pressed["lastTransitionTime"]
+
+
+async def test_metrics_off_leaves_batches_unsupported(hubs: Hubs, unique) -> None:
+    extension = MetricsExtension(HubMetricsSettings(enabled=False))
+    hub = await hubs.start(extensions=[extension])
+    name = unique("edge-off")
+    agent = hubs.agent(name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    agent.send(batch(name, 1, node_sample(T0)))
+    await agent.wait_for(lambda: agent.all_acked and len(agent.errors) == 1, DEADLINE)
+    assert agent.errors[0].code is ErrorCode.UNSUPPORTED
+    assert "edgefleet_node_" not in await _scrape(hub)
