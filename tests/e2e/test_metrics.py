@@ -202,8 +202,9 @@ async def test_a_hub_outage_loses_no_metrics(hub, kube: KubeClient, agent) -> No
     assert sampled is not None
     assert sampled >= last - stopped_at - 0.5, (sampled, last - stopped_at)
     assert sampled <= last - stopped_at + 10  # and nothing counted twice
+    # the whole backlog may have left in one batch (up to 240 samples each)
     accepted = await series(hub, "edgefleet_hub_metrics_batches_total", result="accepted")
-    assert accepted and accepted >= 2
+    assert accepted is not None and accepted >= 1
 
 
 async def test_malformed_oversized_and_misaddressed_batches_are_refused(hub, test_pki) -> None:
