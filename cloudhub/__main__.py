@@ -100,6 +100,7 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 async def _serve(settings: HubSettings) -> int:
     from cloudhub.devices.extension import devices_extension  # hook-up (device twins)
     from cloudhub.hub import Hub
+    from cloudhub.metrics.extension import metrics_extension  # hook-up (metrics)
     from cloudhub.pki.extension import pki_extension  # hook-up (certs)
 
     stop = asyncio.Event()
@@ -125,6 +126,7 @@ async def _serve(settings: HubSettings) -> int:
     else:
         extensions.append(pki_extension(settings.pki))
     extensions.append(devices_extension(settings.devices))
+    extensions.append(metrics_extension(settings.metrics))
     hub = Hub(settings, extensions=extensions)
     try:
         await hub.start()

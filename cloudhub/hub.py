@@ -22,8 +22,10 @@ per-node objects sent down like pods (``hub.objects.add_source`` / ``add_kind`` 
 ``changed``), session hooks (``hub.registry.on_connect`` / ``on_synced`` /
 ``on_disconnect``), peer checks
 (``hub.edge.peer_checks``: certificate revocation), Node-deletion hooks
-(``hub.on_node_deleted``), background tasks (:meth:`Hub.add_task`) and collectors
-(``hub.metrics.registry``).
+(``hub.on_node_deleted``), background tasks (:meth:`Hub.add_task`), collectors
+(``hub.metrics.registry``, ``hub.metrics.add_exposition``), Node conditions
+(``hub.lifecycle.condition_providers``) and in-process API groups on the embedded API
+(``hub.embedded_api.add_api``).
 """
 
 from __future__ import annotations
@@ -166,6 +168,13 @@ class Hub:
         self._scope.create_task(coro, name=name)
 
     @property
+    def embedded_api(self) -> Any:
+        """The embedded API server (``cloudhub.standalone.EmbeddedAPIServer``) when the
+        hub runs one (no kubeconfig, not in a cluster), else ``None``: extensions serve
+        in-process API groups on it (``add_api``)."""
+        return self._embedded
+
+    @property
     def informers(self) -> list[Informer]:
         """Every shared informer."""
         return list(self._informers)
@@ -267,6 +276,7 @@ class Hub:
         )
         self._informers += [pods, configmaps, secrets, self._nodes]
         self.pods = pods
+        self.nodes = self._nodes  # edge Nodes, slim (_slim_node): labels and conditions
         PodSource(pods, configmaps, secrets, self.objects)
         node_bucket = TokenBucket(s.nodes.qps, s.nodes.burst)
         self.events = EventRecorder(

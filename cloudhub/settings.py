@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cloudhub.devices.settings import DevicesSettings  # hook-up (device twins)
+from cloudhub.metrics.settings import HubMetricsSettings  # hook-up (metrics)
 from cloudhub.pki.settings import PKISettings  # hook-up (certs)
 from protocol.errors import SettingsError
 from protocol.session import SessionConfig
@@ -368,6 +369,7 @@ class HubSettings:
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
     pki: PKISettings = field(default_factory=PKISettings)  # hook-up (certs)
     devices: DevicesSettings = field(default_factory=DevicesSettings)  # hook-up (device twins)
+    metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)  # hook-up (metrics)
 
 
 def load_hub_settings(

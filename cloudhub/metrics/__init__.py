@@ -7,6 +7,8 @@
   node); :class:`EdgeMetricsCollector` is the same as a prometheus-client collector.
 - :func:`evaluate_pressure` gives the MemoryPressure / DiskPressure conditions.
 - :class:`ResourceMetricsAPI` builds NodeMetrics / PodMetrics for ``kubectl top``.
+- :func:`metrics_extension` installs all of it into the hub (``cloudhub serve`` does),
+  configured by :class:`HubMetricsSettings` (the ``metrics`` settings group).
 """
 
 from cloudhub.metrics.conditions import (
@@ -18,8 +20,10 @@ from cloudhub.metrics.conditions import (
 )
 from cloudhub.metrics.errors import BatchRejected, MetricsError, MetricsNotFound
 from cloudhub.metrics.exposition import FAMILIES, EdgeMetricsCollector, EdgeMetricsExposition
+from cloudhub.metrics.extension import MetricsExtension, ResourceMetricsGroup, metrics_extension
 from cloudhub.metrics.pods import ContainerName, PodIndex
 from cloudhub.metrics.resource_metrics import ResourceMetricsAPI
+from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.metrics.store import (
     ContainerState,
     EdgeMetricsStore,
@@ -36,8 +40,10 @@ __all__ = [
     "EdgeMetricsCollector",
     "EdgeMetricsExposition",
     "EdgeMetricsStore",
+    "HubMetricsSettings",
     "IngestResult",
     "MetricsError",
+    "MetricsExtension",
     "MetricsNotFound",
     "NodeState",
     "NodeUsage",
@@ -46,6 +52,8 @@ __all__ = [
     "PressureThresholds",
     "Rate",
     "ResourceMetricsAPI",
+    "ResourceMetricsGroup",
     "evaluate_pressure",
+    "metrics_extension",
     "node_usage",
 ]

@@ -130,6 +130,12 @@ FAMILIES: tuple[Family, ...] = (
         "Time of the latest sample received from the edge node (the node's clock).",
     ),
     _F(
+        "edgefleet_node_sampled_seconds",
+        "counter",
+        "Time covered by the samples received from the edge node (sum of their windows): "
+        "a rate below 1 means samples are late (a backlog) or were lost.",
+    ),
+    _F(
         "edgefleet_container_cpu_usage_seconds",
         "counter",
         "CPU time used by a container on an edge node.",
@@ -146,6 +152,7 @@ _CPU_TOTAL = _INDEX["edgefleet_node_cpu_usage_seconds"]
 _RX = _INDEX["edgefleet_node_network_receive_bytes"]
 _TX = _INDEX["edgefleet_node_network_transmit_bytes"]
 _LAST = _INDEX["edgefleet_node_last_sample_timestamp_seconds"]
+_SAMPLED = _INDEX["edgefleet_node_sampled_seconds"]
 _C_CPU = _INDEX["edgefleet_container_cpu_usage_seconds"]
 _C_WS = _INDEX["edgefleet_container_memory_working_set_bytes"]
 
@@ -241,6 +248,7 @@ def node_rows(state: NodeState, pods: PodIndex) -> tuple[list[list[Row]], int]:
             out[index].append((base, total * scale))
     if state.t_ms:
         out[_LAST].append((base, state.t_ms / 1000))
+        out[_SAMPLED].append((base, state.sampled_ms / 1000))
     missing = 0
     for key, container in state.containers.items():
         names = pods.resolve(node, key)

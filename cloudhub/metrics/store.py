@@ -89,6 +89,12 @@ class NodeState:
         received_at: hub time (s since the epoch) of the latest accepted batch.
         version: increases with every accepted batch (a cache key).
         streams: stream id → highest batch seq accepted.
+        sampled_ms: the sum of the windows of every sample accepted (ms): how much of the
+            node's time the hub has figures for. Down-sampling keeps it (merged windows
+            add up); a sample lost or dropped on the edge leaves it short of the time
+            since ``first_t_ms``.
+        first_t_ms: start of the first accepted sample's window (ms since the epoch), 0
+            before any.
     """
 
     node: str
@@ -101,6 +107,8 @@ class NodeState:
     received_at: float = 0.0
     version: int = 0
     streams: dict[int, int] = field(default_factory=dict)
+    sampled_ms: int = 0
+    first_t_ms: int = 0
 
     def gauge(self, metric: Metric, label: str | None = None) -> int | None:
         """Return a node gauge's latest value, or ``None``."""
@@ -196,8 +204,12 @@ class EdgeMetricsStore:
 
 def _apply(state: NodeState, batch: Batch) -> None:
     containers = state.containers
+    if not state.first_t_ms:
+        first = batch.samples[0]
+        state.first_t_ms = first.t_ms - first.window_ms
     for sample in batch.samples:
         t, window = sample.t_ms, sample.window_ms
+        state.sampled_ms += window
         for key, value in sample.values.items():
             metric_id, label = key
             if isinstance(label, int):  # a container series: its label is the key

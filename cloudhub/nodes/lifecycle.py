@@ -42,6 +42,11 @@ __all__ = ["NodeLifecycle"]
 log = logging.getLogger(__name__)
 
 REGISTER, LEASE, HEARTBEAT, UNKNOWN = "register", "lease", "heartbeat", "unknown"
+CONDITIONS = "conditions"  # an extra status write: a provider's conditions changed
+
+#: ``provider(node, now) -> conditions``: condition dicts that replace the defaults of the
+#: same type (``nodes.model.ready_conditions``) in every status write of a connected node.
+ConditionProvider = Callable[[str, float], "list[dict]"]
 
 
 class _State:
@@ -99,6 +104,10 @@ class NodeLifecycle:
         self._lease_wake = asyncio.Event()
         self._node_wake = asyncio.Event()
         self._scope = TaskScope()
+        self.condition_providers: list[ConditionProvider] = []
+        """Extensions add ``provider(node, now)`` here (the metrics extension's
+        MemoryPressure and DiskPressure); call :meth:`conditions_changed` when one's
+        answer changes."""
         registry.on_connect.append(self.connected)
         registry.on_disconnect.append(self.disconnected)
 
@@ -165,6 +174,24 @@ class NodeLifecycle:
     def forget(self, node: str) -> None:
         """The Node was deleted: drop everything pending for it."""
         self._states.pop(node, None)
+
+    def conditions_changed(self, node: str) -> None:
+        """A condition provider's answer for ``node`` changed: write the Node's status
+        soon (rate-limited like every Node write). Nothing happens for a node with no
+        registered session: its registration writes the providers' conditions anyway."""
+        state = self._states.get(node)
+        if state is None or state.session is None or not state.registered:
+            return
+        self._run_now(node, CONDITIONS, state.generation)
+
+    def _extra_conditions(self, node: str, now: float) -> list[dict]:
+        extra: list[dict] = []
+        for provider in self.condition_providers:
+            try:
+                extra.extend(provider(node, now))
+            except Exception:
+                log.exception("condition provider failed", extra={"node": node})
+        return extra
 
     # -- scheduling -----------------------------------------------------------------------
 
@@ -261,6 +288,8 @@ class NodeLifecycle:
         elif job == HEARTBEAT:
             await self._heartbeat(node, state)
             self._schedule(time.monotonic() + s.status_report_interval, node, HEARTBEAT, generation)
+        elif job == CONDITIONS:
+            await self._heartbeat(node, state)
         elif job == UNKNOWN:
             await self._mark_unknown(node, state, generation)
 
@@ -268,7 +297,13 @@ class NodeLifecycle:
         self, job: str, node: str, state: _State, generation: int, exc: KubeAPIError | None
     ) -> None:
         state.failures += 1
-        what = {REGISTER: "node", LEASE: "lease", HEARTBEAT: "heartbeat", UNKNOWN: "unknown"}[job]
+        what = {
+            REGISTER: "node",
+            LEASE: "lease",
+            HEARTBEAT: "heartbeat",
+            CONDITIONS: "heartbeat",
+            UNKNOWN: "unknown",
+        }[job]
         self.metrics.node_writes.labels(what, "retried").inc()
         # kubelet retries its lease with back-off up to 7 s; never beyond the interval.
         delay = min(0.2 * 2 ** min(state.failures, 8), self.settings.lease_interval)
@@ -309,7 +344,10 @@ class NodeLifecycle:
             try:
                 await self.bucket.acquire()
                 created = await self.client.create(
-                    NODES, model.build_node(node, facts, hello, transport, now)
+                    NODES,
+                    model.build_node(
+                        node, facts, hello, transport, now, self._extra_conditions(node, now)
+                    ),
                 )
             except KubeConflict:  # created meanwhile (another replica, a retry): update it
                 existing = await self.client.get(NODES, node)
@@ -343,10 +381,14 @@ class NodeLifecycle:
         def metadata(current: dict) -> dict | None:
             return model.node_metadata(current, facts, hello, transport)
 
+        extra = self._extra_conditions(node, now)
+
         def status(current: dict) -> dict:
             return {
                 **current,
-                "status": model.node_status(current.get("status") or {}, facts, transport, now),
+                "status": model.node_status(
+                    current.get("status") or {}, facts, transport, now, extra
+                ),
             }
 
         await self.bucket.acquire()
@@ -397,11 +439,12 @@ class NodeLifecycle:
             return
         now = self._clock()
         transport = session.transport
+        extra = self._extra_conditions(node, now)
 
         def refresh(current: dict) -> dict:
             status = current.get("status") or {}
             conditions = model.set_conditions(
-                status.get("conditions"), model.ready_conditions(now, transport)
+                status.get("conditions"), model.ready_conditions(now, transport, extra)
             )
             return {**current, "status": {**status, "conditions": conditions}}
 

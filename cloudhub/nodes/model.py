@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from cloudhub.kube.times import micro_time, parse_time, rfc3339
@@ -189,9 +190,16 @@ def set_conditions(current: list | None, wanted: list[dict]) -> list[dict]:
     return out
 
 
-def ready_conditions(now: float, transport: str) -> list[dict]:
-    """Ready=True and no pressure: what a connected edge node reports."""
-    return [
+def ready_conditions(now: float, transport: str, extra: Sequence[dict] = ()) -> list[dict]:
+    """Ready=True and no pressure: what a connected edge node reports.
+
+    Args:
+        now: the heartbeat time (s since the epoch).
+        transport: the session's transport (named in Ready's message).
+        extra: conditions that replace the defaults of the same type (the metrics
+            extension's MemoryPressure and DiskPressure from the edge's figures).
+    """
+    wanted = [
         _condition(
             "Ready", "True", "EdgeAgentReady", f"edge agent connected over {transport}", now
         ),
@@ -200,6 +208,10 @@ def ready_conditions(now: float, transport: str) -> list[dict]:
             for t in PRESSURE_CONDITIONS
         ),
     ]
+    if not extra:
+        return wanted
+    replacing = {c["type"]: c for c in extra}
+    return [replacing.pop(c["type"], c) for c in wanted] + list(replacing.values())
 
 
 def unknown_conditions(current: list | None, now: float) -> list[dict]:
@@ -238,8 +250,16 @@ def unknown_conditions(current: list | None, now: float) -> list[dict]:
     return out
 
 
-def build_node(name: str, facts: NodeFacts, hello: Hello, transport: str, now: float) -> dict:
-    """The Node to create for a node's first session."""
+def build_node(
+    name: str,
+    facts: NodeFacts,
+    hello: Hello,
+    transport: str,
+    now: float,
+    extra: Sequence[dict] = (),
+) -> dict:
+    """The Node to create for a node's first session (``extra``: see
+    :func:`ready_conditions`)."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -253,7 +273,7 @@ def build_node(name: str, facts: NodeFacts, hello: Hello, transport: str, now: f
             },
         },
         "spec": {},
-        "status": node_status({}, facts, transport, now),
+        "status": node_status({}, facts, transport, now, extra),
     }
 
 
@@ -275,15 +295,20 @@ def node_metadata(node: dict, facts: NodeFacts, hello: Hello, transport: str) ->
     return {**node, "metadata": {**meta, "labels": new_labels, "annotations": new_annotations}}
 
 
-def node_status(status: dict, facts: NodeFacts, transport: str, now: float) -> dict:
-    """``status`` with the session's capacity, nodeInfo, addresses and Ready=True."""
+def node_status(
+    status: dict, facts: NodeFacts, transport: str, now: float, extra: Sequence[dict] = ()
+) -> dict:
+    """``status`` with the session's capacity, nodeInfo, addresses and Ready=True
+    (``extra``: see :func:`ready_conditions`)."""
     return {
         **status,
         "capacity": dict(facts.capacity),
         "allocatable": dict(facts.allocatable),
         "nodeInfo": dict(facts.node_info),
         "addresses": list(facts.addresses),
-        "conditions": set_conditions(status.get("conditions"), ready_conditions(now, transport)),
+        "conditions": set_conditions(
+            status.get("conditions"), ready_conditions(now, transport, extra)
+        ),
         "daemonEndpoints": status.get("daemonEndpoints") or {"kubeletEndpoint": {"Port": 0}},
     }
 

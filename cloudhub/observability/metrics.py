@@ -5,8 +5,9 @@ Prometheus server more than the hub. Per-session figures (unacknowledged depth, 
 depth) are exported as gauge histograms computed at scrape time: how many sessions are in
 each bucket right now.
 
-Other parts add their collectors to :attr:`HubMetrics.registry` (edge metrics:
-``hub.metrics.registry.register(EdgeMetricsCollector(...))``).
+Other parts add their collectors to :attr:`HubMetrics.registry`, or, for exposition too
+large for prometheus-client's per-sample objects, a renderer of the text format with
+:meth:`HubMetrics.add_exposition` (edge metrics: ``EdgeMetricsExposition.render``).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ class HubMetrics:
         self._informers: Callable[[], Iterable[Any]] | None = None
         self._status_pending: Callable[[], int] | None = None
         registry.register(_ScrapeTime(self))
+        self._expositions: list[Callable[[], bytes]] = []
 
     # -- feeds --------------------------------------------------------------------------------
 
@@ -144,11 +146,21 @@ class HubMetrics:
         the number of pod reports waiting to be written."""
         self._live, self._informers, self._status_pending = sessions, informers, status_pending
 
+    def add_exposition(self, render: Callable[[], bytes]) -> None:
+        """Append ``render()`` (Prometheus text format 0.0.4, whole families with their
+        HELP and TYPE lines, names not used by the registry) to every scrape. For
+        exposition too large for prometheus-client's per-sample objects: the edge
+        metrics of a fleet (``cloudhub.metrics.EdgeMetricsExposition``)."""
+        self._expositions.append(render)
+
     def render(self) -> bytes:
         """The Prometheus text exposition of everything registered."""
         from prometheus_client import generate_latest
 
-        return generate_latest(self.registry)
+        body = generate_latest(self.registry)
+        if not self._expositions:
+            return body
+        return b"".join([body, *(render() for render in self._expositions)])
 
 
 def _gauge_histogram(name: str, doc: str, values: Iterable[int]) -> GaugeHistogramMetricFamily:

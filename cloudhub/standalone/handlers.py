@@ -24,11 +24,13 @@ import yaml
 from aiohttp import web
 
 from cloudhub.standalone import bodies, discovery, errors, openapi, patch, protobuf, tables
+from cloudhub.standalone.aggregation import AggregatedAPI, AggregatedRequest
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
 from cloudhub.standalone.registry import Registry
 from cloudhub.standalone.resources import ResourceType
+from cloudhub.standalone.selectors import parse_label_selector
 from cloudhub.standalone.settings import APIServerSettings
 from cloudhub.standalone.store import DELETED, Entry
 from cloudhub.standalone.watch import PREV_DELETED, Watch
@@ -73,6 +75,15 @@ _ROOT_PATHS = [
 def _no_such_group() -> web.Response:
     """What kube-apiserver answers for a group it does not serve: plain text."""
     return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
+
+
+def _group_doc(api: AggregatedAPI) -> dict[str, Any]:
+    listed = {"groupVersion": f"{api.group}/{api.version}", "version": api.version}
+    return {"name": api.group, "versions": [listed], "preferredVersion": listed}
+
+
+def _aggregated_group(api: AggregatedAPI) -> dict[str, Any]:
+    return _group_doc(api)
 
 
 def _json_response(body: Any, status: int = 200) -> web.Response:
@@ -151,6 +162,8 @@ class APIHandler:
         self._stopping = asyncio.Event()
         self._watches: set[_Waker] = set()
         self.openapi = openapi.OpenAPI(registry)
+        self.aggregated: dict[str, AggregatedAPI] = {}
+        """API groups served in process (:mod:`aggregation`), by group name."""
 
     def server(self) -> web.Server:
         """The aiohttp low-level server: every request goes to :meth:`handle`, which
@@ -230,7 +243,12 @@ class APIHandler:
         elif head == "apis":
             types = self.registry.types()
             if len(parts) == 1:
-                return _json_response(discovery.api_group_list(types))
+                doc = discovery.api_group_list(types)
+                doc["groups"] += [_aggregated_group(api) for api in self.aggregated.values()]
+                return _json_response(doc)
+            aggregated = self.aggregated.get(parts[1])
+            if aggregated is not None:
+                return await self._aggregated(request, aggregated, parts[2:])
             if discovery.api_group(types, parts[1]) is None:
                 return _no_such_group()
             if len(parts) == 2:
@@ -306,6 +324,53 @@ class APIHandler:
         if method == "DELETE" and not sub:
             return await self._delete(request, rtype, ns, name)
         raise errors.method_not_allowed(method, rtype.qualified)
+
+    async def _aggregated(
+        self, request: web.BaseRequest, api: AggregatedAPI, parts: list[str]
+    ) -> web.Response:
+        """``/apis/<group>[/<version>[/[namespaces/<ns>/]<plural>[/<name>]]]`` of an
+        in-process group."""
+        if not parts:
+            return _json_response({"kind": "APIGroup", "apiVersion": "v1", **_group_doc(api)})
+        if parts[0] != api.version:
+            raise _NOT_FOUND
+        rest = parts[1:]
+        if not rest:
+            return _json_response(
+                {
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": f"{api.group}/{api.version}",
+                    "resources": [r.discovery() for r in api.resources],
+                }
+            )
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 2:
+            raise _NOT_FOUND
+        resource = next((r for r in api.resources if r.plural == rest[0]), None)
+        if resource is None or (namespace is not None and not resource.namespaced):
+            raise _NOT_FOUND
+        name = rest[1] if len(rest) > 1 else None
+        qualified = f"{resource.plural}.{api.group}"
+        if request.method != "GET" or request.query.get("watch") in ("true", "1", "True"):
+            raise errors.method_not_allowed(
+                "WATCH" if request.method == "GET" else request.method, qualified
+            )
+        if resource.namespaced and name is not None and namespace is None:
+            raise _NOT_FOUND
+        ask = AggregatedRequest(
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            label_selector=parse_label_selector(request.query.get("labelSelector")),
+            query=dict(request.query),
+        )
+        body = await api.handle(ask)
+        if body is None:
+            raise errors.not_found(resource.plural, api.group, name or "")
+        return _json_response(body)
 
     # -- bodies and responses ------------------------------------------------------
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from cloudhub.standalone.aggregation import AggregatedAPI
 from cloudhub.standalone.controllers import Controllers
 from cloudhub.standalone.errors import ConfigurationError, StandaloneError, StorageError
 from cloudhub.standalone.handlers import APIHandler
@@ -121,6 +122,7 @@ class EmbeddedAPIServer:
         self._runner: web.ServerRunner | None = None
         self._port = 0
         self._kubeconfig: pathlib.Path | None = None
+        self._aggregated: dict[str, AggregatedAPI] = {}
 
     # -- public ------------------------------------------------------------------
 
@@ -154,6 +156,23 @@ class EmbeddedAPIServer:
         if self._pki is None:
             raise StandaloneError("the server is not started")
         return self._pki.ca_cert_path
+
+    def add_api(self, api: AggregatedAPI) -> None:
+        """Serve an API group from code in this process (``metrics.k8s.io`` from the
+        hub's edge metrics), before or after :meth:`start`.
+
+        Raises:
+            ConfigurationError: the group is already served (stored or in process).
+        """
+        if api.group in self._aggregated or (
+            self._registry is not None and any(t.group == api.group for t in self._registry.types())
+        ):
+            raise ConfigurationError(f"API group {api.group} is already served")
+        self._aggregated[api.group] = api
+
+    def remove_api(self, group: str) -> None:
+        """Stop serving an in-process API group (no-op if it is not served)."""
+        self._aggregated.pop(group, None)
 
     async def __aenter__(self) -> EmbeddedAPIServer:
         await self.start()
@@ -202,6 +221,7 @@ class EmbeddedAPIServer:
                 self._pki.token,
                 lambda: f"{self._url_host()}:{self._port}",
             )
+            self._handler.aggregated = self._aggregated
             await self._listen()
             self._kubeconfig = files / "kubeconfig"
             await asyncio.to_thread(write_kubeconfig, self._kubeconfig, self.url, self._pki)

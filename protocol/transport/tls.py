@@ -193,7 +193,7 @@ def parse_certificate(der: bytes) -> x509.Certificate:
     Raises:
         TransportError: the bytes are not a DER X.509 certificate.
     """
-    from cryptography import x509
+    from cryptography import x509  # the hub side only: an agent on WebSocket never parses
 
     try:
         return x509.load_der_x509_certificate(der)

@@ -68,6 +68,9 @@ class HubProcess:
         (tls / "ca.crt").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
         (tls / "hub.crt").write_bytes(pki.dump_certificate_pem(creds.chain))
         (tls / "hub.key").write_bytes(pki.dump_private_key_pem(creds.private_key))
+        # cloudhub serve runs the PKI extension, which serves with a certificate from the
+        # hub CA: the test CA is that CA (operator-supplied), so agents' certificates chain.
+        (tls / "ca.key").write_bytes(pki.dump_private_key_pem(test_pki.ca.private_key))
         self.args = [
             sys.executable,
             "-m",
@@ -79,6 +82,14 @@ class HubProcess:
             str(tls / "hub.crt"),
             "--tls-key-file",
             str(tls / "hub.key"),
+            "--pki-ca-cert-file",
+            str(tls / "ca.crt"),
+            "--pki-ca-key-file",
+            str(tls / "ca.key"),
+            "--pki-join-host",
+            "127.0.0.1",
+            "--pki-join-port",
+            "0",
             "--kube-embedded-data-dir",
             str(root / "api"),
             "--kube-embedded-port",
@@ -147,6 +158,8 @@ class Relay:
         self.port = free_port()
         self.up = 0  # agent -> hub
         self.down = 0  # hub -> agent
+        self.up_datagrams = 0  # UDP only (QUIC packets, coalesced ones count once)
+        self.down_datagrams = 0
         self._udp: list[asyncio.DatagramTransport] = []
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -161,6 +174,7 @@ class Relay:
 
             def datagram_received(self, data: bytes, _addr: Any) -> None:
                 relay.down += len(data)
+                relay.down_datagrams += 1
                 self.front.sendto(data, self.addr)
 
         class Front(asyncio.DatagramProtocol):
@@ -173,6 +187,7 @@ class Relay:
 
             def datagram_received(self, data: bytes, addr: Any) -> None:
                 relay.up += len(data)
+                relay.up_datagrams += 1
                 upstream = self.upstreams.get(addr)
                 if upstream is None:
                     task = loop.create_task(self._open(addr, data))
@@ -223,7 +238,7 @@ class Relay:
         self._server = await asyncio.start_server(accept, "127.0.0.1", self.port)
 
     def reset(self) -> None:
-        self.up = self.down = 0
+        self.up = self.down = self.up_datagrams = self.down_datagrams = 0
 
     async def aclose(self) -> None:
         for transport in self._udp:
