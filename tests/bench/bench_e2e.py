@@ -68,9 +68,6 @@ class HubProcess:
         (tls / "ca.crt").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
         (tls / "hub.crt").write_bytes(pki.dump_certificate_pem(creds.chain))
         (tls / "hub.key").write_bytes(pki.dump_private_key_pem(creds.private_key))
-        # cloudhub serve runs the PKI extension, which serves with a certificate from the
-        # hub CA: the test CA is that CA (operator-supplied), so agents' certificates chain.
-        (tls / "ca.key").write_bytes(pki.dump_private_key_pem(test_pki.ca.private_key))
         self.args = [
             sys.executable,
             "-m",
@@ -82,14 +79,6 @@ class HubProcess:
             str(tls / "hub.crt"),
             "--tls-key-file",
             str(tls / "hub.key"),
-            "--pki-ca-cert-file",
-            str(tls / "ca.crt"),
-            "--pki-ca-key-file",
-            str(tls / "ca.key"),
-            "--pki-join-host",
-            "127.0.0.1",
-            "--pki-join-port",
-            "0",
             "--kube-embedded-data-dir",
             str(root / "api"),
             "--kube-embedded-port",
