@@ -106,8 +106,13 @@ def demo(nodes: int, transport: str, runtime: str, keep: bool, summary_json: str
         assert task is not None
         for sig in (signal.SIGINT, signal.SIGTERM):  # stop early: still clean up
             loop.add_signal_handler(sig, task.cancel)
-        live = Live(live_view(runner.state), console=console, refresh_per_second=2,
-                    transient=False, auto_refresh=False)
+        live = Live(
+            live_view(runner.state),
+            console=console,
+            refresh_per_second=2,
+            transient=False,
+            auto_refresh=False,
+        )
 
         async def refresh() -> None:
             while True:

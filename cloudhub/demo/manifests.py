@@ -181,7 +181,8 @@ def _device(doc: dict, source: str, node: str, name: str | None = None) -> Appli
     if obj.get("kind") == "Device":
         old = obj["spec"].get("nodeName")
         obj["spec"]["nodeName"] = node
-        changes.append(f"nodeName {old} → {node}")
+        if old != node:
+            changes.append(f"nodeName {old} → {node}")
         obj.pop("status", None)
     return Applied(obj, source, changes)
 

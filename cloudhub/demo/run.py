@@ -47,9 +47,7 @@ __all__ = ["Check", "Demo", "DemoOptions", "DemoState"]
 
 DEVICES = ResourceType("devices.kubeedge.io", "v1beta1", "devices", "Device", True)
 DEVICE_MODELS = ResourceType("devices.kubeedge.io", "v1beta1", "devicemodels", "DeviceModel", True)
-PLACEMENTS = ResourceType(
-    "apps.edgefleet.io", "v1alpha1", "edgeplacements", "EdgePlacement", True
-)
+PLACEMENTS = ResourceType("apps.edgefleet.io", "v1alpha1", "edgeplacements", "EdgePlacement", True)
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True)
 KINDS = {
     "ConfigMap": CONFIGMAPS,
@@ -272,7 +270,10 @@ class Demo:
         o = self.options
         check = self.state.check("runtime", "a container runtime for the pods")
         if o.runtime == "process":
-            self.state.runtime, self.state.runtime_reason = "process", "asked for (--runtime process)"
+            self.state.runtime, self.state.runtime_reason = (
+                "process",
+                "asked for (--runtime process)",
+            )
             check.ok("process runtime")
             self.event("runtime: process (asked for)")
             return None
@@ -333,13 +334,14 @@ class Demo:
         started = time.monotonic()
         transports = self.options.transport
         for i, name in enumerate(names):
-            kind = (
-                transports if transports != "mixed" else ("websocket" if i % 2 else "quic")
-            )
-            self.agents.append(
-                AgentProcess(name, self.root, kind, free_port(), docker=docker)
-            )
-            self.state.nodes[name] = {"transport": kind, "ready": "-", "link": "up", "joined": False}
+            kind = transports if transports != "mixed" else ("websocket" if i % 2 else "quic")
+            self.agents.append(AgentProcess(name, self.root, kind, free_port(), docker=docker))
+            self.state.nodes[name] = {
+                "transport": kind,
+                "ready": "-",
+                "link": "up",
+                "joined": False,
+            }
 
         async def one(agent: AgentProcess, site: str) -> None:
             token, _ = await tokens.create(
@@ -351,7 +353,9 @@ class Demo:
             )
             await agent.join(info["joinAddress"], token, info["caCertHash"], f"site={site}")
             self.state.nodes[agent.node]["joined"] = True
-            self.event(f"join: {agent.node} joined with token {token.split('.')[0]}.… (site {site})")
+            self.event(
+                f"join: {agent.node} joined with token {token.split('.')[0]}.… (site {site})"
+            )
 
         results = await asyncio.gather(
             *(one(a, "north" if i % 2 == 0 else "south") for i, a in enumerate(self.agents)),
@@ -476,10 +480,13 @@ class Demo:
             ]
             return None if bad else f"{len(names)}/{len(names)}"
 
-        nodes.why = lambda: "not Ready or wrong transport: " + ", ".join(  # type: ignore[attr-defined]
-            f"{n} (Ready={v.get('ready')}, transport={v.get('seen_transport')})"
-            for n, v in s.nodes.items()
-            if v.get("ready") != "True" or v.get("seen_transport") != v["transport"]
+        nodes.why = lambda: (
+            "not Ready or wrong transport: "
+            + ", ".join(  # type: ignore[attr-defined]
+                f"{n} (Ready={v.get('ready')}, transport={v.get('seen_transport')})"
+                for n, v in s.nodes.items()
+                if v.get("ready") != "True" or v.get("seen_transport") != v["transport"]
+            )
         )
 
         async def pods() -> str | None:
@@ -494,9 +501,11 @@ class Demo:
                 return f"{len(running)} Running on {len({p['node'] for p in running})} node(s)"
             return None
 
-        pods.why = lambda: (  # type: ignore[attr-defined]
-            f"{sum(p['phase'] == 'Running' for p in s.pods)}/{len(s.pods)} pods Running: "
-            + ", ".join(f"{p['name']}@{p['node']}={p['phase']}" for p in s.pods[:6])
+        pods.why = (
+            lambda: (  # type: ignore[attr-defined]
+                f"{sum(p['phase'] == 'Running' for p in s.pods)}/{len(s.pods)} pods Running: "
+                + ", ".join(f"{p['name']}@{p['node']}={p['phase']}" for p in s.pods[:6])
+            )
         )
 
         async def twins() -> str | None:
@@ -544,8 +553,11 @@ class Demo:
                 )
             return f"{len(names)} node(s)" if all(n in s.metrics for n in names) else None
 
-        metrics.why = lambda: "no metrics yet for " + ", ".join(  # type: ignore[attr-defined]
-            n for n in names if n not in s.metrics
+        metrics.why = lambda: (
+            "no metrics yet for "
+            + ", ".join(  # type: ignore[attr-defined]
+                n for n in names if n not in s.metrics
+            )
         )
 
         await self._wait_checks(
@@ -596,7 +608,9 @@ class Demo:
         offline = s.check("outage-offline", f"the hub sees {node} offline while cut")
         kept = s.check("outage-pods", f"{node}'s pods keep running while cut off")
         back = s.check("outage-ready", f"{node} Ready again after the link returns")
-        cm = s.check("outage-configmap", f"ConfigMap {OUTAGE_CONFIGMAP} changed offline reaches {node}")
+        cm = s.check(
+            "outage-configmap", f"ConfigMap {OUTAGE_CONFIGMAP} changed offline reaches {node}"
+        )
         desired = s.check("outage-desired", f"desired setpoint changed offline reported by {node}")
         reported = s.check("outage-reported", f"value reported on {node} offline reaches the cloud")
 
@@ -609,8 +623,10 @@ class Demo:
         try:
             await self._until(lambda: s.nodes[node].get("ready") != "True", 20, "Ready != True")
             offline.ok(f"Ready={s.nodes[node].get('ready')}", time.monotonic() - cut_at)
-            self.event(f"✓ hub: {node} Ready={s.nodes[node].get('ready')} after "
-                       f"{time.monotonic() - cut_at:.1f} s")
+            self.event(
+                f"✓ hub: {node} Ready={s.nodes[node].get('ready')} after "
+                f"{time.monotonic() - cut_at:.1f} s"
+            )
         except DemoError as exc:
             offline.fail(str(exc))
 
@@ -667,26 +683,33 @@ class Demo:
         async def desired_back() -> str | None:
             if not twins_work:
                 raise _Stuck("device twins did not converge before the outage")
-            return "" if _same_number(self._reported(f"thermostat-{node}", "setpoint"), setpoint) else None
+            return (
+                ""
+                if _same_number(self._reported(f"thermostat-{node}", "setpoint"), setpoint)
+                else None
+            )
 
         async def reported_up() -> str | None:
             if edge_value is None:
                 raise _Stuck(reported.detail or "the edge report failed")
             if not twins_work:
                 raise _Stuck("device twins did not converge before the outage")
-            return "" if _same_number(self._reported(OUTAGE_REPORTED[0], OUTAGE_REPORTED[1]),
-                                      OUTAGE_REPORTED[2]) else None
+            return (
+                ""
+                if _same_number(
+                    self._reported(OUTAGE_REPORTED[0], OUTAGE_REPORTED[1]), OUTAGE_REPORTED[2]
+                )
+                else None
+            )
 
-        probes = {"outage-ready": ready, "outage-configmap": configmap,
-                  "outage-desired": desired_back}
+        probes = {
+            "outage-ready": ready,
+            "outage-configmap": configmap,
+            "outage-desired": desired_back,
+        }
         if edge_value is not None or not reported.done:
             probes["outage-reported"] = reported_up
-        for check_name in probes:
-            s.checks[check_name].state = "pending"
-        await self._wait_checks(probes)
-        for c in (back, cm, desired, reported):
-            if c.state == "converged":
-                c.seconds = c.seconds  # measured from the restore by _wait_checks
+        await self._wait_checks(probes)  # times measured from the restore
         done = [c.seconds for c in (back, cm, desired, reported) if c.state == "converged"]
         if done and all(c.state == "converged" for c in (back, cm, desired, reported)):
             s.convergence_seconds = max(x for x in done if x is not None)
@@ -773,7 +796,6 @@ class Demo:
                     text = await r.text()
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return
-        now = time.monotonic()
         found: dict[str, dict[str, float]] = {}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -787,17 +809,21 @@ class Demo:
                     entry["cpu_seconds"] = sample.value
                 elif sample.name == "edgefleet_node_cpu_capacity_cores":
                     entry["cores"] = sample.value
+                elif sample.name == "edgefleet_node_last_sample_timestamp_seconds":
+                    entry["sampled_at"] = sample.value
         for node, entry in found.items():
-            if "cpu_seconds" in entry:
-                prev = self._metrics_prev.get(node)
-                if prev and now > prev[0] and entry["cpu_seconds"] >= prev[1]:
-                    cores = entry.get("cores") or 1
-                    entry["cpu_percent"] = (
-                        100 * (entry["cpu_seconds"] - prev[1]) / (now - prev[0]) / cores
-                    )
-                elif node in self.state.metrics and "cpu_percent" in self.state.metrics[node]:
-                    entry["cpu_percent"] = self.state.metrics[node]["cpu_percent"]
-                self._metrics_prev[node] = (now, entry["cpu_seconds"])
+            # CPU %: between two samples of the node (their own timestamps), of its cores.
+            at, used = entry.get("sampled_at"), entry.get("cpu_seconds")
+            previous = self.state.metrics.get(node, {})
+            entry.setdefault("cpu_percent", previous.get("cpu_percent", float("nan")))
+            if at is None or used is None:
+                continue
+            prev = self._metrics_prev.get(node)
+            if prev is not None and at > prev[0] and used >= prev[1]:
+                cores = entry.get("cores") or 1.0
+                entry["cpu_percent"] = 100 * (used - prev[1]) / (at - prev[0]) / cores
+            if prev is None or at > prev[0]:
+                self._metrics_prev[node] = (at, used)
         self.state.metrics.update(found)
 
     # -- cleanup --------------------------------------------------------------------------------

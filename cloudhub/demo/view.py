@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from rich.console import Group
@@ -23,7 +24,8 @@ def live_view(s: DemoState) -> Group:
     for name, v in s.nodes.items():
         phases = Counter(p["phase"] for p in s.pods if p["node"] == name)
         m = s.metrics.get(name, {})
-        cpu = f"{m['cpu_percent']:.0f} %" if "cpu_percent" in m else "-"
+        pct = m.get("cpu_percent")
+        cpu = f"{pct:.0f} %" if pct is not None and not math.isnan(pct) else "-"
         mem = f"{m['memory_mib']:.0f} MiB" if "memory_mib" in m else "-"
         link = "[red]cut[/]" if v.get("link") == "cut" else "up"
         ready = v.get("ready", "-")
