@@ -273,8 +273,8 @@ class AgentProcess:
         if proc.returncode != 0:
             raise DemoError(f"edgeagent join {self.node} failed: {out.decode(errors='replace')}")
 
-    def start(self, sysfs_root: pathlib.Path) -> None:
-        """Start the agent, dialling the relay, and the simulated and thermal mappers."""
+    def start(self) -> None:
+        """Start the agent, dialling the relay."""
         args = [
             sys.executable,
             "-m",
@@ -297,7 +297,13 @@ class AgentProcess:
         else:
             args += ["--runtime", "process"]
         agent = Child(f"{self.node}/agent", args, self.root, self.dir / "agent.log")
-        socket_arg = ["--socket", str(self.device_socket)]
+        self.children = [agent]
+        agent.start()
+
+    def start_mappers(self, sysfs_root: pathlib.Path) -> None:
+        """Start the simulated and thermal mappers on the node's device API (once its
+        socket exists); they look for new Devices every 2 s."""
+        socket_arg = ["--socket", str(self.device_socket), "--resync", "2"]
         mappers = [
             Child(
                 f"{self.node}/simulated-mapper",
@@ -321,8 +327,8 @@ class AgentProcess:
                 self.dir / "thermal-mapper.log",
             ),
         ]
-        self.children = [agent, *mappers]
-        for child in self.children:
+        self.children.extend(mappers)
+        for child in mappers:
             child.start()
 
     @property

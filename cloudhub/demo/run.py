@@ -40,7 +40,7 @@ from cloudhub.demo import manifests
 from cloudhub.demo.errors import DemoError
 from cloudhub.demo.processes import AgentProcess, HubProcess, free_port, sweep
 from cloudhub.demo.relay import Relay
-from cloudhub.errors import HubError, KubeAPIError, KubeConflict
+from cloudhub.errors import ConfigError, HubError, KubeAPIError, KubeConflict
 from cloudhub.kube import CONFIGMAPS, CRDS, NODES, PODS, SECRETS, KubeClient, ResourceType
 
 __all__ = ["Check", "Demo", "DemoOptions", "DemoState"]
@@ -248,10 +248,12 @@ class Demo:
         self.hub = HubProcess(self.root)
         self.hub.start()
         self.event("hub: cloudhub serve on its embedded API (PKI makes the CA)")
-        await self.hub.wait_ready(60)
-        self.client = await KubeClient.from_kubeconfig(str(self.hub.kubeconfig))
+        # The CRDs go in as soon as the embedded API answers, before the hub is ready: a
+        # hub extension's informer over Devices or EdgePlacements waits for its CRD.
+        await self._until(self._api_up, 60, "the hub's embedded API")
         self.state.kubeconfig = str(self.hub.kubeconfig)
         await self._install_crds()
+        await self.hub.wait_ready(60)
         self.state.phase = "join"
         await self._join(names, docker)
         self.state.phase = "fleet"
@@ -302,6 +304,23 @@ class Demo:
     @property
     def image(self) -> str:
         return self.engine.image if self.engine is not None else "localhost/busybox:latest"
+
+    async def _api_up(self) -> bool:
+        assert self.hub is not None
+        if not self.hub.running:
+            raise DemoError(f"the hub exited:\n{self.hub.log_tail()}")
+        if self.client is None:
+            if not self.hub.kubeconfig.exists():
+                return False
+            try:
+                self.client = await KubeClient.from_kubeconfig(str(self.hub.kubeconfig))
+            except ConfigError:  # being written
+                return False
+        try:
+            await self.client.version(timeout=2)
+        except KubeAPIError:
+            return False
+        return True
 
     async def _install_crds(self) -> None:
         assert self.client is not None
@@ -387,11 +406,15 @@ class Demo:
             relay = Relay(self.hub.session_port, agent.relay_port)
             await relay.start()
             self.relays[agent.node] = relay
-            agent.start(sysfs)
+            agent.start()
             self.event(
                 f"fleet: {agent.node} agent ({agent.transports}, {agent.runtime} runtime) via "
-                f"relay :{agent.relay_port}, simulated and thermal mappers"
+                f"relay :{agent.relay_port}"
             )
+        for agent in self.agents:
+            await self._until(agent.device_socket.exists, 30, f"{agent.node}'s device API")
+            agent.start_mappers(sysfs)
+        self.event("fleet: simulated and thermal mappers on every node's device API")
 
     async def _apply(self, names: list[str]) -> None:
         assert self.client is not None
