@@ -104,8 +104,15 @@ def demo(nodes: int, transport: str, runtime: str, keep: bool, summary_json: str
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        for sig in (signal.SIGINT, signal.SIGTERM):  # stop early: still clean up
-            loop.add_signal_handler(sig, task.cancel)
+        interrupted: list[int] = []
+
+        def interrupt() -> None:  # stop early (once): the demo still cleans up
+            if not interrupted:
+                interrupted.append(1)
+                task.cancel()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, interrupt)
         live = Live(
             live_view(runner.state),
             console=console,

@@ -236,12 +236,28 @@ class Demo:
                     await keep_running()
         finally:  # also when interrupted: nothing is left running
             self.state.phase = "done"
-            await asyncio.shield(self.cleanup())
+            await self._cleanup_to_the_end()
         return 0 if self.state.converged else 1
+
+    async def _cleanup_to_the_end(self) -> None:
+        """Run :meth:`cleanup` to its end even if this task is cancelled again meanwhile
+        (a second Ctrl-C); then let the cancellation through."""
+        cleanup = asyncio.ensure_future(self.cleanup())
+        cancelled = False
+        while not cleanup.done():
+            try:
+                await asyncio.shield(cleanup)
+            except asyncio.CancelledError:
+                cancelled = True
+        cleanup.result()
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _phases(self) -> None:
         o = self.options
         names = [f"edge-{i + 1}" for i in range(o.nodes)]
+        kept = "kept" if o.keep else "removed at the end"
+        self.event(f"directory: {self.root} (state and logs; {kept})")
         self.state.phase = "engine"
         docker = await self._engine()
         self.state.phase = "hub"

@@ -197,3 +197,42 @@ def test_demo_runs_the_fleet_and_cleans_up(tmp_path: pathlib.Path) -> None:
         assert pathlib.Path(directory, "hub.log").exists()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_interrupted_twice_still_cleans_up() -> None:
+    """Ctrl-C, and Ctrl-C again, while the fleet starts: exit 1, nothing left behind."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    args = [sys.executable, "-m", "cloudhub", "demo", "--nodes", "1", "--runtime", "process"]
+    proc = subprocess.Popen(
+        args,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    output: list[str] = []
+    directory = None
+    try:
+        for line in proc.stdout:
+            output.append(line)
+            if m := re.search(r"directory: (\S+)", line):
+                directory = m.group(1)
+            if line.startswith("fleet: edge-1 agent"):
+                break
+        assert directory, "".join(output)
+        assert _processes_under(directory)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = "".join(output) + rest
+    assert proc.returncode == 1, text
+    assert "interrupted" in text
+    assert _processes_under(directory) == []
+    assert not pathlib.Path(directory).exists()
