@@ -477,6 +477,7 @@ class Demo:
         ``None`` while pending, ``""`` when converged, or raises ``_Stuck`` early."""
         started = time.monotonic()
         pending = dict(probes)
+        errors: dict[str, str] = {}  # the last transient failure of a probe (API, socket)
         while pending:
             for name, probe in list(pending.items()):
                 check = self.state.checks[name]
@@ -487,6 +488,9 @@ class Demo:
                     self.event(f"✗ {check.what}: not converged: {exc}")
                     del pending[name]
                     continue
+                except (HubError, OSError) as exc:
+                    errors[name] = str(exc)
+                    continue
                 if result is not None:
                     check.ok(result, time.monotonic() - started)
                     self.event(f"✓ {check.what} ({check.seconds:.1f} s) {result}")
@@ -495,7 +499,10 @@ class Demo:
                 for name, probe in pending.items():
                     check = self.state.checks[name]
                     why = getattr(probe, "why", lambda: "")()
-                    check.fail(why or f"not within {self.options.converge_timeout:.0f} s")
+                    why = why or f"not within {self.options.converge_timeout:.0f} s"
+                    if name in errors:
+                        why += f" (last error: {errors[name]})"
+                    check.fail(why)
                     self.event(f"✗ {check.what}: not converged: {check.detail}")
                 return
             await asyncio.sleep(0.5)
