@@ -123,6 +123,7 @@ class DemoState:
     cut_node: str = ""
     round_trips: list[float] = field(default_factory=list)
     convergence_seconds: float | None = None
+    outage_length: float | None = None
     kubeconfig: str = ""
     directory: str = ""
 
@@ -149,6 +150,7 @@ class DemoState:
             "twin_round_trip_seconds": [round(s, 3) for s in self.round_trips],
             "cut_node": self.cut_node,
             "convergence_seconds": self.convergence_seconds,
+            "outage_seconds": self.outage_length,
             "checks": {
                 c.name: {"what": c.what, "state": c.state, "detail": c.detail, "seconds": c.seconds}
                 for c in self.checks.values()
@@ -712,6 +714,7 @@ class Demo:
         relay.restore()
         s.nodes[node]["link"] = "up"
         restored = time.monotonic()
+        s.outage_length = restored - cut_at
         self.event(f"outage: {node}'s link restored after {restored - cut_at:.1f} s")
 
         async def ready() -> str | None:

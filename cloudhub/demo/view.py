@@ -74,7 +74,7 @@ def summary_view(s: DemoState) -> Group:
         f"{data['nodes_ready']}/{len(s.nodes)} Ready, joined with bootstrap tokens; "
         + "; ".join(f"{t}: {', '.join(n)}" for t, n in sorted(by_transport.items())),
     )
-    lines.add_row("runtime", f"{s.runtime} ({s.runtime_reason})")
+    lines.add_row("runtime", f"{s.runtime}: {s.runtime_reason}")
     lines.add_row("pods running", f"{data['pods_running']}/{data['pods']}")
     trips = s.round_trips
     lines.add_row(
@@ -82,11 +82,15 @@ def summary_view(s: DemoState) -> Group:
         f"{len(trips)}" + (f" (max {max(trips):.2f} s)" if trips else ""),
     )
     conv = s.convergence_seconds
-    lines.add_row(
-        "outage",
-        f"{s.cut_node or '-'}: "
-        + (f"converged {conv:.1f} s after the link came back" if conv is not None else "see below"),
-    )
+    outage = f"{s.cut_node or '-'}"
+    if s.outage_length is not None:
+        outage += f" cut off for {s.outage_length:.1f} s; "
+        outage += (
+            f"everything converged {conv:.1f} s after the link came back"
+            if conv is not None
+            else "not everything converged after the link came back (below)"
+        )
+    lines.add_row("outage", outage)
     if data["converged"]:
         verdict = Text("everything converged", style="bold green")
     else:
