@@ -88,7 +88,7 @@ def summary_view(s: DemoState) -> Group:
         outage += (
             f"everything converged {conv:.1f} s after the link came back"
             if conv is not None
-            else "not everything converged after the link came back (below)"
+            else "some changes had not converged (below)"
         )
     lines.add_row("outage", outage)
     if data["converged"]:

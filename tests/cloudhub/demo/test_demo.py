@@ -192,6 +192,7 @@ def test_demo_runs_the_fleet_and_cleans_up(tmp_path: pathlib.Path) -> None:
         # The summary is printed, and says what did not converge.
         assert "summary" in text and "twin round trips" in text
         assert ("everything converged" in text) == summary["converged"]
+        assert ("not converged:\n" in text) != summary["converged"]
         # Nothing left running; with --keep the directory stays (logs, state).
         assert _processes_under(directory) == []
         assert pathlib.Path(directory, "hub.log").exists()
