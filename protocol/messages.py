@@ -583,8 +583,11 @@ class TwinDesired(Message):
             raise InvalidMessage("version", "must be >= 0")
 
     def coalesce_key(self) -> Hashable | None:
-        """The device uid: the newest desired state replaces an unsent one."""
-        return self.ref.uid
+        """The newest desired state of a device replaces an unsent one. Keyed apart from
+        the Device's own ``object_upsert`` (whose key is the bare uid): sharing the key made
+        a ``twin_desired`` queued right after the Device was created replace its upsert, so
+        the node never got the Device."""
+        return ("twin_desired", self.ref.uid)
 
 
 @_register
