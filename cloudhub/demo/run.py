@@ -344,6 +344,7 @@ class Demo:
         assert self.client is not None
         for crd in manifests.crd_documents():
             with contextlib.suppress(KubeConflict):
+                # rbac: operator's credentials (the embedded API's admin kubeconfig)
                 await self.client.create(CRDS, crd)
         for rt in (DEVICES, DEVICE_MODELS, PLACEMENTS):
             await self._until(lambda rt=rt: self._served(rt), 20, f"{rt.plural} served")
@@ -351,6 +352,7 @@ class Demo:
     async def _served(self, rt: ResourceType) -> bool:
         assert self.client is not None
         try:
+            # rbac: operator's credentials (the embedded API's admin kubeconfig)
             await self.client.list(rt, "default")
         except KubeAPIError:
             return False
@@ -441,14 +443,17 @@ class Demo:
         upstream = manifests.load("kubeedge-onvif-secret.yaml")[0]
         upstream["metadata"]["namespace"] = "default"
         try:
+            # rbac: operator's credentials (the embedded API's admin kubeconfig)
             await self.client.create(SECRETS, upstream)
         except KubeAPIError as exc:
             self.event(f"apply: kubeedge-onvif-secret.yaml refused as upstream ships it: {exc}")
         else:
+            # rbac: operator's credentials (the embedded API's admin kubeconfig)
             await self.client.delete(SECRETS, upstream["metadata"]["name"], "default")
         for item in manifests.demo_objects(names, self.image):
             rt = KINDS[item.kind]
             try:
+                # rbac: operator's credentials (the embedded API's admin kubeconfig)
                 await self.client.create(rt, item.obj)
             except KubeAPIError as exc:
                 refused.append(f"{item.kind} {item.name}: {exc}")
@@ -615,6 +620,7 @@ class Demo:
     async def _expected_pods(self) -> int:
         """Pods the workloads ask for: Deployment replicas plus one per node (PerNode)."""
         assert self.client is not None
+        # rbac: operator's credentials (the embedded API's admin kubeconfig)
         deployments, _ = await self.client.list(DEPLOYMENTS, "default")
         replicas = sum(int((d.get("spec") or {}).get("replicas", 1)) for d in deployments)
         return replicas + len(self.agents)
@@ -627,6 +633,7 @@ class Demo:
 
     async def _set_desired(self, device: str, prop: str, value: float) -> None:
         assert self.client is not None
+        # rbac: operator's credentials (the embedded API's admin kubeconfig)
         obj = await self.client.get(DEVICES, device, "default")
         props = obj["spec"].get("properties") or []
         for i, p in enumerate(props):
@@ -638,6 +645,7 @@ class Demo:
                         "value": {"value": f"{value:g}"},
                     }
                 ]
+                # rbac: operator's credentials (the embedded API's admin kubeconfig)
                 await self.client.patch(DEVICES, device, patch, "default", patch_type="json")
                 self.event(f"cloud: {device} desired {prop} = {value:g}")
                 return
@@ -679,6 +687,7 @@ class Demo:
             offline.fail(str(exc))
 
         # Changes made while the node is cut off, on both sides.
+        # rbac: operator's credentials (the embedded API's admin kubeconfig)
         cm_obj = await self.client.patch(
             CONFIGMAPS,
             OUTAGE_CONFIGMAP,
@@ -795,6 +804,7 @@ class Demo:
     async def _poll_once(self) -> None:
         assert self.client is not None
         s = self.state
+        # rbac: operator's credentials (the embedded API's admin kubeconfig)
         nodes, _ = await self.client.list(NODES)
         for node in nodes:
             name = node["metadata"]["name"]
@@ -802,6 +812,7 @@ class Demo:
                 s.nodes[name]["ready"] = _ready(node)
                 annotations = node["metadata"].get("annotations") or {}
                 s.nodes[name]["seen_transport"] = annotations.get("edgefleet.io/transport")
+        # rbac: operator's credentials (the embedded API's admin kubeconfig)
         pods, _ = await self.client.list(PODS, "default")
         s.pods = [
             {
@@ -812,6 +823,7 @@ class Demo:
             for p in pods
         ]
         try:
+            # rbac: operator's credentials (the embedded API's admin kubeconfig)
             devices, _ = await self.client.list(DEVICES, "default")
         except KubeAPIError:
             devices = []
