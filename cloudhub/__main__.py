@@ -155,5 +155,9 @@ from cloudhub.pki.cli import node, token  # noqa: E402  hook-up (certs): token a
 main.add_command(token)
 main.add_command(node)
 
+from cloudhub.demo.cli import demo  # noqa: E402  the whole fleet on one machine (issue 10)
+
+main.add_command(demo)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -71,6 +71,26 @@ def _metrics(store: Store, settings: AgentSettings) -> dict[str, Any]:
     }
 
 
+#: Kinds listed under ``objects`` (the configuration the node holds besides its pods).
+OBJECT_KINDS = ("ConfigMap", "Secret", "DeviceModel", "Device")
+
+
+def _objects(store: Store) -> list[dict[str, Any]]:
+    """The ConfigMaps, Secrets and devices the node holds: identity and resourceVersion
+    only (never a Secret's data)."""
+    return [
+        {
+            "kind": obj.kind,
+            "namespace": obj.namespace,
+            "name": obj.name,
+            "uid": obj.uid,
+            "resourceVersion": obj.resource_version,
+        }
+        for kind in OBJECT_KINDS
+        for obj in store.list_objects(kind)
+    ]
+
+
 def collect(settings: AgentSettings) -> dict[str, Any]:
     """Gather the report from the store (read-only) and the certificate file.
 
@@ -113,6 +133,7 @@ def collect(settings: AgentSettings) -> dict[str, Any]:
             },
             "certificate": _cert_expiry(settings),
             "pods": pods,
+            "objects": _objects(store),
             "outbox_depth": store.outbox_depth(),
             "devices": _devices(store, settings),
             "metrics": _metrics(store, settings),

@@ -17,9 +17,12 @@ from protocol import (
     InvalidMessage,
     KubeEvent,
     MetricsBatch,
+    ObjectDelete,
     ObjectRef,
+    ObjectUpsert,
     PodDeleted,
     PodStatus,
+    TwinDesired,
     TwinReported,
     Welcome,
     decode_payload,
@@ -79,6 +82,15 @@ def test_coalesce_keys_declare_latest_wins() -> None:
     assert a.coalesce_key() == (DEVICE.uid, "temperature") != b.coalesce_key()
     assert MetricsBatch("edge-1", {}).coalesce_key() is None
     assert KubeEvent(POD, "Normal", "Pulled", "", 1.0).coalesce_key() is None
+
+
+def test_twin_desired_never_replaces_the_device_upsert() -> None:
+    """A hub outbox holds the Device's upsert and its desired state at once: both go out."""
+    upsert = ObjectUpsert(DEVICE, "1", {"metadata": {"uid": DEVICE.uid}})
+    first = TwinDesired(DEVICE, 1, {"setpoint": 21.0})
+    second = TwinDesired(DEVICE, 2, {"setpoint": 22.0})
+    assert first.coalesce_key() == second.coalesce_key() != upsert.coalesce_key()
+    assert ObjectDelete(DEVICE, "2").coalesce_key() == upsert.coalesce_key()
 
 
 @pytest.mark.parametrize(

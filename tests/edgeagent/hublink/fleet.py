@@ -18,7 +18,6 @@ import asyncio
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from cloudhub.demo.processes import free_port  # noqa: F401  re-exported (the demo uses it too)
 from protocol import pki
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -61,21 +61,6 @@ AGENT_TEST_SETS = (
     "hub.quic_retry_first=1",
     "hub.liveness_timeout=10",
 )
-
-
-def free_port() -> int:
-    """A port number free on loopback for both TCP and UDP (the hub's one session port)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no port free for both TCP and UDP")
 
 
 async def eventually(

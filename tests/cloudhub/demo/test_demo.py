@@ -1,0 +1,239 @@
+"""``cloudhub demo`` end to end: a real hub, real joins, real agents and mappers as
+processes, the outage through the relay, the summary and the exit code, and that nothing is
+left running.
+
+The run uses podman's Docker API where ``cloudhub.demo.engine`` can start it here (root,
+podman, a static busybox), else the process runtime (``--runtime process``).
+
+``MUST_CONVERGE`` lists the checks that must converge with the hub of this branch. The
+others depend on parts hooked into the hub by other branches (the placement controller,
+device twins, metrics ingest): each must then say what did not converge, and the exit code
+must be 1. Once they are merged, every check is in ``MUST_CONVERGE`` and the exit code 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from click.testing import CliRunner
+
+from cloudhub.__main__ import main
+from cloudhub.demo.engine import unavailable_reason
+from cloudhub.demo.processes import Child
+from cloudhub.demo.run import Demo, DemoOptions
+from cloudhub.kube import NODES, KubeClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+MUST_CONVERGE = {"runtime", "join", "apply", "nodes", "outage-offline", "outage-ready"}
+ALL_CHECKS = MUST_CONVERGE | {
+    "pods",
+    "twins",
+    "thermal",
+    "metrics",
+    "outage-pods",
+    "outage-configmap",
+    "outage-desired",
+    "outage-reported",
+}
+
+
+def _processes_under(directory: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd == directory or cwd.startswith(directory + "/"):
+            found.append(int(pid))
+    return found
+
+
+def test_help_teaches() -> None:
+    result = CliRunner().invoke(main, ["demo", "--help"])
+    assert result.exit_code == 0
+    for text in (
+        "--nodes",
+        "--transport",
+        "--runtime",
+        "--keep",
+        "bootstrap token",
+        "outage",
+        "Exit code",
+        "kubectl",
+    ):
+        assert text in result.output
+
+
+def test_bad_options_are_usage_errors() -> None:
+    result = CliRunner().invoke(main, ["demo", "--nodes", "0"])
+    assert result.exit_code == 2 and "--nodes" in result.output
+    result = CliRunner().invoke(main, ["demo", "--transport", "carrier-pigeon"])
+    assert result.exit_code == 2 and "--transport" in result.output
+
+
+async def test_cleanup_ends_every_process_and_removes_the_directory() -> None:
+    demo = Demo(DemoOptions(runtime="process"), on_event=lambda line: None)
+    # A process the demo started, and one that it started (as pods are): both in the demo
+    # directory, the grandchild in a session of its own.
+    child = Child(
+        "sleeper",
+        ["/bin/sh", "-c", "setsid sleep 300 & sleep 300"],
+        demo.root,
+        demo.root / "sleeper.log",
+    )
+    child.start()
+    for _ in range(100):
+        if len(_processes_under(str(demo.root))) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(_processes_under(str(demo.root))) >= 2
+    await demo.cleanup()
+    assert child.proc is not None and child.proc.poll() is not None
+    assert _processes_under(str(demo.root)) == []
+    assert not demo.root.exists()
+
+
+def test_demo_runs_the_fleet_and_cleans_up(tmp_path: pathlib.Path) -> None:
+    runtime = "auto" if unavailable_reason() is None else "process"
+    summary_path = tmp_path / "summary.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    args = [
+        sys.executable,
+        "-m",
+        "cloudhub",
+        "demo",
+        "--nodes",
+        "2",
+        "--runtime",
+        runtime,
+        "--keep",
+        "--summary-json",
+        str(summary_path),
+    ]
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        args,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    output: list[str] = []
+    directory = kubeconfig = None
+    try:
+        for line in proc.stdout:
+            output.append(line)
+            if m := re.search(r"export KUBECONFIG=(\S+)", line):
+                kubeconfig = m.group(1)
+            if m := re.search(r"Files: (\S+)", line):
+                directory = m.group(1)
+            if "Press Ctrl-C" in line:
+                break
+        elapsed = time.monotonic() - started
+        text = "".join(output)
+        assert kubeconfig and directory, text
+        assert elapsed < 120, f"the demo took {elapsed:.0f} s (goal: under 2 minutes)\n{text}"
+
+        # --keep: the fleet is still there, and the printed kubeconfig reaches its API.
+        async def nodes() -> dict[str, str]:
+            async with await KubeClient.from_kubeconfig(kubeconfig) as client:
+                items, _ = await client.list(NODES)
+            return {
+                n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(
+                    "edgefleet.io/transport", ""
+                )
+                for n in items
+            }
+
+        assert asyncio.run(nodes()) == {"edge-1": "quic", "edge-2": "websocket"}, text
+        assert _processes_under(directory), "--keep keeps the fleet running"
+
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+        text += rest
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    try:
+        summary = json.loads(summary_path.read_text())
+        print(text)  # the run's output, shown with -s
+        checks = summary["checks"]
+        assert set(checks) == ALL_CHECKS, text
+        for name in MUST_CONVERGE:
+            assert checks[name]["state"] == "converged", (name, checks[name], text)
+        for name, check in checks.items():
+            assert check["state"] in ("converged", "not converged"), (name, check)
+            if check["state"] != "converged":
+                assert check["detail"], f"{name} does not say what did not converge"
+                assert f"{name}: {check['detail']}" in summary["not_converged"]
+        assert proc.returncode == (0 if summary["converged"] else 1), text
+        assert summary["converged"] == all(c["state"] == "converged" for c in checks.values())
+        assert summary["nodes_ready"] == 2
+        assert summary["cut_node"] == "edge-2"
+        if runtime == "auto":
+            assert summary["runtime"] == "docker", summary["runtime_reason"]
+        # The summary is printed, and says what did not converge.
+        assert "summary" in text and "twin round trips" in text
+        assert ("everything converged" in text) == summary["converged"]
+        assert ("not converged:\n" in text) != summary["converged"]
+        # Nothing left running; with --keep the directory stays (logs, state).
+        assert _processes_under(directory) == []
+        assert pathlib.Path(directory, "hub.log").exists()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_interrupted_twice_still_cleans_up() -> None:
+    """Ctrl-C, and Ctrl-C again, while the fleet starts: exit 1, nothing left behind."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    args = [sys.executable, "-m", "cloudhub", "demo", "--nodes", "1", "--runtime", "process"]
+    proc = subprocess.Popen(
+        args,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    output: list[str] = []
+    directory = None
+    try:
+        for line in proc.stdout:
+            output.append(line)
+            if m := re.search(r"directory: (\S+)", line):
+                directory = m.group(1)
+            if line.startswith("fleet: edge-1 agent"):
+                break
+        assert directory, "".join(output)
+        assert _processes_under(directory)
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = "".join(output) + rest
+    assert proc.returncode == 1, text
+    assert "interrupted" in text
+    assert _processes_under(directory) == []
+    assert not pathlib.Path(directory).exists()
