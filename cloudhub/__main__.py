@@ -100,12 +100,19 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 async def _serve(settings: HubSettings) -> int:
     from cloudhub.hub import Hub
     from cloudhub.pki.extension import pki_extension  # hook-up (certs)
+    from cloudhub.placement.extension import placement_extension  # hook-up (placement)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    hub = Hub(settings, extensions=[pki_extension(settings.pki)])  # hook-up (certs)
+    hub = Hub(
+        settings,
+        extensions=[
+            pki_extension(settings.pki),  # hook-up (certs)
+            placement_extension(settings.placement),  # hook-up (placement)
+        ],
+    )
     try:
         await hub.start()
     except (HubError, ProtocolError) as exc:
@@ -132,6 +139,10 @@ from cloudhub.pki.cli import node, token  # noqa: E402  hook-up (certs): token a
 
 main.add_command(token)
 main.add_command(node)
+
+from cloudhub.placement.cli import placement  # noqa: E402  hook-up (placement): import, explain
+
+main.add_command(placement)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

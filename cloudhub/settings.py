@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cloudhub.pki.settings import PKISettings  # hook-up (certs)
+from cloudhub.placement.settings import PlacementSettings  # hook-up (placement)
 from protocol.errors import SettingsError
 from protocol.session import SessionConfig
 from protocol.settings import load_settings
@@ -362,6 +363,7 @@ class HubSettings:
     authorization: AuthorizationSettings = field(default_factory=AuthorizationSettings)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
     pki: PKISettings = field(default_factory=PKISettings)  # hook-up (certs)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)  # hook-up
 
 
 def load_hub_settings(
