@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
+import pathlib
+import signal
+import sys
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from cloudhub.kube import CRDS, DAEMONSETS, PODS, Informer, KubeClient
+from cloudhub.errors import KubeAPIError
+from cloudhub.kube import CRDS, DAEMONSETS, NAMESPACES, PODS, Informer, KubeClient
 from cloudhub.placement import LABEL_GROUP, LABEL_PLACEMENT, LABEL_TEMPLATE_HASH
 from cloudhub.placement.controller import EDGEPLACEMENTS
 from cloudhub.placement.importers import GROUP_LABEL, import_files
@@ -34,6 +39,7 @@ KARMADA_PROBE = (
     "http-probe-app.yaml"
 )
 EDGEMESH_DS = MANIFESTS / "kubeedge/edgemesh/build/agent/resources/05-daemonset.yaml"
+REPO = pathlib.Path(__file__).resolve().parents[3]
 CLUSTERS = ("member1", "member2", "member3")
 NAME = "http-probe-app"
 
@@ -386,3 +392,66 @@ def test_placement_settings_are_checked_and_named() -> None:
     ):
         with pytest.raises(SettingsError, match=key.split(".")[1]):
             load_hub_settings(overrides={key: value})
+
+
+async def test_cloudhub_serve_runs_placement(tmp_path: pathlib.Path) -> None:
+    # The real command: `cloudhub serve` on its embedded API installs the CRD and places.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    data = tmp_path / "api"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "cloudhub",
+        "serve",
+        *("--kube-embedded-data-dir", str(data), "--kube-embedded-port", "0"),
+        *("--listen-quic-host", "127.0.0.1", "--listen-quic-port", "0"),
+        *("--listen-websocket-host", "127.0.0.1", "--listen-websocket-port", "0"),
+        *("--pki-join-host", "127.0.0.1", "--pki-join-port", "0"),
+        *("--observability-http-host", "127.0.0.1", "--observability-http-port", "0"),
+        *("--observability-log-format", "text", "--placement-namespace", "factory"),
+        env=env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    kube: KubeClient | None = None
+    try:
+
+        async def api_up() -> bool:
+            return (data / "kubeconfig").exists() or proc.returncode is not None
+
+        await eventually(api_up, "the embedded API's kubeconfig")
+        assert proc.returncode is None
+        kube = await KubeClient.from_kubeconfig(str(data / "kubeconfig"))
+
+        async def crd() -> bool:
+            try:
+                await kube.list(EDGEPLACEMENTS, "factory")
+            except KubeAPIError:
+                return False
+            return True
+
+        await eventually(crd, "the EdgePlacement CRD served")
+        for ns in ("factory", "elsewhere"):
+            await kube.create(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            )
+            await kube.create(EDGEPLACEMENTS, imported_placement(ns), ns)
+
+        async def no_nodes() -> dict | None:
+            status = await placement_status(kube, "factory")
+            placed = [c for c in status.get("conditions") or [] if c["type"] == "Placed"]
+            return placed[0] if placed else None
+
+        condition = await eventually(no_nodes, "the placement's status")
+        assert (condition["status"], condition["reason"]) == ("False", "NoEligibleNodes")
+        # placement.namespace=factory: the other namespace's placement is not handled.
+        assert await placement_status(kube, "elsewhere") == {}
+    finally:
+        if kube is not None:
+            await kube.close()
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    assert b"placement controller started (namespace factory" in stderr
