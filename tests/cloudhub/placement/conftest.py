@@ -87,6 +87,20 @@ class PlacementHub:
         self.kube = await KubeClient.from_kubeconfig(str(self.tmp / "api" / "kubeconfig"))
         return hub
 
+    async def restart(self) -> Hub:
+        """Stop the hub and start another on the same API data and the same edge ports
+        (the agents reconnect to it on their own)."""
+        assert self.hub is not None and self.kube is not None
+        ports = {
+            "listen.quic_port": self.hub.quic_port,
+            "listen.websocket_port": self.hub.websocket_port,
+        }
+        await self.kube.close()
+        self.kube = None
+        await self.hub.aclose()
+        self.hub = None
+        return await self.start(**ports)
+
     async def namespace(self, name: str) -> str:
         assert self.kube is not None
         await self.kube.create(
