@@ -6,6 +6,7 @@ and a client of that API for the test's own reads and writes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from cloudhub.errors import KubeConflict
 from cloudhub.hub import Hub
 from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.placement.extension import PlacementExtension, placement_extension
 from cloudhub.settings import load_hub_settings
+from tests.k8s.fixtures import kube_apiserver  # noqa: F401  (session fixture)
 from tests.sim import SimAgent, default_node_info, node_credentials
 from tests.testpki import TestPKI, make_test_pki
 
@@ -76,7 +79,8 @@ class PlacementHub:
         self.agents: dict[str, SimAgent] = {}
 
     async def start(self, **overrides: Any) -> Hub:
-        """Start the hub (dotted setting keys as overrides) and a client of its API."""
+        """Start the hub (dotted setting keys as overrides) and a client of its API: its
+        embedded API, or the cluster of ``kube.kubeconfig`` when that is given."""
         values = {**HUB_SETTINGS, "kube.embedded_data_dir": str(self.tmp / "api")}
         values.update(overrides)
         settings = load_hub_settings(overrides=values)
@@ -84,7 +88,8 @@ class PlacementHub:
         hub = Hub(settings, credentials=self.pki.server, extensions=[self.extension])
         self.hub = hub
         await hub.start()
-        self.kube = await KubeClient.from_kubeconfig(str(self.tmp / "api" / "kubeconfig"))
+        kubeconfig = settings.kube.kubeconfig or self.tmp / "api" / "kubeconfig"
+        self.kube = await KubeClient.from_kubeconfig(str(kubeconfig))
         return hub
 
     async def restart(self) -> Hub:
@@ -95,6 +100,9 @@ class PlacementHub:
             "listen.quic_port": self.hub.quic_port,
             "listen.websocket_port": self.hub.websocket_port,
         }
+        kubeconfig = self.hub.settings.kube.kubeconfig
+        if kubeconfig is not None:
+            ports["kube.kubeconfig"] = str(kubeconfig)
         await self.kube.close()
         self.kube = None
         await self.hub.aclose()
@@ -103,9 +111,10 @@ class PlacementHub:
 
     async def namespace(self, name: str) -> str:
         assert self.kube is not None
-        await self.kube.create(
-            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-        )
+        with contextlib.suppress(KubeConflict):  # the shared kube-apiserver may have it
+            await self.kube.create(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
         return name
 
     def agent(self, name: str, labels: dict[str, str], *, transport: str = "websocket") -> SimAgent:

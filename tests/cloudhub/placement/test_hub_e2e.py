@@ -12,6 +12,7 @@ placement's status; failover is driven by a real link going down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import pathlib
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from cloudhub.errors import KubeAPIError
+from cloudhub.errors import KubeAPIError, KubeConflict
 from cloudhub.kube import CRDS, DAEMONSETS, NAMESPACES, NODES, PODS, Informer, KubeClient
 from cloudhub.placement import LABEL_GROUP, LABEL_PLACEMENT, LABEL_TEMPLATE_HASH
 from cloudhub.placement.controller import EDGEPLACEMENTS
@@ -518,3 +519,69 @@ async def test_cloudhub_serve_runs_placement(tmp_path: pathlib.Path) -> None:
         _, stderr = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, stderr.decode()[-2000:]
     assert b"placement controller started (namespace factory" in stderr
+
+
+@pytest.mark.kubeapiserver
+async def test_on_a_real_kube_apiserver(placement_hub: PlacementHub, kube_apiserver) -> None:
+    # kube-apiserver 1.20 (no scheduler, no controllers): the hub bridges to it through a
+    # kubeconfig; the operator applied the CRD from deploy/crds (the hub does not); the
+    # Deployments and DaemonSets are left to the cluster (place_workloads=auto).
+    import uuid
+
+    import yaml
+
+    from cloudhub.kube import DEPLOYMENTS
+
+    run = uuid.uuid4().hex[:6]
+    admin = await KubeClient.from_kubeconfig(str(kube_apiserver.kubeconfig))
+    try:
+        crd = yaml.safe_load(
+            (REPO / "deploy/crds/edgeplacements.apps.edgefleet.io.yaml").read_text()
+        )
+        with contextlib.suppress(KubeConflict):
+            await admin.create(CRDS, crd)  # as the operator applies deploy/crds
+    finally:
+        await admin.close()
+    ns = f"pl-{run}"
+    h = placement_hub
+    await h.start(**{"kube.kubeconfig": str(kube_apiserver.kubeconfig), "placement.namespace": ns})
+    kube = h.kube
+    assert kube is not None
+    assert h.extension is not None and h.extension.controller is not None
+    assert not h.extension.controller.settings.place_workloads
+    await h.namespace(ns)
+    for cluster in CLUSTERS:
+        name = f"{cluster}-{run}"
+        h.agent(name, {GROUP_LABEL: cluster, "run": run})
+    placement = imported_placement(ns, replicas=3, nodeSelector={"matchLabels": {"run": run}})
+
+    async def served() -> bool:
+        try:
+            await kube.create(EDGEPLACEMENTS, placement, ns)
+        except KubeAPIError:
+            return False
+        return True
+
+    await eventually(served, "the EdgePlacement CRD served")
+    pods = await wait_running(h, ns, 3)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(f"{c}-{run}" for c in CLUSTERS)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "edge-web", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "edge-web"}},
+            "template": {
+                "metadata": {"labels": {"app": "edge-web"}},
+                "spec": {
+                    "nodeSelector": {"node-role.kubernetes.io/edge": ""},
+                    "containers": [{"name": "web", "image": "web:1"}],
+                },
+            },
+        },
+    }
+    await kube.create(DEPLOYMENTS, deployment, ns)
+    await kube.patch(EDGEPLACEMENTS, NAME, {"spec": {"replicas": 4}}, ns)  # a later change
+    await wait_running(h, ns, 4)
+    assert await pods_of(kube, ns, "edge-web") == []  # the cluster's controllers own it
