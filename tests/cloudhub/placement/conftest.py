@@ -48,8 +48,11 @@ HUB_SETTINGS: dict[str, Any] = {
 }
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after the deadline."""
+async def eventually(
+    check: Callable[[], Awaitable[Any]], what: str, state: Callable[[], object] | None = None
+) -> Any:
+    """Poll ``check`` until it returns something truthy; fail after the deadline (with
+    ``state()`` in the message: what was seen last)."""
     deadline = time.monotonic() + DEADLINE_S
     delay = 0.02
     while True:
@@ -57,7 +60,8 @@ async def eventually(check: Callable[[], Awaitable[Any]], what: str) -> Any:
         if result:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {DEADLINE_S} s waiting for {what}")
+            seen = f"; last seen: {state()}" if state is not None else ""
+            pytest.fail(f"timed out after {DEADLINE_S} s waiting for {what}{seen}")
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.2)
 

@@ -103,20 +103,25 @@ async def wait_running(h: PlacementHub, namespace: str, count: int) -> list[dict
     assert h.kube is not None
     kube = h.kube
 
+    last: dict[str, Any] = {}
+
     async def running() -> list[dict[str, Any]] | None:
         pods = await pods_of(kube, namespace)
+        status = await placement_status(kube, namespace)
+        last["pods"] = [(p["metadata"]["name"], p["spec"]["nodeName"], is_ready(p)) for p in pods]
+        last["status"] = status
+        last["held"] = {n: len(a.store) for n, a in h.agents.items()}
         if len(pods) != count or not all(is_ready(p) for p in pods):
             return None
         for pod in pods:
             agent = h.agents[pod["spec"]["nodeName"]]
             if agent.holds("Pod", namespace, pod["metadata"]["name"]) is None:
                 return None
-        status = await placement_status(kube, namespace)
         if (status.get("ready"), status.get("placed"), status.get("updated")) != (count,) * 3:
             return None
         return pods
 
-    return await eventually(running, f"{count} pods Running on their agents")
+    return await eventually(running, f"{count} pods Running on their agents", lambda: last)
 
 
 async def test_imported_policy_runs_on_agents_and_fails_over(placement_hub: PlacementHub) -> None:
@@ -226,11 +231,14 @@ async def test_hub_restart_moves_nothing_and_counts_the_absent_from_the_start(
     kube = h.kube
     assert kube is not None
 
+    last: list[Any] = []
+
     async def replaced() -> list[dict[str, Any]] | None:
         pods = await pods_of(kube, ns)
+        last[:] = [(p["spec"]["nodeName"], is_ready(p)) for p in pods]
         return pods if len(pods) == 7 else None
 
-    after = await eventually(replaced, "the absent node's replica replaced")
+    after = await eventually(replaced, "the absent node's replica replaced", lambda: last)
     elapsed = time.monotonic() - began
     # The new hub never saw member2-n0: offline since it started, so no failover before
     # the 3 s tolerance has passed since the restart (its last contact is unknown).
