@@ -79,9 +79,12 @@ def is_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def start_fleet(h: PlacementHub, per_cluster: int = 2) -> dict[str, SimAgent]:
+async def start_fleet(h: PlacementHub, per_cluster: int = 2) -> dict[str, SimAgent]:
     """Two agents per Karmada member cluster (the group label the importer chose), one
-    over QUIC, one over WebSocket; and one node in no member cluster."""
+    over QUIC, one over WebSocket; and one node in no member cluster. Returns once the
+    placement controller knows every node online with its capacity: a placement created
+    earlier would be placed on the nodes that were there (correctly), and healthy
+    replicas do not move when more nodes join."""
     agents = {}
     for cluster in CLUSTERS:
         for i in range(per_cluster):
@@ -90,7 +93,22 @@ def start_fleet(h: PlacementHub, per_cluster: int = 2) -> dict[str, SimAgent]:
                 name, {GROUP_LABEL: cluster}, transport="quic" if i % 2 else "websocket"
             )
     agents["stray-n0"] = h.agent("stray-n0", {GROUP_LABEL: "member9"})
+    await fleet_known(h, set(agents))
     return agents
+
+
+async def fleet_known(h: PlacementHub, names: set[str]) -> None:
+    """Until the controller's planner has every one of ``names`` online with capacity."""
+    assert h.extension is not None and h.extension.controller is not None
+    planner = h.extension.controller.planner
+
+    async def known() -> bool:
+        views = {v.name: v for v in planner.node_views()}
+        return all(
+            n in views and views[n].offline_since is None and views[n].free.cpu > 0 for n in names
+        )
+
+    await eventually(known, f"the controller to know nodes {sorted(names)}")
 
 
 async def placement_status(kube: KubeClient, namespace: str, name: str = NAME) -> dict:
@@ -132,7 +150,7 @@ async def test_imported_policy_runs_on_agents_and_fails_over(placement_hub: Plac
     crd = await kube.get(CRDS, "edgeplacements.apps.edgefleet.io")  # installed by the hub
     assert crd["spec"]["names"]["kind"] == "EdgePlacement"
     ns = await h.namespace("shop")
-    start_fleet(h)
+    await start_fleet(h)
     # A 2 s tolerance instead of the default 300 s, so that the test sees the failover.
     created = await kube.create(
         EDGEPLACEMENTS, imported_placement(ns, offlineTolerationSeconds=2), ns
@@ -220,7 +238,7 @@ async def test_hub_restart_moves_nothing_and_counts_the_absent_from_the_start(
     await h.start()
     assert h.kube is not None
     ns = await h.namespace("restart")
-    start_fleet(h)
+    await start_fleet(h)
     await h.kube.create(EDGEPLACEMENTS, imported_placement(ns, offlineTolerationSeconds=3), ns)
     before = await wait_running(h, ns, 6)
     # member2-n0 will not come back after the restart; the others reconnect by themselves.
@@ -285,7 +303,7 @@ async def test_rolling_update_through_agents_keeps_the_budget(placement_hub: Pla
     kube = h.kube
     assert kube is not None
     ns = await h.namespace("rollout")
-    start_fleet(h)
+    await start_fleet(h)
     await kube.create(EDGEPLACEMENTS, imported_placement(ns), ns)
     before = await wait_running(h, ns, 6)
     old_hash = before[0]["metadata"]["labels"][LABEL_TEMPLATE_HASH]
@@ -340,9 +358,11 @@ async def test_rolling_update_through_agents_keeps_the_budget(placement_hub: Pla
         agent = h.agents[pod["spec"]["nodeName"]]
         held = agent.holds("Pod", ns, pod["metadata"]["name"])
         assert held is not None and held["spec"]["containers"][0]["env"][0]["value"] == "v2"
-    for old in before:  # every agent dropped its old pod
+    for old in before:  # every agent drops its old pod (the delete follows the API's)
         agent = h.agents[old["spec"]["nodeName"]]
-        assert agent.holds("Pod", ns, old["metadata"]["name"]) is None
+        await agent.wait_for(
+            lambda a=agent, o=old: a.holds("Pod", ns, o["metadata"]["name"]) is None
+        )
     status = await placement_status(kube, ns)
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Updated"]["status"] == "True"
@@ -356,7 +376,7 @@ async def test_invalid_placement_is_reported_and_breaks_nothing(
     kube = h.kube
     assert kube is not None
     ns = await h.namespace("mixed")
-    start_fleet(h, per_cluster=1)
+    await start_fleet(h, per_cluster=1)
     await kube.create(EDGEPLACEMENTS, imported_placement(ns, replicas=3), ns)
     good = await wait_running(h, ns, 3)
 
@@ -561,6 +581,7 @@ async def test_on_a_real_kube_apiserver(placement_hub: PlacementHub, kube_apiser
     for cluster in CLUSTERS:
         name = f"{cluster}-{run}"
         h.agent(name, {GROUP_LABEL: cluster, "run": run})
+    await fleet_known(h, {f"{c}-{run}" for c in CLUSTERS})
     placement = imported_placement(ns, replicas=3, nodeSelector={"matchLabels": {"run": run}})
 
     async def served() -> bool:
