@@ -102,6 +102,7 @@ async def _serve(settings: HubSettings) -> int:
     from cloudhub.hub import Hub
     from cloudhub.metrics.extension import metrics_extension  # hook-up (metrics)
     from cloudhub.pki.extension import pki_extension  # hook-up (certs)
+    from cloudhub.placement.extension import placement_extension  # hook-up (placement)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -127,6 +128,7 @@ async def _serve(settings: HubSettings) -> int:
         extensions.append(pki_extension(settings.pki))
     extensions.append(devices_extension(settings.devices))
     extensions.append(metrics_extension(settings.metrics))
+    extensions.append(placement_extension(settings.placement))
     hub = Hub(settings, extensions=extensions)
     try:
         await hub.start()
@@ -158,6 +160,10 @@ main.add_command(node)
 from cloudhub.demo.cli import demo  # noqa: E402  the whole fleet on one machine (issue 10)
 
 main.add_command(demo)
+
+from cloudhub.placement.cli import placement  # noqa: E402  hook-up (placement): import, explain
+
+main.add_command(placement)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from cloudhub.devices.settings import DevicesSettings  # hook-up (device twins)
 from cloudhub.metrics.settings import HubMetricsSettings  # hook-up (metrics)
 from cloudhub.pki.settings import PKISettings  # hook-up (certs)
+from cloudhub.placement.settings import PlacementSettings  # hook-up (placement)
 from protocol.errors import SettingsError
 from protocol.session import SessionConfig
 from protocol.settings import load_settings
@@ -370,6 +371,7 @@ class HubSettings:
     pki: PKISettings = field(default_factory=PKISettings)  # hook-up (certs)
     devices: DevicesSettings = field(default_factory=DevicesSettings)  # hook-up (device twins)
     metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)  # hook-up (metrics)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)  # hook-up
 
 
 def load_hub_settings(

@@ -10,6 +10,9 @@
 - :mod:`~cloudhub.placement.controller`: the controller (imported on its own:
   it pulls in the Kubernetes client through ``cloudhub.kube``).
 - :mod:`~cloudhub.placement.cli`: the ``placement`` click command group.
+- :mod:`~cloudhub.placement.settings` / :mod:`~cloudhub.placement.extension`: the
+  ``placement`` settings group and the hub extension ``cloudhub serve`` installs
+  (imported on its own, like the controller).
 """
 
 from cloudhub.placement.errors import InvalidObject, InvalidSpec, PlacementError, TranslationError
@@ -42,6 +45,7 @@ from cloudhub.placement.plan import (
     PodDelete,
 )
 from cloudhub.placement.planner import NodeView, Planner, PlannerSettings, compute_plan
+from cloudhub.placement.settings import PlacementSettings
 from cloudhub.placement.workloads import placement_from_workload, targets_edge
 
 __all__ = [
@@ -63,6 +67,7 @@ __all__ = [
     "Placement",
     "PlacementError",
     "PlacementKey",
+    "PlacementSettings",
     "PlacementSpec",
     "PlacementStatus",
     "Plan",

@@ -11,10 +11,13 @@ not flood the API; the planner already counts them, so planning continues
 while they are written. A failed create or delete is handed back to the
 planner and the next plan is delayed with backoff (full jitter).
 
-Node connectivity is read from the Node's ``Ready`` condition and its
-heartbeat (:func:`cloudhub.placement.nodes.offline_since`) until the hub
-reports it directly; nodes are re-evaluated every ``resync_s`` so that a
-heartbeat that stops is noticed.
+Node connectivity: the hub's word (:meth:`PlacementController.report_connectivity`,
+called from its session registry) wins. Without it, a node's ``Ready`` condition and
+heartbeat are read (:func:`cloudhub.placement.nodes.offline_since`), re-evaluated every
+``resync_s`` so that a heartbeat that stops is noticed. With ``hub_connectivity`` (the
+controller runs inside the hub, :mod:`cloudhub.placement.extension`), an edge node the
+hub has not reported on is offline since the controller started: its last contact is
+unknown, and counting from then never fails its replicas over early.
 
 Start it with::
 
@@ -54,7 +57,11 @@ from cloudhub.placement.model import API_GROUP, KIND, PLURAL, PlacementKey, pars
 from cloudhub.placement.nodes import offline_since
 from cloudhub.placement.plan import PlacementStatus, Plan, PodCreate, PodDelete
 from cloudhub.placement.planner import Planner
-from cloudhub.placement.workloads import placement_from_workload, targets_edge
+from cloudhub.placement.workloads import (
+    EDGE_ROLE_LABEL,
+    placement_from_workload,
+    targets_edge,
+)
 from protocol.backoff import backoff
 
 __all__ = ["CRD_PATH", "EDGEPLACEMENTS", "ControllerSettings", "PlacementController"]
@@ -88,6 +95,11 @@ class ControllerSettings:
         resync_s: how often node connectivity is re-read from heartbeats.
         heartbeat_grace_s: how old a Ready node's heartbeat may be (the node
             lifecycle controller's 40 s).
+        hub_connectivity: the hub reports the connectivity of every edge node
+            (label ``node-role.kubernetes.io/edge``) with
+            :meth:`PlacementController.report_connectivity`; until it does, an
+            edge node is offline since the controller started. Other nodes are
+            read from their heartbeat.
     """
 
     namespace: str | None = None
@@ -99,6 +111,7 @@ class ControllerSettings:
     settle_s: float = 0.05
     resync_s: float = 5.0
     heartbeat_grace_s: float = 40.0
+    hub_connectivity: bool = False
 
 
 class PlacementController:
@@ -127,6 +140,7 @@ class PlacementController:
         self._delays = _delays()
         self._retry_at = 0.0
         self._informers: list[Informer] = []
+        self._started_at = time.time()
         self.plans = 0
 
     # --- running -------------------------------------------------------------------
@@ -137,6 +151,7 @@ class PlacementController:
         Raises:
             KubeAPIError: the CRD cannot be installed (other API errors are retried).
         """
+        self._started_at = time.time()
         if self.settings.install_crd:
             await self._install_crd()
         ns = self.settings.namespace
@@ -226,6 +241,10 @@ class PlacementController:
     def _offline_since(self, name: str, node: Mapping[str, Any], now: float) -> float | None:
         if name in self._reported:
             return self._reported[name]
+        if self.settings.hub_connectivity and EDGE_ROLE_LABEL in (
+            (node.get("metadata") or {}).get("labels") or {}
+        ):
+            return self._started_at
         return offline_since(node, now, self.settings.heartbeat_grace_s)
 
     def _refresh_connectivity(self, now: float) -> None:

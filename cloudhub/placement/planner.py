@@ -879,7 +879,10 @@ class Planner:
             return
         for key in list(self._wanting):
             state = self._states.get(key)
-            if state is None or name not in state.sel:
+            # A node that just joined is not in ``sel`` until the next rebuild: its
+            # selector match decides (a group capped while it held only offline
+            # nodes must take the newcomer).
+            if state is None or (name not in state.sel and not self._matches(state, node)):
                 continue
             value = self._group_of(state, name)
             group = state.groups.get(value)

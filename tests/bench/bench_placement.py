@@ -27,6 +27,15 @@ Measured (computation only: no API, pods are not rendered to JSON):
 ``full_s`` is the median of 3 runs. The machine these run on is shared, so
 wall-clock figures are noisy; the reaction's CPU time is reported too.
 
+Through the real hub (``hub_*`` results, no goal): a hub on its embedded API with the
+placement extension, four simulated agents over loopback WebSocket with real
+certificates (in the benchmark's process: four agents cost nothing worth a process), a
+placement of 2 replicas over 3 nodes of a site with ``offlineTolerationSeconds: 1``.
+Each round cuts the link of a node holding a replica (no close, the agent stays away)
+and times the cut → the replacement pod seen by a watch; minus the 1 s tolerance, that
+is the hub's reaction (the session end noticed, the deadline, the plan, the create).
+Then the node comes back and the surplus goes before the next round.
+
 Before the reaction, every planned pod is fed back as the API and the agents
 would report it (created, Running, Ready), so the reaction updates real
 readiness. Also reported: the plan alone, the plan when the nodes have just
@@ -36,6 +45,8 @@ takes (what the controller pays while writing, rate-limited), and the sizes.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import random
 import statistics
@@ -200,9 +211,11 @@ def run(quick: bool) -> dict:
     placements = _placements(rng, sites, per_site, count, total)
 
     # From scratch, median of `repeats` runs (the machine is shared: noisy).
-    builds = []
+    builds, build_cpu = [], []
     for _ in range(repeats):
+        c0 = time.process_time()
         planner, plan, ingest_s, plan_s = _build(nodes, placements)
+        build_cpu.append(time.process_time() - c0)
         builds.append((ingest_s + plan_s, ingest_s, plan_s))
     full_s, ingest_s, plan_s = statistics.median_low(builds)
 
@@ -248,6 +261,7 @@ def run(quick: bool) -> dict:
         planner.plan(now + 302)
         now += 1000
     react_ms = statistics.median(wall)
+    hub = asyncio.run(_through_hub(3 if quick else 5))
 
     return {
         "results": {
@@ -260,6 +274,7 @@ def run(quick: bool) -> dict:
             "plan_s": round(plan_s, 3),
             "full_s": round(full_s, 3),
             "full_s_runs": [round(b[0], 3) for b in builds],
+            "full_cpu_s_runs": [round(c, 3) for c in build_cpu],
             "render_all_pods_s": round(render_s, 3),
             "settle_writes_after_ready": len(settle.creates) + len(settle.deletes),
             "offline_nodes_per_round": 100,
@@ -269,6 +284,7 @@ def run(quick: bool) -> dict:
             "react_cpu_ms_runs": [round(x, 1) for x in cpu],
             "offline_notice_ms_runs": [round(x, 1) for x in notices],
             "failover_plan_ms_runs": [round(x, 1) for x in failovers],
+            **hub,
         },
         "goals": [
             {
@@ -286,4 +302,148 @@ def run(quick: bool) -> dict:
                 "op": "<=",
             },
         ],
+    }
+
+
+def _more_than(items: dict, count: int) -> bool:
+    return len(items) > count
+
+
+async def _through_hub(rounds: int, tolerance_s: int = 1) -> dict[str, Any]:
+    """Link cut → replacement pod created, through a real hub (see the module docstring)."""
+    import tempfile
+
+    from cloudhub.hub import Hub
+    from cloudhub.kube import NAMESPACES, PODS, Informer, KubeClient
+    from cloudhub.placement.controller import EDGEPLACEMENTS
+    from cloudhub.placement.extension import placement_extension
+    from cloudhub.settings import load_hub_settings
+    from tests.sim import SimAgent, default_node_info, node_credentials
+    from tests.testpki import make_test_pki
+
+    pki = make_test_pki()
+    with tempfile.TemporaryDirectory(prefix="bench-placement-") as tmp:
+        settings = load_hub_settings(
+            overrides={
+                "kube.embedded_data_dir": tmp,
+                "kube.embedded_port": 0,
+                "listen.quic_host": "127.0.0.1",
+                "listen.quic_port": 0,
+                "listen.websocket_host": "127.0.0.1",
+                "listen.websocket_port": 0,
+                "observability.http_host": "127.0.0.1",
+                "observability.http_port": 0,
+            }
+        )
+        hub = Hub(
+            settings, credentials=pki.server, extensions=[placement_extension(settings.placement)]
+        )
+        agents: dict[str, SimAgent] = {}
+        kube: KubeClient | None = None
+        watch_task: asyncio.Task | None = None
+        try:
+            await hub.start()
+            kube = await KubeClient.from_kubeconfig(f"{tmp}/kubeconfig")
+            await kube.create(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}}
+            )
+
+            def agent(name: str) -> SimAgent:
+                info = default_node_info(name)
+                info["labels"] = {"site": "s1"}
+                a = SimAgent(
+                    name,
+                    node_credentials(pki.ca, name),
+                    websocket_port=hub.websocket_port or 0,
+                    transport="websocket",
+                    node_info=info,
+                )
+                a.start()
+                agents[name] = a
+                return a
+
+            for i in range(4):
+                agent(f"n{i}")
+            created: dict[str, float] = {}  # pod uid -> when the watch saw it
+            changed = asyncio.Event()
+            watch = Informer(kube, PODS, namespace="b")
+
+            def seen(kind: str, obj: dict, old: dict | None) -> None:
+                created.setdefault(obj["metadata"]["uid"], time.monotonic())
+                changed.set()
+
+            watch.add_handler(seen)
+            watch_task = asyncio.create_task(watch.run())
+            await kube.create(
+                EDGEPLACEMENTS,
+                {
+                    "apiVersion": "apps.edgefleet.io/v1alpha1",
+                    "kind": "EdgePlacement",
+                    "metadata": {"name": "web", "namespace": "b"},
+                    "spec": {
+                        "template": {
+                            "metadata": {"labels": {"app": "web"}},
+                            "spec": {"containers": [{"name": "web", "image": "web:1"}]},
+                        },
+                        "replicas": 2,
+                        "nodeSelector": {"matchLabels": {"site": "s1"}},
+                        "offlineTolerationSeconds": tolerance_s,
+                    },
+                },
+                "b",
+            )
+
+            def live() -> list[dict]:
+                return [p for p in watch.items() if not p["metadata"].get("deletionTimestamp")]
+
+            def steady() -> bool:
+                pods = live()
+                return (
+                    len(pods) == 2
+                    and len(watch.items()) == 2
+                    and all(
+                        any(
+                            c.get("type") == "Ready" and c.get("status") == "True"
+                            for c in (p.get("status") or {}).get("conditions") or []
+                        )
+                        for p in pods
+                    )
+                )
+
+            async def until(predicate, timeout: float = 60.0) -> None:
+                async def loop() -> None:
+                    while not predicate():
+                        changed.clear()
+                        await changed.wait()
+
+                await asyncio.wait_for(loop(), timeout)
+
+            reactions = []
+            for _ in range(rounds):
+                await until(steady)
+                known = set(created)
+                victim = agents[live()[0]["spec"]["nodeName"]]
+                victim.abandon()
+                cut = time.monotonic()
+                victim.cut()
+                count = len(known)
+                await until(functools.partial(_more_than, created, count))
+                new = set(created) - known
+                reactions.append((min(created[u] for u in new) - cut - tolerance_s) * 1000)
+                back = victim.restarted()
+                agents[victim.name] = back
+                back.start()
+            await until(steady)
+        finally:
+            if watch_task is not None:
+                watch_task.cancel()
+                await asyncio.gather(watch_task, return_exceptions=True)
+            await asyncio.gather(*(a.stop() for a in agents.values()))
+            if kube is not None:
+                await kube.close()
+            await hub.aclose()
+    return {
+        "hub_failover_after_tolerance_ms_runs": [round(x, 1) for x in reactions],
+        "hub_failover_after_tolerance_ms": round(statistics.median(reactions), 1),
+        "hub_tolerance_s": tolerance_s,
     }

@@ -645,3 +645,17 @@ def test_capacity_returning_to_a_group_restores_the_even_spread() -> None:
     fleet.converge()
     assert fleet.per_group("web") == {"a": 2, "b": 2}  # capacity changed: back to even
     assert ready_count(fleet) == 4
+
+
+def test_a_node_joining_a_group_that_held_only_offline_nodes_takes_its_share() -> None:
+    # Found through the hub: a Node registered just after the placement was evaluated,
+    # in a group whose only node was offline (capped at 0), was never used.
+    fleet = Fleet()
+    fleet.add_node("ghost", {"site": "a"})
+    fleet.go_offline("ghost")
+    fleet.apply("web", {"template": template(), "replicas": 2, "groups": {"byLabel": "site"}})
+    fleet.converge()
+    assert fleet.pods_of("web") == []
+    fleet.add_node("a0", {"site": "a"})
+    fleet.converge()
+    assert fleet.per_node("web") == {"a0": 2}
