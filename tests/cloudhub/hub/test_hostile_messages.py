@@ -1,5 +1,6 @@
-"""A node's pod statuses the API cannot take: each one is refused with the API's reason and
-acknowledged (not resent forever), the session lives on, and other nodes' writes go on."""
+"""Messages from a node about its own objects that the hub or the API cannot take: each is
+refused with the reason (the field named), acknowledged (not resent forever), the session
+lives on, and other nodes' writes go on."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 from cloudhub.kube import PODS, KubeClient
 from protocol.errors import ErrorCode
-from protocol.messages import ObjectRef, PodStatus
+from protocol.messages import KubeEvent, ObjectRef, PodStatus
 from tests.cloudhub.hub.conftest import DEADLINE, Hubs, eventually, pod
 
 BAD_STATUSES = [
@@ -41,9 +42,7 @@ async def test_statuses_the_api_refuses_are_answered_and_the_hub_goes_on(
         assert named in error.message, error.message
     assert a.connected and a.sessions == sessions
     # a good report after all that is written
-    a.send(
-        PodStatus(ref=ref, status={"phase": "Running", "hostIP": "10.0.0.9"}, observed_at=1.0)
-    )
+    a.send(PodStatus(ref=ref, status={"phase": "Running", "hostIP": "10.0.0.9"}, observed_at=1.0))
     await eventually(lambda: _phase(kube, "a-pod", namespace, "Running"), "A's good status")
     # and the other node's writes were never held up
     await kube.create(PODS, pod("b-pod", namespace, b.name))
@@ -52,3 +51,21 @@ async def test_statuses_the_api_refuses_are_answered_and_the_hub_goes_on(
 
 async def _phase(kube: KubeClient, name: str, ns: str, phase: str) -> bool:
     return ((await kube.get(PODS, name, ns)).get("status") or {}).get("phase") == phase
+
+
+async def test_an_event_dated_outside_what_kubernetes_can_write_is_invalid(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique
+) -> None:
+    await hubs.start()
+    a = hubs.agent(unique("edge-a"))
+    await a.wait_for(lambda: a.synced, DEADLINE)
+    node = ObjectRef("Node", "", a.name, a.name)
+    sessions = a.sessions
+    for timestamp in (1e18, -1e18):  # finite, but no RFC 3339 time (years 1-9999)
+        before = len(a.errors)
+        a.send(KubeEvent(ref=node, type="Normal", reason="R", message="m", timestamp=timestamp))
+        await a.wait_for(lambda: len(a.errors) > before and a.all_acked, DEADLINE)
+        (error,) = a.errors[before:]
+        assert error.code is ErrorCode.INVALID_MESSAGE, error
+        assert "timestamp" in error.message, error.message
+    assert a.connected and a.sessions == sessions
