@@ -36,7 +36,7 @@ async def test_statuses_the_api_refuses_are_answered_and_the_hub_goes_on(
     for status, named in BAD_STATUSES:
         before = len(a.errors)
         a.send(PodStatus(ref=ref, status=status, observed_at=time.time()))
-        await a.wait_for(lambda: len(a.errors) > before and a.all_acked, DEADLINE)
+        await a.wait_for(lambda n=before: len(a.errors) > n and a.all_acked, DEADLINE)
         (error,) = a.errors[before:]
         assert error.code is ErrorCode.INVALID_MESSAGE, error
         assert named in error.message, error.message
@@ -64,7 +64,7 @@ async def test_an_event_dated_outside_what_kubernetes_can_write_is_invalid(
     for timestamp in (1e18, -1e18):  # finite, but no RFC 3339 time (years 1-9999)
         before = len(a.errors)
         a.send(KubeEvent(ref=node, type="Normal", reason="R", message="m", timestamp=timestamp))
-        await a.wait_for(lambda: len(a.errors) > before and a.all_acked, DEADLINE)
+        await a.wait_for(lambda n=before: len(a.errors) > n and a.all_acked, DEADLINE)
         (error,) = a.errors[before:]
         assert error.code is ErrorCode.INVALID_MESSAGE, error
         assert "timestamp" in error.message, error.message
