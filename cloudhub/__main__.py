@@ -130,14 +130,27 @@ async def _serve(settings: HubSettings) -> int:
     extensions.append(metrics_extension(settings.metrics))
     extensions.append(placement_extension(settings.placement))
     hub = Hub(settings, extensions=extensions)
-    try:
-        await hub.start()
-    except (HubError, ProtocolError) as exc:
-        log.error("cannot start: %s", exc)
+    # Starting waits for the informers' first lists, for as long as the API is unreachable:
+    # a signal meanwhile stops the hub as it would a serving one.
+    starting = asyncio.ensure_future(hub.start())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("stopping before the hub started serving")
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
         await hub.aclose()
+        return 0
+    if starting.exception() is not None:
+        stopped.cancel()
+        await asyncio.gather(stopped, return_exceptions=True)
+        await hub.aclose()
+        exc = starting.exception()
+        if not isinstance(exc, (HubError, ProtocolError)):
+            raise exc  # a bug: the traceback says where
+        log.error("cannot start: %s", exc)
         return 1
     failed = asyncio.ensure_future(hub.serve_forever())
-    stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:

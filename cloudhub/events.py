@@ -184,6 +184,16 @@ class EventRecorder:
                 inbound.done()
                 return
 
+            try:
+                rfc3339(message.timestamp)
+            except (OverflowError, ValueError, OSError):
+                inbound.refuse(
+                    ErrorCode.INVALID_MESSAGE,
+                    f"timestamp {message.timestamp!r} is not a time an Event can carry "
+                    "(RFC 3339: years 1 to 9999)",
+                )
+                return
+
             def done(error: KubeAPIError | None) -> None:
                 if error is None:
                     inbound.done()

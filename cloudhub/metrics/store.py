@@ -37,6 +37,10 @@ __all__ = ["ContainerState", "EdgeMetricsStore", "IngestResult", "NodeState", "R
 
 MAX_STREAMS_PER_NODE = 4
 
+MAX_T_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z in ms since the epoch: the last time RFC 3339 (and so the
+metrics API's ``timestamp``) can carry."""
+
 
 class Rate(NamedTuple):
     """A counter's latest increment and the window it covers.
@@ -169,6 +173,14 @@ class EdgeMetricsStore:
         except MetricsBodyError as exc:
             self.stats.rejected += 1
             raise BatchRejected(node, str(exc)) from exc
+        latest = max(sample.t_ms for sample in batch.samples)
+        if latest > MAX_T_MS:
+            self.stats.rejected += 1
+            raise BatchRejected(
+                node,
+                f"sample time {latest} ms is past the year 9999 "
+                "(no Kubernetes timestamp can show it)",
+            )
         state = self._nodes.get(node)
         if state is None:
             state = self._nodes[node] = NodeState(node)

@@ -370,7 +370,9 @@ class NodeLifecycle:
         except KubeNotFound:  # deleted between the read and the write: next attempt creates
             raise KubeAPIError(503, "", "the Node vanished during registration") from None
         except KubeAPIError as exc:
-            if exc.retryable:
+            # Conflicts past update_with_retry's attempts mean other writers of the Node
+            # (another session of it, the node controller, a user): retried with back-off.
+            if exc.retryable or isinstance(exc, KubeConflict):
                 raise
             return self._unregistrable(session, f"the API refused the Node update: {exc}")
         state.uid = (existing.get("metadata") or {}).get("uid") or ""

@@ -16,9 +16,12 @@ Fields come in three groups:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
@@ -169,7 +172,9 @@ def check_pod(pod: dict[str, Any], runtime_kind: str) -> list[str]:
     grace = spec.get("terminationGracePeriodSeconds", 0)
     if not isinstance(grace, int) or isinstance(grace, bool) or grace < 0:
         problems.append("spec.terminationGracePeriodSeconds: must be a non-negative integer")
-    volumes = _check_volumes(spec.get("volumes") or [], problems)
+    volumes: set[str] = set()
+    with _malformed("spec.volumes", problems):
+        volumes = _check_volumes(spec.get("volumes") or [], problems)
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         problems.append("spec.containers: at least one container is required")
@@ -282,8 +287,23 @@ def _check_container(
     wd = c.get("workingDir")
     if wd is not None and not str(wd).startswith("/"):
         problems.append(f"{path}.workingDir: must be absolute")
-    _check_env(c, path, problems)
-    _check_resources(c.get("resources") or {}, f"{path}.resources", problems)
+    with _malformed(f"{path}.env", problems):
+        _check_env(c, path, problems)
+    with _malformed(f"{path}.resources", problems):
+        _check_resources(c.get("resources") or {}, f"{path}.resources", problems)
+    with _malformed(f"{path}.ports", problems):
+        _check_ports(c, path, runtime_kind, problems)
+    with _malformed(f"{path}.volumeMounts", problems):
+        _check_mounts(c, path, volumes, problems)
+    for kind in ("livenessProbe", "readinessProbe"):
+        probe = c.get(kind)
+        if probe is None or init:
+            continue
+        with _malformed(f"{path}.{kind}", problems):
+            _check_probe(probe, f"{path}.{kind}", problems)
+
+
+def _check_ports(c: dict, path: str, runtime_kind: str, problems: list[str]) -> None:
     for j, port in enumerate(c.get("ports") or []):
         ppath = f"{path}.ports[{j}]"
         _only(port, {"containerPort", "hostPort", "protocol", "name", "hostIP"}, ppath, problems)
@@ -296,6 +316,9 @@ def _check_container(
             problems.append(
                 f"{ppath}.hostPort: the process runtime cannot map a host port to another port"
             )
+
+
+def _check_mounts(c: dict, path: str, volumes: set[str], problems: list[str]) -> None:
     for j, mount in enumerate(c.get("volumeMounts") or []):
         mpath = f"{path}.volumeMounts[{j}]"
         allowed = {"name", "mountPath", "readOnly", "subPath"}
@@ -309,28 +332,29 @@ def _check_container(
         sub = mount.get("subPath")
         if sub is not None and (str(sub).startswith("/") or ".." in str(sub).split("/")):
             problems.append(f"{mpath}.subPath: must be relative without '..'")
-    for kind in ("livenessProbe", "readinessProbe"):
-        probe = c.get(kind)
-        if probe is None or init:
-            continue
-        ppath = f"{path}.{kind}"
-        _only(probe, _PROBE_KEYS, ppath, problems)
-        handlers = [h for h in ("exec", "httpGet", "tcpSocket") if h in probe]
-        if len(handlers) != 1:
-            problems.append(f"{ppath}: exactly one of exec, httpGet, tcpSocket is required")
-        if "httpGet" in probe:
-            _only(
-                probe["httpGet"],
-                {"path", "port", "host", "scheme", "httpHeaders"},
-                f"{ppath}.httpGet",
-                problems,
-            )
-            if probe["httpGet"].get("scheme", "HTTP") not in ("HTTP", "HTTPS"):
-                problems.append(f"{ppath}.httpGet.scheme: must be HTTP or HTTPS")
-        if "tcpSocket" in probe:
-            _only(probe["tcpSocket"], {"port", "host"}, f"{ppath}.tcpSocket", problems)
-        if "exec" in probe and not (probe["exec"] or {}).get("command"):
-            problems.append(f"{ppath}.exec.command: required")
+
+
+def _check_probe(probe: Any, ppath: str, problems: list[str]) -> None:
+    if not isinstance(probe, dict):
+        problems.append(f"{ppath}: must be an object")
+        return
+    _only(probe, _PROBE_KEYS, ppath, problems)
+    handlers = [h for h in ("exec", "httpGet", "tcpSocket") if h in probe]
+    if len(handlers) != 1:
+        problems.append(f"{ppath}: exactly one of exec, httpGet, tcpSocket is required")
+    if "httpGet" in probe:
+        _only(
+            probe["httpGet"],
+            {"path", "port", "host", "scheme", "httpHeaders"},
+            f"{ppath}.httpGet",
+            problems,
+        )
+        if probe["httpGet"].get("scheme", "HTTP") not in ("HTTP", "HTTPS"):
+            problems.append(f"{ppath}.httpGet.scheme: must be HTTP or HTTPS")
+    if "tcpSocket" in probe:
+        _only(probe["tcpSocket"], {"port", "host"}, f"{ppath}.tcpSocket", problems)
+    if "exec" in probe and not (probe["exec"] or {}).get("command"):
+        problems.append(f"{ppath}.exec.command: required")
 
 
 def _check_env(c: dict, path: str, problems: list[str]) -> None:
@@ -357,6 +381,11 @@ def _check_env(c: dict, path: str, problems: list[str]) -> None:
                 problems.append(f"{epath}.valueFrom.{kind}: needs a valid name and a key")
         else:
             problems.append(f"{epath}.valueFrom.{kind}")
+    with _malformed(f"{path}.envFrom", problems):
+        _check_env_from(c, path, problems)
+
+
+def _check_env_from(c: dict, path: str, problems: list[str]) -> None:
     for j, src in enumerate(c.get("envFrom") or []):
         epath = f"{path}.envFrom[{j}]"
         kinds = [k for k in src if k != "prefix"]
@@ -378,6 +407,16 @@ def _check_resources(res: dict, path: str, problems: list[str]) -> None:
             (parse_cpu_millicores if key == "cpu" else parse_memory_bytes)(value)
         except ValueError:
             problems.append(f"{path}.limits.{key}: not a quantity: {value!r}")
+
+
+@contextlib.contextmanager
+def _malformed(path: str, problems: list[str]) -> Iterator[None]:
+    """Turn a structure the checks cannot even walk (a string where a list of objects
+    belongs, as a broken or hostile hub may send) into a problem at ``path``."""
+    try:
+        yield
+    except (AttributeError, TypeError, ValueError, KeyError, OverflowError) as exc:
+        problems.append(f"{path}: malformed ({type(exc).__name__}: {exc})")
 
 
 def _only(obj: Any, allowed: set[str], path: str, problems: list[str]) -> None:
@@ -417,14 +456,18 @@ def _quantity(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a boolean is not a quantity")
     if isinstance(value, (int, float)):
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"not a finite quantity: {value!r}")
+        return number
     m = _QUANTITY.match(str(value).strip())
     if not m:
         raise ValueError(f"not a quantity: {value!r}")
     number, suffix = m.groups()
-    if suffix == "m":
-        return float(number) / 1000
-    return float(number) * _SUFFIX[suffix]
+    value = float(number) / 1000 if suffix == "m" else float(number) * _SUFFIX[suffix]
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite quantity: {value!r}")
+    return value
 
 
 def parse_cpu_millicores(value: Any) -> int:
@@ -446,8 +489,19 @@ def parse_memory_bytes(value: Any) -> int:
 
 
 def qos_class(spec: dict[str, Any]) -> str:
-    """The pod's QoS class (Guaranteed, Burstable or BestEffort), as the API computes it."""
-    containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
+    """The pod's QoS class (Guaranteed, Burstable or BestEffort), as the API computes it.
+
+    A spec too malformed to walk (a refused pod's status still names a class) is
+    ``BestEffort``.
+    """
+    try:
+        return _qos_class(spec)
+    except (AttributeError, TypeError):
+        return "BestEffort"
+
+
+def _qos_class(spec: dict[str, Any]) -> str:
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
     any_set = False
     guaranteed = True
     for c in containers:

@@ -480,9 +480,17 @@ class _WebSocketConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._paused = True
+        if not self._client and self.transport is not None:
+            # What the hub writes unprompted waits in link.send(), but pongs, errors and
+            # acks answer what it reads: a peer that keeps sending and reads nothing would
+            # make it buffer without bound. Read no more until the peer drains our writes
+            # (the agent always reads, so the two can never wait on each other).
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        if not self._client and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
         self._wake_writers()
 
     def _wake_writers(self) -> None:

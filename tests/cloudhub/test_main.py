@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -97,3 +98,50 @@ def test_join_port_in_use_exits_1_naming_the_setting(tmp_path: pathlib.Path) -> 
     assert proc.returncode == 1, proc.stderr
     assert f"join endpoint cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert "pki.join_port" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sigterm_while_the_api_is_unreachable_at_start_exits_0(tmp_path: pathlib.Path) -> None:
+    """A hub still waiting for its informers' first list (the API is down) must stop on
+    SIGTERM like a serving one, not hang until it is killed."""
+    from protocol import pki
+    from tests.testpki import make_test_pki
+
+    test_pki = make_test_pki()
+    (tmp_path / "ca.crt").write_bytes(test_pki.server.ca_pem)
+    (tmp_path / "hub.crt").write_bytes(pki.dump_certificate_pem(test_pki.server.chain))
+    (tmp_path / "hub.key").write_bytes(pki.dump_private_key_pem(test_pki.server.private_key))
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    (tmp_path / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{dead_port}'}}}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: x}}]\n"
+    )
+    env = {"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cloudhub", "serve", "--observability-log-format", "text"]
+        + [f"--tls-{k}-file={tmp_path / f}" for k, f in [("ca", "ca.crt"), ("cert", "hub.crt")]]
+        + [f"--tls-key-file={tmp_path / 'hub.key'}", f"--kube-kubeconfig={tmp_path / 'kubeconfig'}"]
+        + ["--listen-quic-host=127.0.0.1", "--listen-quic-port=0"]
+        + ["--listen-websocket-host=127.0.0.1", "--listen-websocket-port=0"]
+        + ["--observability-http-host=127.0.0.1", "--observability-http-port=0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the first failed list: starting, signals handled
+            if "list on" in line and "failed" in line:
+                break
+        else:
+            raise AssertionError(f"the hub ended before listing (exit {proc.wait()})")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -244,3 +244,63 @@ def test_process_runtime_agent_imports_no_engine_client(tmp_path: pathlib.Path):
         check=True,
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+MALFORMED_SPECS = [
+    # (spec, a path the problem must name): what a broken or hostile hub could send
+    ({"containers": [{"name": "a", "image": "b", "ports": "x"}]}, "spec.containers[0].ports"),
+    ({"containers": [{"name": "a", "image": "b", "ports": [7]}]}, "spec.containers[0].ports[0]"),
+    (
+        {"containers": [{"name": "a", "image": "b", "resources": {"limits": {"cpu": "1e400"}}}]},
+        "spec.containers[0].resources.limits.cpu",
+    ),
+    (
+        {"containers": [{"name": "a", "image": "b", "resources": {"limits": "x"}}]},
+        "spec.containers[0].resources",
+    ),
+    (
+        {"containers": [{"name": "a", "image": "b", "envFrom": [{"configMapRef": "x"}]}]},
+        "spec.containers[0].envFrom",
+    ),
+    (
+        {"containers": [{"name": "a", "image": "b", "env": [{"name": "A", "valueFrom": 5}]}]},
+        "spec.containers[0].env",
+    ),
+    (
+        {"containers": [{"name": "a", "image": "b", "volumeMounts": "x"}]},
+        "spec.containers[0].volumeMounts",
+    ),
+    (
+        {"containers": [{"name": "a", "image": "b", "livenessProbe": {"httpGet": "x"}}]},
+        "spec.containers[0].livenessProbe",
+    ),
+    (
+        {
+            "containers": [{"name": "a", "image": "b"}],
+            "volumes": [{"name": "v", "configMap": {"name": "c", "items": "x"}}],
+        },
+        "spec.volumes",
+    ),
+    ({"containers": [{"name": "a", "image": "b"}], "volumes": "x"}, "spec.volumes"),
+]
+
+
+@pytest.mark.parametrize(("spec", "path"), MALFORMED_SPECS)
+@pytest.mark.parametrize("runtime_kind", ["docker", "process"])
+def test_check_pod_names_a_malformed_spec_instead_of_raising(spec, path, runtime_kind):
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": spec}
+    problems = check_pod(pod, runtime_kind)
+    assert any(p.startswith(path) for p in problems), problems
+
+
+def test_a_cpu_quantity_too_large_for_a_number_is_not_a_quantity():
+    with pytest.raises(ValueError):
+        parse_cpu_millicores("1e400")
+    with pytest.raises(ValueError):
+        parse_memory_bytes("nan")
+
+
+@pytest.mark.parametrize(("spec", "_path"), MALFORMED_SPECS)
+def test_a_malformed_spec_still_has_a_qos_class_for_its_refusal(spec, _path):
+    assert qos_class(spec) in ("BestEffort", "Burstable", "Guaranteed")
+    assert qos_class({"containers": "x"}) == "BestEffort"

@@ -8,9 +8,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from cloudhub.kube import LEASES, PODS, KubeClient, parse_time
+from cloudhub.errors import KubeNotFound
+from cloudhub.kube import LEASES, NODES, PODS, KubeClient, parse_time
+from protocol.errors import CloseCode
 from tests.cloudhub.hub.conftest import DEADLINE, Cluster, Hubs, eventually, pod
 from tests.cloudhub.kube.proxy import FaultyProxy
+from tests.sim.agent import default_node_info
 
 
 def uid(obj: dict) -> str:
@@ -117,3 +120,32 @@ def _async(check):
         return check()
 
     return wrapped
+
+
+async def test_node_update_conflicts_past_the_retries_are_retried_not_unauthorized(
+    faulty_hubs: Hubs, proxy: FaultyProxy, kube: KubeClient, unique
+) -> None:
+    """Other writers of a Node (a second session of the node, the node controller, a user
+    labelling it) can make every read-modify-write in a row conflict: that is a busy API,
+    not a node the hub must refuse (UNAUTHORIZED makes the agent stop and ask for a
+    re-join)."""
+    await faulty_hubs.start()
+    node = unique("edge-conflicts")
+    first = faulty_hubs.agent(node)
+    await eventually(lambda: _node_label(kube, node, "sim"), "the Node registered")
+    await first.stop()
+    info = default_node_info(node)
+    info["labels"] = {"edgefleet.io/site": "moved"}  # new facts: the Node must be updated
+    proxy.fail("PUT", f"/nodes/{node}", 409, times=10)  # more than one update's attempts
+    again = faulty_hubs.agent(node, node_info=info)
+    await eventually(lambda: _node_label(kube, node, "moved"), "the Node updated after all")
+    assert again.connected and again.sessions == 1, again.closes
+    assert not [c for c in again.closes if c.code is CloseCode.UNAUTHORIZED]
+
+
+async def _node_label(kube: KubeClient, node: str, site: str) -> bool:
+    try:
+        got = await kube.get(NODES, node)
+    except KubeNotFound:
+        return False
+    return (got["metadata"].get("labels") or {}).get("edgefleet.io/site") == site

@@ -6,9 +6,16 @@ import re
 
 import pytest
 
-from cloudhub.metrics import EdgeMetricsStore, MetricsNotFound, PodIndex, ResourceMetricsAPI
+from cloudhub.metrics import (
+    BatchRejected,
+    EdgeMetricsStore,
+    MetricsNotFound,
+    PodIndex,
+    ResourceMetricsAPI,
+)
 from cloudhub.metrics.resource_metrics import go_duration
-from tests.cloudhub.metrics.helpers import body, pod, sample
+from protocol.metrics_codec import Sample
+from tests.cloudhub.metrics.helpers import body, node_values, pod, sample
 
 NOW = 1_700_000_100.0
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -118,3 +125,17 @@ def test_pod_without_metrics_is_not_found(api: ResourceMetricsAPI, namespace, na
 )
 def test_go_duration_strings(ms: int, text: str) -> None:
     assert go_duration(ms) == text
+
+
+def test_a_batch_dated_past_year_9999_is_rejected_and_the_others_still_list() -> None:
+    """One node's clock (or a hostile node) must not break kubectl top for every node:
+    a time no RFC 3339 timestamp can show is refused at ingest."""
+    store = EdgeMetricsStore()
+    api = ResourceMetricsAPI(store, PodIndex())
+    store.ingest("pi-1", body(1, sample(0), sample(1)), now=0.0)
+    far = 10**17  # milliseconds since the epoch: about the year 3.2 million
+    bad = body(1, Sample(far, 15_000, node_values()), Sample(far + 15_000, 15_000, node_values()))
+    with pytest.raises(BatchRejected) as info:
+        store.ingest("pi-9", bad, now=0.0)
+    assert "year" in str(info.value)
+    assert [i["metadata"]["name"] for i in api.list_node_metrics(NOW)["items"]] == ["pi-1"]

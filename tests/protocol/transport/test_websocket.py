@@ -15,11 +15,15 @@ import ssl
 import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
+from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
 
 from protocol.codec import FrameDecoder, encode
 from protocol.errors import CloseCode
-from protocol.messages import KubeEvent, ObjectRef, ObjectUpsert, Welcome
+from protocol.messages import KubeEvent, ObjectRef, ObjectUpsert, Ping, Pong, Welcome
 from protocol.session import Closed, MessageReceived
 from protocol.transport import (
     ConnectFailed,
@@ -295,3 +299,58 @@ async def test_an_upgrade_refused_by_the_server_is_connect_failed(test_pki) -> N
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_peer_that_floods_pings_and_never_reads_is_not_buffered_without_bound(
+    hub, test_pki
+) -> None:
+    """Every ping makes a pong: a peer that sends pings and reads nothing must be held back
+    (the hub stops reading while its writes are paused), not make the hub buffer pongs
+    for as long as it keeps sending."""
+
+    async def behaviour(link: Link) -> None:
+        async for _ in link:
+            pass
+
+    hub.behaviour = behaviour
+    ws = ClientProtocol(parse_uri(f"wss://localhost:{hub.port}{PATH}"), max_size=None)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", hub.port, ssl=client_ssl_context(test_pki.client), server_hostname="localhost"
+    )
+    try:
+        ws.send_request(ws.connect())
+        writer.write(b"".join(ws.data_to_send()))
+        while ws.state is not State.OPEN:
+            ws.receive_data(await asyncio.wait_for(reader.read(65536), 10))
+        ws.send_binary(encode(hello()))
+        writer.write(b"".join(ws.data_to_send()))
+        while not any(isinstance(m, Welcome) for m in _frames_of(ws)):
+            ws.receive_data(await asyncio.wait_for(reader.read(65536), 10))
+        batch = b"".join(encode(Ping(nonce=i)) for i in range(4000))  # ~40 KB of pings
+        limit = 64 * 1024 * 1024  # far more than every buffer between us holds
+        sent = 0
+        while sent < limit:
+            ws.send_binary(batch)
+            writer.write(b"".join(ws.data_to_send()))
+            sent += len(batch)
+            try:
+                await asyncio.wait_for(writer.drain(), 3.0)
+            except asyncio.TimeoutError:
+                break  # held back: the hub stopped reading
+        assert sent < limit, f"the hub read {sent} bytes of pings from a peer reading nothing"
+        # Reading again releases it: the pongs come and the session is still open.
+        pongs = 0
+        while pongs < 100:
+            ws.receive_data(await asyncio.wait_for(reader.read(65536), 10))
+            pongs += sum(isinstance(m, Pong) for m in _frames_of(ws))
+        assert hub.links[0].close_event is None
+    finally:
+        writer.close()
+
+
+def _frames_of(ws: ClientProtocol) -> list:
+    decoder = FrameDecoder()
+    for event in ws.events_received():
+        if isinstance(event, Frame) and event.opcode is Opcode.BINARY:
+            decoder.feed(event.data)
+    return [m for _, m in decoder]
