@@ -12,6 +12,7 @@ from __future__ import annotations
 from cloudhub.bridge.authz import Decision, NodeAuthorizer
 from cloudhub.bridge.dispatch import Dispatcher, Inbound
 from cloudhub.errors import KubeAPIError
+from cloudhub.pods.status import condition_problem
 from cloudhub.pods.writer import PodReportWriter
 from protocol.errors import ErrorCode
 from protocol.messages import PodDeleted, PodStatus
@@ -59,6 +60,10 @@ class PodHandlers:
         message = inbound.message
         assert isinstance(message, PodStatus)
         if self._authorized(inbound, message.ref, missing_ok=False):
+            problem = condition_problem(message.status)
+            if problem is not None:
+                inbound.refuse(ErrorCode.INVALID_MESSAGE, problem)
+                return
             self.writer.submit_status(
                 inbound.node, message.ref, message.status, _outcome(inbound, "status")
             )

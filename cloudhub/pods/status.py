@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EDGE_OWNED_FIELDS", "TERMINAL_PHASES", "merge_status"]
+__all__ = ["EDGE_OWNED_FIELDS", "TERMINAL_PHASES", "condition_problem", "merge_status"]
 
 EDGE_OWNED_FIELDS = (
     "phase",
@@ -30,6 +30,22 @@ EDGE_OWNED_FIELDS = (
 """PodStatus fields the edge's report replaces (``conditions`` merge by type)."""
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def condition_problem(reported: dict[str, Any]) -> str | None:
+    """What is wrong with the conditions of a reported PodStatus, or ``None``.
+
+    Conditions merge by ``type`` (a string, as in PodCondition), so a report whose
+    ``conditions`` is a list with an entry that is not an object with a string ``type`` is
+    refused here, naming the entry; everything else is for the API's validation.
+    """
+    conditions = reported.get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    for i, condition in enumerate(conditions):
+        if not isinstance(condition, dict) or not isinstance(condition.get("type"), str):
+            return f"status.conditions[{i}].type must be a string"
+    return None
 
 
 def merge_status(current: dict[str, Any] | None, reported: dict[str, Any]) -> dict[str, Any]:

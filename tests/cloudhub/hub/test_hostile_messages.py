@@ -13,7 +13,7 @@ from tests.cloudhub.hub.conftest import DEADLINE, Hubs, eventually, pod
 
 BAD_STATUSES = [
     ({"phase": 5}, "status.phase"),
-    ({"conditions": [{"type": [1]}]}, ""),  # not even hashable: refused, not a dead worker
+    ({"conditions": [{"type": [1]}]}, "status.conditions[0].type"),  # not even hashable
     ({"conditions": "x", "containerStatuses": "y"}, "containerStatuses"),
     ({"containerStatuses": [1, 2, {"name": None}]}, "containerStatuses"),
     ({"startTime": "yesterday"}, "startTime"),
