@@ -193,6 +193,8 @@ def parse_certificate(der: bytes) -> x509.Certificate:
     Raises:
         TransportError: the bytes are not a DER X.509 certificate.
     """
+    from cryptography import x509  # only where it parses (see the module docstring)
+
     try:
         return x509.load_der_x509_certificate(der)
     except ValueError as exc:
