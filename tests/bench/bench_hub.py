@@ -374,14 +374,18 @@ class Fleet:
             if p.proc.returncode is None:
                 assert p.proc.stdin is not None
                 p.proc.stdin.close()  # end of stdin: the process stops its agents
+        # One deadline for all: agents of a collapsing QUIC fleet can take minutes to stop
+        # (each stuck in a dial); their hub is going away anyway.
+        waits = [asyncio.ensure_future(p.proc.wait()) for p in self.procs]
+        if waits:
+            await asyncio.wait(waits, timeout=60)
         for p in self.procs:
-            try:
-                await asyncio.wait_for(p.proc.wait(), 120)
-            except asyncio.TimeoutError:
+            if p.proc.returncode is None:
                 p.proc.kill()
                 await p.proc.wait()
             if p.reader is not None:
                 await asyncio.gather(p.reader, return_exceptions=True)
+        await asyncio.gather(*waits, return_exceptions=True)
 
 
 # --- measurements -------------------------------------------------------------------------
