@@ -56,7 +56,7 @@ from cloudhub.kube import (
     TokenBucket,
 )
 from cloudhub.nodes.lifecycle import NodeLifecycle
-from cloudhub.nodes.model import EDGE_ROLE_LABEL
+from cloudhub.nodes.model import EDGE_ROLE_LABEL, slim_node
 from cloudhub.observability.http import HealthServer
 from cloudhub.observability.metrics import HubMetrics
 from cloudhub.pods.handlers import PodHandlers
@@ -74,28 +74,6 @@ log = logging.getLogger(__name__)
 
 #: ``install(hub)``: plug a part into the hub before it starts serving.
 Extension = Callable[["Hub"], "Awaitable[None] | None"]
-
-
-def _slim_node(node: dict) -> dict:
-    """Nodes informer transform: keep what the hub reads (identity, labels, our
-    annotations, deletion, conditions); 10,000 full Node objects would cost more than the
-    sessions."""
-    meta = node.get("metadata") or {}
-    status = node.get("status") or {}
-    slim = {
-        k: meta[k]
-        for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
-        if k in meta
-    }
-    slim["annotations"] = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("edgefleet.io/")
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": slim,
-        "status": {"conditions": status.get("conditions") or []},
-    }
 
 
 class Hub:
@@ -272,7 +250,7 @@ class Hub:
         configmaps = Informer(kube, CONFIGMAPS, transform=strip_object, watch_timeout=watch)
         secrets = Informer(kube, SECRETS, transform=strip_object, watch_timeout=watch)
         self._nodes = Informer(
-            kube, NODES, label_selector=EDGE_ROLE_LABEL, transform=_slim_node, watch_timeout=watch
+            kube, NODES, label_selector=EDGE_ROLE_LABEL, transform=slim_node, watch_timeout=watch
         )
         self._informers += [pods, configmaps, secrets, self._nodes]
         self.pods = pods

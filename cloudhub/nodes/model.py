@@ -38,6 +38,7 @@ __all__ = [
     "node_status",
     "ready_conditions",
     "set_conditions",
+    "slim_node",
     "unknown_conditions",
     "up_to_date",
 ]
@@ -311,6 +312,31 @@ def node_status(
         ),
         "daemonEndpoints": status.get("daemonEndpoints") or {"kubeletEndpoint": {"Port": 0}},
     }
+
+
+def slim_node(node: dict) -> dict:
+    """What the hub's nodes informer keeps of a Node: identity, labels, our annotations,
+    deletion, and the Ready condition's status and heartbeat (all that
+    :func:`up_to_date` and the lifecycle read; every status write reads the Node afresh).
+
+    The whole Node (five conditions, nodeInfo, capacity, images...) for 10,000 nodes
+    would cost the hub more memory than their sessions.
+    """
+    meta = node.get("metadata") or {}
+    slim = {
+        k: meta[k]
+        for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
+        if k in meta
+    }
+    slim["annotations"] = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("edgefleet.io/")
+    }
+    ready = [
+        {k: c[k] for k in ("type", "status", "lastHeartbeatTime") if k in c}
+        for c in (node.get("status") or {}).get("conditions") or ()
+        if c.get("type") == "Ready"
+    ]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": slim, "status": {"conditions": ready}}
 
 
 def up_to_date(

@@ -100,3 +100,55 @@ def test_metadata_update_only_when_something_changes() -> None:
     node["metadata"]["labels"]["set-by-admin"] = "x"
     kept = model.node_metadata(node, facts, h, "websocket")
     assert kept["metadata"]["labels"]["set-by-admin"] == "x"
+
+
+def _full_node(now: float, transport: str = "quic") -> dict:
+    info = {
+        "labels": {"site": "plant-a"},
+        "capacity": {"cpu": "4", "memory": "8Gi"},
+        "nodeInfo": {"operatingSystem": "linux", "architecture": "arm64"},
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}],
+    }
+    node = model.build_node("edge-1", model.node_facts(hello(info)), hello(info), transport, now)
+    node["metadata"].update(uid="u-1", resourceVersion="7")
+    node["metadata"]["annotations"]["example.com/other"] = "x" * 1000
+    node["status"]["conditions"] = model.ready_conditions(now, transport)
+    return node
+
+
+def test_the_slim_cached_node_keeps_what_the_hub_reads_and_drops_the_rest() -> None:
+    now = 1_700_000_000.0
+    full = _full_node(now)
+    slim = model.slim_node(full)
+    assert slim["metadata"]["name"] == "edge-1" and slim["metadata"]["uid"] == "u-1"
+    assert slim["metadata"]["labels"] == full["metadata"]["labels"]
+    assert "example.com/other" not in slim["metadata"]["annotations"]
+    assert model.FACTS_ANNOTATION in slim["metadata"]["annotations"]
+    # only the Ready condition, and of it only what up_to_date reads
+    assert [c["type"] for c in slim["status"]["conditions"]] == ["Ready"]
+    assert set(slim["status"]["conditions"][0]) == {"type", "status", "lastHeartbeatTime"}
+    assert "nodeInfo" not in slim["status"] and "capacity" not in slim["status"]
+
+
+def test_up_to_date_says_the_same_of_the_slim_and_the_full_node() -> None:
+    now = 1_700_000_000.0
+    info = {
+        "labels": {"site": "plant-a"},
+        "capacity": {"cpu": "4", "memory": "8Gi"},
+        "nodeInfo": {"operatingSystem": "linux", "architecture": "arm64"},
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}],
+    }
+    facts = model.node_facts(hello(info))
+    fresh, stale = _full_node(now), _full_node(now - 600)
+    unknown = _full_node(now)
+    unknown["status"]["conditions"] = model.unknown_conditions(unknown["status"]["conditions"], now)
+    cases = [
+        (fresh, "quic", True),
+        (fresh, "websocket", False),  # another transport: rewrite the annotation
+        (stale, "quic", False),  # heartbeat older than max_age
+        (unknown, "quic", False),  # Ready is not True
+    ]
+    for node, transport, expected in cases:
+        full_verdict = model.up_to_date(node, facts, transport, now, 300)
+        assert full_verdict is expected
+        assert model.up_to_date(model.slim_node(node), facts, transport, now, 300) is expected
