@@ -28,6 +28,7 @@ from cloudhub.errors import KubeAPIError, KubeConflict
 from cloudhub.kube import EVENTS, KubeClient, TokenBucket
 from cloudhub.kube.times import rfc3339
 from cloudhub.observability.metrics import HubMetrics
+from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
 from protocol.errors import ErrorCode
 from protocol.messages import KubeEvent
@@ -208,20 +209,12 @@ class EventRecorder:
 
     async def run(self) -> None:
         """Run the workers until cancelled."""
-        for i in range(self.workers):
-            self._scope.create_task(self._worker(), name=f"events-{i}")
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await self._scope.aclose()
+        await run_workers(self._scope, self._worker, self.workers, "events")
 
     async def _worker(self) -> None:
         queue = self._queue
         while True:
-            while not queue:
-                self._wake.clear()
-                await self._wake.wait()
-            pending = queue.popleft()
+            pending = await next_item(queue, self._wake)
             error = await self._create(pending)
             if pending.done is not None:
                 pending.done(error)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from cloudhub.devices.twin import evaluate_desired, merge_reported, status_with_rejections
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.kube import DEVICES, Informer, KubeClient, TokenBucket
+from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
 from protocol.devices import DeviceModel, InvalidDocument, ReportedValue, parse_device
 from protocol.transport._tasks import TaskScope
@@ -125,20 +126,12 @@ class DeviceStatusWriter:
 
     async def run(self) -> None:
         """Run the workers until cancelled."""
-        for i in range(self.workers):
-            self._scope.create_task(self._worker(), name=f"device-status-{i}")
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await self._scope.aclose()
+        await run_workers(self._scope, self._worker, self.workers, "device-status")
 
     async def _worker(self) -> None:
         queue = self._queue
         while True:
-            while not queue:
-                self._wake.clear()
-                await self._wake.wait()
-            key = queue.popleft()
+            key = await next_item(queue, self._wake)
             entry = self._pending.pop(key, None)
             if entry is None:
                 continue

@@ -30,6 +30,7 @@ from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.kube import PODS, Informer, KubeClient, TokenBucket
 from cloudhub.observability.metrics import HubMetrics
 from cloudhub.pods.status import merge_status
+from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
 from protocol.messages import ObjectRef
 from protocol.transport._tasks import TaskScope
@@ -117,20 +118,12 @@ class PodReportWriter:
 
     async def run(self) -> None:
         """Run the workers until cancelled."""
-        for i in range(self.workers):
-            self._scope.create_task(self._worker(), name=f"pod-writer-{i}")
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await self._scope.aclose()
+        await run_workers(self._scope, self._worker, self.workers, "pod-writer")
 
     async def _worker(self) -> None:
         queue = self._queue
         while True:
-            while not queue:
-                self._wake.clear()
-                await self._wake.wait()
-            uid = queue.popleft()
+            uid = await next_item(queue, self._wake)
             report = self._pending.pop(uid, None)
             if report is None:
                 continue
