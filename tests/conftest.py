@@ -1,7 +1,11 @@
-"""Suite-wide fixtures.
+"""Suite-wide fixtures and hooks.
 
-Every test runs under a guard that fails it when it leaves asyncio tasks behind:
-each background task must have an owner that awaits or cancels it (STYLE.md §8).
+- Every test runs under a guard that fails it when it leaves asyncio tasks behind: each
+  background task must have an owner that awaits or cancels it (STYLE.md §8).
+- Under ``CI=true`` a skip fails the test unless it is marked not applicable
+  (:mod:`tests.environment`): a CI machine that lacks podman, network namespaces, a tmpfs,
+  cgroups or the reference kube-apiserver must not pass without testing what needs them.
+- The run ends with the list of skips and their reasons.
 """
 
 from __future__ import annotations
@@ -9,6 +13,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
+from tests.environment import NOT_APPLICABLE, in_ci, skip_reason
+
+_SKIPS: list[tuple[str, str]] = []
 
 
 @pytest.fixture(autouse=True)
@@ -27,3 +35,52 @@ async def _no_leaked_tasks():
         await asyncio.gather(*leaked, return_exceptions=True)
         names = ", ".join(sorted(t.get_name() + ":" + repr(t.get_coro()) for t in leaked))
         pytest.fail(f"test left {len(leaked)} asyncio task(s) running: {names}")
+
+
+def _judge_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if not report.skipped:
+        return
+    reason = skip_reason(report.longrepr)
+    _SKIPS.append((report.nodeid, reason))
+    if in_ci() and not reason.startswith(NOT_APPLICABLE):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"CI=true: skipped for a missing dependency, which fails under CI: {reason}"
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    _judge_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    outcome = yield
+    _judge_skip(outcome.get_result())
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    by_design = [s for s in _SKIPS if s[1].startswith(NOT_APPLICABLE)]
+    environment = [s for s in _SKIPS if not s[1].startswith(NOT_APPLICABLE)]
+    terminalreporter.section("skips")
+    if not _SKIPS:
+        terminalreporter.write_line("no test was skipped")
+        return
+    if environment:
+        verdict = "failed (CI=true)" if in_ci() else "skipped"
+        terminalreporter.write_line(
+            f"{len(environment)} {verdict} for a missing dependency on this machine:"
+        )
+        for nodeid, reason in environment:
+            terminalreporter.write_line(f"  {nodeid}: {reason}")
+    else:
+        terminalreporter.write_line("no environment skip")
+    if by_design:
+        terminalreporter.write_line(f"{len(by_design)} not applicable by design:")
+        reasons: dict[str, int] = {}
+        for _, reason in by_design:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        for reason, count in sorted(reasons.items()):
+            terminalreporter.write_line(f"  {count}x {reason.removeprefix(NOT_APPLICABLE)}")

@@ -26,6 +26,7 @@ from cloudhub.demo.errors import DemoError
 
 __all__ = [
     "BUSYBOX_IMAGE",
+    "NETWORK_BACKENDS",
     "EngineUnavailable",
     "PodmanEngine",
     "start_engine",
@@ -50,6 +51,8 @@ class PodmanEngine:
     image: str
     root: pathlib.Path
     service: subprocess.Popen | None = None
+    network_backend: str = ""
+    """``netavark`` or ``cni``: what podman uses for the engine's network."""
 
     def podman(self, *args: str, check: bool = True, timeout: float = 120) -> str:
         proc = subprocess.run(
@@ -91,7 +94,7 @@ def _busybox_tar(path: pathlib.Path) -> None:
 def unavailable_reason() -> str | None:
     """Why podman cannot run here, or ``None``."""
     if shutil.which("podman") is None:
-        return "podman is not installed (scripts/install-dev.sh installs it)"
+        return "podman is not installed (scripts/setup.sh demo installs it)"
     if not (shutil.which("busybox") or os.path.exists("/bin/busybox")):
         return "no static busybox to build the test image from (apt-get install busybox-static)"
     if os.geteuid() != 0:
@@ -99,20 +102,82 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def start_engine(root: pathlib.Path) -> PodmanEngine:
+NETWORK_BACKENDS = ("netavark", "cni")
+
+
+def _network_file(backend: str, name: str, bridge: str, prefix: str) -> tuple[str, dict]:
+    """The file name and JSON that declare one bridge network for ``backend``.
+
+    Written directly rather than with ``podman network create``: podman 4.3 has no
+    ``--interface-name``, and a unique bridge name keeps parallel engines on one machine off
+    each other's interface. Formats: netavark's network JSON (podman 4's
+    ``libnetwork/types.Network``) and a CNI 0.4.0 conflist with the plugins podman's own
+    ``network create`` writes (bridge with host-local IPAM, portmap, firewall, tuning).
+    """
+    subnet, gateway = f"{prefix}.0/24", f"{prefix}.1"
+    if backend == "netavark":
+        return f"{name}.json", {
+            "name": name,
+            "id": hashlib.sha256(name.encode()).hexdigest(),
+            "driver": "bridge",
+            "network_interface": bridge,
+            "created": "2024-01-01T00:00:00Z",
+            "subnets": [{"subnet": subnet, "gateway": gateway}],
+            "ipv6_enabled": False,
+            "internal": False,
+            "dns_enabled": False,
+            "ipam_options": {"driver": "host-local"},
+        }
+    return f"{name}.conflist", {
+        "cniVersion": "0.4.0",
+        "name": name,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "ranges": [[{"subnet": subnet, "gateway": gateway}]],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+            {"type": "firewall", "backend": ""},
+            {"type": "tuning"},
+        ],
+    }
+
+
+def start_engine(root: pathlib.Path, *, network_backend: str | None = None) -> PodmanEngine:
     """Configure, populate and start a private podman service below ``root``.
 
+    The engine uses whichever network backend podman picks here (``podman info`` says:
+    netavark where it is installed, else CNI, as on a stock Debian 12), unless
+    ``network_backend`` asks for one. Before returning it runs one container on its network,
+    so an engine that is returned can run pods.
+
+    Args:
+        root: an empty directory for the engine's configuration, storage and socket.
+        network_backend: ``"netavark"``, ``"cni"`` or ``None`` (podman's choice).
+
     Raises:
-        EngineUnavailable: podman is missing or cannot run here.
+        EngineUnavailable: podman is missing or cannot run a container here; the message is
+            one line saying why.
     """
     reason = unavailable_reason()
     if reason:
         raise EngineUnavailable(reason)
+    if network_backend is not None and network_backend not in NETWORK_BACKENDS:
+        raise ValueError(f"network_backend must be one of {NETWORK_BACKENDS}")
     tag = uuid.uuid4().hex[:6]
     conf = root / "containers.conf"
     storage = root / "storage.conf"
     netdir = root / "networks"
     netdir.mkdir(parents=True)
+    backend_line = f'network_backend = "{network_backend}"\n' if network_backend else ""
     conf.write_text(
         "[containers]\n"
         'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
@@ -123,6 +188,7 @@ def start_engine(root: pathlib.Path) -> PodmanEngine:
         f'events_logfile_path = "{root}/events.log"\n'
         f'tmp_dir = "{root}/tmp"\n'
         "[network]\n"
+        f"{backend_line}"
         f'network_config_dir = "{netdir}"\n'
     )
     storage.write_text(
@@ -135,32 +201,29 @@ def start_engine(root: pathlib.Path) -> PodmanEngine:
         url=f"unix://{sock}", env=env, network=f"eftest{tag}", image=BUSYBOX_IMAGE, root=root
     )
     try:
-        engine.podman("info", timeout=60)
-    except Exception as exc:
-        raise EngineUnavailable(f"podman cannot run here: {exc}") from exc
-    # The network file is written directly: podman 4.3 has no --interface-name, and a
-    # unique bridge name keeps parallel sessions off each other's interface.
-    prefix = f"10.{random.randint(200, 249)}.{random.randint(0, 255)}"
-    (netdir / f"{engine.network}.json").write_text(
-        json.dumps(
-            {
-                "name": engine.network,
-                "id": hashlib.sha256(engine.network.encode()).hexdigest(),
-                "driver": "bridge",
-                "network_interface": f"ef{tag}",
-                "created": "2024-01-01T00:00:00Z",
-                "subnets": [{"subnet": f"{prefix}.0/24", "gateway": f"{prefix}.1"}],
-                "ipv6_enabled": False,
-                "internal": False,
-                "dns_enabled": False,
-                "ipam_options": {"driver": "host-local"},
-            }
+        backend = engine.podman("info", "--format", "{{.Host.NetworkBackend}}", timeout=60).strip()
+        if backend not in NETWORK_BACKENDS:
+            raise EngineUnavailable(
+                f"podman uses the network backend {backend!r}, not netavark or CNI"
+            )
+        prefix = f"10.{random.randint(200, 249)}.{random.randint(0, 255)}"
+        name, body = _network_file(backend, engine.network, f"ef{tag}", prefix)
+        (netdir / name).write_text(json.dumps(body))
+        engine.podman("network", "inspect", engine.network)
+        tar = root / "busybox.tar"
+        _busybox_tar(tar)
+        engine.podman("import", "--change", 'CMD ["/bin/sh"]', str(tar), BUSYBOX_IMAGE)
+        # One container on the network: a podman that cannot start containers here (no
+        # cgroups, no runc, a backend whose plugins are missing) is found now, not by a pod.
+        engine.podman(
+            "run", "--rm", "--network", engine.network, BUSYBOX_IMAGE, "true", timeout=120
         )
-    )
-    engine.podman("network", "inspect", engine.network)
-    tar = root / "busybox.tar"
-    _busybox_tar(tar)
-    engine.podman("import", "--change", 'CMD ["/bin/sh"]', str(tar), BUSYBOX_IMAGE)
+    except EngineUnavailable:
+        _remove_network(engine)
+        raise
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        _remove_network(engine)
+        raise EngineUnavailable(f"podman cannot run a container here: {_one_line(exc)}") from exc
     with open(root / "service.log", "w") as log:
         service = subprocess.Popen(
             ["podman", "system", "service", "--time=0", f"unix://{sock}"],
@@ -169,16 +232,26 @@ def start_engine(root: pathlib.Path) -> PodmanEngine:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    engine = dataclasses.replace(engine, service=service)
+    engine = dataclasses.replace(engine, service=service, network_backend=backend)
     deadline = time.monotonic() + 30
     while not sock.exists():
         if service.poll() is not None or time.monotonic() > deadline:
             stop_engine(engine)
             raise EngineUnavailable(
-                f"podman system service did not start: {(root / 'service.log').read_text()}"
+                "podman system service did not start: "
+                + _one_line((root / "service.log").read_text() or "no output")
             )
         time.sleep(0.05)
     return engine
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _remove_network(engine: PodmanEngine) -> None:
+    engine.podman("network", "rm", "-f", engine.network, check=False)
 
 
 def stop_engine(engine: PodmanEngine) -> None:
@@ -191,4 +264,4 @@ def stop_engine(engine: PodmanEngine) -> None:
         except subprocess.TimeoutExpired:
             engine.service.kill()
             engine.service.wait()
-    engine.podman("network", "rm", "-f", engine.network, check=False)
+    _remove_network(engine)

@@ -120,7 +120,7 @@ def _reference_backend() -> bool:
     kube-apiserver binary and etcd are present; the server itself comes from the
     session fixture ``tests.k8s.fixtures.kube_apiserver`` (one server shared with
     the tests in ``tests/k8s``). Without the binary the backend is simply not in the
-    parameter list; ``scripts/install-dev.sh`` builds it.
+    parameter list; ``scripts/setup.sh test`` builds it.
     """
     if _kube_apiserver is None:
         return False

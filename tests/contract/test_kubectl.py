@@ -23,6 +23,7 @@ import yaml
 
 from tests.contract.conftest import DEADLINE_S, Kube
 from tests.data import MANIFESTS
+from tests.environment import not_applicable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
@@ -153,7 +154,7 @@ class Kubectl:
 def kubectl(request: pytest.FixtureRequest, kube: Kube, tmp_path: pathlib.Path) -> Kubectl:
     """kubectl against the test's backend; each available kubectl release in turn."""
     if request.param != "kubectl" and kube.cluster.name != "embedded":
-        pytest.skip(f"{request.param} is checked against the embedded server only")
+        not_applicable(f"{request.param} is checked against the embedded server only")
     return Kubectl(kube, KUBECTLS[request.param], tmp_path / "kubectl-cache")
 
 

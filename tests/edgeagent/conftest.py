@@ -28,6 +28,7 @@ from tests.edgeagent.podman_engine import (
     start_engine,
     stop_engine,
 )
+from tests.environment import missing
 
 __all__ = ["BUSYBOX_IMAGE", "PodmanEngine", "docker_settings"]
 
@@ -40,7 +41,7 @@ def podman_engine(tmp_path_factory: pytest.TempPathFactory):
     try:
         engine = start_engine(tmp_path_factory.mktemp("podman"))
     except EngineUnavailable as exc:
-        pytest.skip(str(exc))
+        missing(str(exc), "scripts/setup.sh test installs podman")
     try:
         yield engine
     finally:

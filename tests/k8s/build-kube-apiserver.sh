@@ -2,7 +2,9 @@
 # Build the reference kube-apiserver v1.20.2 that the contract and kubectl tests run against,
 # from Debian bookworm's own `kubernetes` source package, and cache it outside the repository.
 #
-#   tests/k8s/build-kube-apiserver.sh          (as root, or with sudo, on Debian bookworm)
+#   tests/k8s/build-kube-apiserver.sh [--quiet]  (as root, or with sudo, on Debian bookworm)
+#
+# --quiet prints nothing when the build is already cached (scripts/setup.sh uses it).
 #
 # What it does, once (about 5 minutes of compiling on 2 cores; a second run exits at once):
 #   1. installs golang-1.19-go, Debian's newer modern-go/reflect2 and json-iterator, etcd-server
@@ -52,8 +54,11 @@ all_ok() {
     binary_ok "$BINARY" && kubectl_ok "$KUBECTL" && command -v etcd >/dev/null
 }
 
+QUIET=0
+[ "${1:-}" = --quiet ] && QUIET=1
+
 if all_ok; then
-    log "cached: $BINARY ($("$BINARY" --version)), kubectl $KUBECTL, etcd $(command -v etcd)"
+    [ "$QUIET" -eq 1 ] || log "cached: $BINARY ($("$BINARY" --version)), kubectl $KUBECTL, etcd $(command -v etcd)"
     exit 0
 fi
 

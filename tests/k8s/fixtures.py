@@ -10,18 +10,18 @@ the first and stopped when the last one is torn down.
 
 When the binary or etcd is missing, tests that use the fixture are skipped with the
 command that builds it, except under CI (``CI`` set in the environment), where they fail:
-CI installs both through ``scripts/install-dev.sh``, so a missing binary there is a bug.
+CI installs both through ``scripts/setup.sh test``, so a missing binary there is a bug.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.environment import missing
 from tests.k8s.kube_apiserver import (
     BINARY_ENV,
     RunningAPIServer,
@@ -45,10 +45,7 @@ class Backend:
 
 def require(what: str, how: str) -> None:
     """Skip the current test (fail it under CI) because ``what`` is missing; ``how`` fixes it."""
-    message = f"{what} is not available: {how}"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message} (CI must provide it: see scripts/install-dev.sh)")
-    pytest.skip(message)
+    missing(f"{what} is not available: {how}", "scripts/setup.sh test builds and installs it")
 
 
 def _require_binaries() -> None:
