@@ -121,8 +121,11 @@ tar -C "$ROOT" -xf "$TARBALL"
 log "fresh root $ROOT: Debian $(cat "$ROOT/etc/debian_version"), $("$ROOT/usr/bin/python3" -V 2>/dev/null || chroot "$ROOT" python3 -V), no pip, no venv module, nothing of ours"
 
 # 2. What the root may take from the host: CA trust, pip and apt configuration, name resolution.
-mkdir -p "$ROOT/etc/ssl/certs"
+# The trust goes in twice: as the bundle apt and pip read now, and as a local CA that
+# update-ca-certificates adds back when the ca-certificates package regenerates the bundle.
+mkdir -p "$ROOT/etc/ssl/certs" "$ROOT/usr/local/share/ca-certificates"
 cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
+cp /etc/ssl/certs/ca-certificates.crt "$ROOT/usr/local/share/ca-certificates/host-trust.crt"
 [ -f /etc/pip.conf ] && cp /etc/pip.conf "$ROOT/etc/pip.conf"
 # The host's Debian sources replace debootstrap's one-line sources.list (they add the
 # security and updates suites); other vendors' sources and our own scripts' are left out.
@@ -163,6 +166,8 @@ T1=$(date +%s)
 set +e
 CACHE="$CACHE" unshare --mount --pid --fork --propagation private -- bash -euc '
     root=$1; shift
+    # The root is a mount point of its own, as / is on a real machine (podman remounts /).
+    mount --bind "$root" "$root"
     mount -t proc proc "$root/proc"
     mount --rbind /sys "$root/sys"; mount --make-rslave "$root/sys"
     mount --rbind /dev "$root/dev"; mount --make-rslave "$root/dev"

@@ -246,7 +246,12 @@ def start_engine(root: pathlib.Path, *, network_backend: str | None = None) -> P
 
 
 def _one_line(exc: BaseException | str) -> str:
-    text = " ".join(str(exc).split())
+    """The gist of a podman failure on one line: its last ``Error:`` line if it has one."""
+    text = str(exc)
+    command = text.split(" failed: ", 1)[0] if " failed: " in text else ""
+    if "Error: " in text:
+        text = f"{command}: {text.rsplit('Error: ', 1)[1]}" if command else text
+    text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
 
 
