@@ -310,7 +310,9 @@ class Demo:
             self.event(f"runtime: process — no container engine: {exc}")
             return None
         self.state.runtime = "docker"
-        self.state.runtime_reason = f"podman's Docker API at {self.engine.url}"
+        self.state.runtime_reason = (
+            f"podman ({self.engine.network_backend} network), Docker API at {self.engine.url}"
+        )
         check.ok(self.state.runtime_reason)
         self.event(f"runtime: docker — {self.state.runtime_reason}, image {self.engine.image}")
         return {

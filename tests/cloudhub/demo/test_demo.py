@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from cloudhub.__main__ import main
@@ -29,6 +30,7 @@ from cloudhub.demo.engine import unavailable_reason
 from cloudhub.demo.processes import Child
 from cloudhub.demo.run import Demo, DemoOptions
 from cloudhub.kube import NODES, KubeClient
+from tests.environment import in_ci
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -111,7 +113,10 @@ async def test_cleanup_ends_every_process_and_removes_the_directory() -> None:
 
 
 def test_demo_runs_the_fleet_and_cleans_up(tmp_path: pathlib.Path) -> None:
-    runtime = "auto" if unavailable_reason() is None else "process"
+    reason = unavailable_reason()
+    if reason is not None and in_ci():
+        pytest.fail(f"CI=true: the demo must run on podman, and {reason}", pytrace=False)
+    runtime = "auto" if reason is None else "process"
     summary_path = tmp_path / "summary.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     args = [
