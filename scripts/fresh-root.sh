@@ -16,7 +16,8 @@
 # (/etc/ssl/certs/ca-certificates.crt), the pip configuration (/etc/pip.conf), the apt sources
 # and Acquire settings for Debian's mirror, /etc/resolv.conf and /etc/hosts. Mounted: a new
 # /proc (own PID namespace: every process started inside dies with the run), /sys (cgroups),
-# /dev, a tmpfs on /run. Cached between runs under ~/.cache/edgefleet/ (never installed state):
+# /dev, a tmpfs on /run; the root is pivoted to, so nothing of the host's file system is
+# visible inside. Cached between runs under ~/.cache/edgefleet/ (never installed state):
 # the untouched root tarball, downloaded .deb and wheel files, and the reference
 # kube-apiserver build (tests/k8s/build-kube-apiserver.sh).
 #
@@ -166,18 +167,22 @@ T1=$(date +%s)
 set +e
 CACHE="$CACHE" unshare --mount --pid --fork --propagation private -- bash -euc '
     root=$1; shift
-    # The root is a mount point of its own, as / is on a real machine (podman remounts /).
+    # The root becomes the real root of this mount namespace (pivot_root, not chroot), as
+    # / is on a real machine: runc joins a container through its mount namespace, and in a
+    # mere chroot `podman exec` lands in the host's file system.
     mount --bind "$root" "$root"
     mount -t proc proc "$root/proc"
     mount --rbind /sys "$root/sys"; mount --make-rslave "$root/sys"
     mount --rbind /dev "$root/dev"; mount --make-rslave "$root/dev"
     mount -t tmpfs -o mode=755 tmpfs "$root/run"
-    mkdir -p "$root/run/lock"
+    mkdir -p "$root/run/lock" "$root/.host"
     mount --bind "$CACHE/fresh-root/apt-archives" "$root/var/cache/apt/archives"
     mount --bind "$CACHE/fresh-root/pip" "$root/root/.cache/pip"
     mount --bind "$CACHE/kube-apiserver-v1.20.2" "$root/root/.cache/edgefleet/kube-apiserver-v1.20.2"
-    exec chroot "$root" env -i "$@"
-' fresh-root "$ROOT" "${ENVIRONMENT[@]}" bash -c "cd /root/edgefleet && $COMMAND"
+    cd "$root"
+    pivot_root . .host
+    exec /usr/sbin/chroot . /usr/bin/env -i "$@"
+' fresh-root "$ROOT" "${ENVIRONMENT[@]}" bash -c "umount -l /.host && rmdir /.host && cd /root/edgefleet && $COMMAND"
 rc=$?
 set -e
 case "$MODE" in

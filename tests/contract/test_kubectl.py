@@ -30,9 +30,13 @@ KUBECTL = shutil.which("kubectl")
 
 
 def _kubectls() -> dict[str, str]:
-    """The kubectl binaries to test with: the one on PATH (/usr/bin/kubectl, 1.32
-    here) and Debian's kubernetes-client 1.20.2 that tests/k8s unpacks beside the
-    reference kube-apiserver, when present and different."""
+    """The kubectl binaries to test with, by parameter name.
+
+    ``kubectl`` is the one on PATH (/usr/bin/kubectl, 1.32 on our development machines),
+    else Debian's kubernetes-client 1.20.2 that tests/k8s unpacks beside the reference
+    kube-apiserver (a fresh Debian machine has only that one); ``kubectl-1.20`` is the
+    latter too when both exist and differ.
+    """
     found: dict[str, str] = {}
     if KUBECTL:
         found["kubectl"] = KUBECTL
@@ -41,7 +45,11 @@ def _kubectls() -> dict[str, str]:
     except ImportError:  # pragma: no cover - only when tests/k8s is absent
         return found
     debian = kubectl_path()
-    if debian is not None and KUBECTL and debian.resolve() != pathlib.Path(KUBECTL).resolve():
+    if debian is None:
+        return found
+    if not KUBECTL:
+        found["kubectl"] = str(debian)
+    elif debian.resolve() != pathlib.Path(KUBECTL).resolve():
         found["kubectl-1.20"] = str(debian)
     return found
 
@@ -51,7 +59,9 @@ KUBECTLS = _kubectls()
 
 pytestmark = [
     pytest.mark.skipif(
-        KUBECTL is None, reason="kubectl is not installed (Debian: kubernetes-client)"
+        not KUBECTLS,
+        reason="no kubectl: neither on PATH nor beside the reference kube-apiserver "
+        "(scripts/setup.sh test unpacks Debian's kubectl 1.20.2 there)",
     ),
 ]
 

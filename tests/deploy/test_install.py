@@ -1,5 +1,5 @@
 """deploy/install.sh into a temporary root (``--root``): a real venv, the EdgeFleet wheel
-built from this tree (dependencies from the system's site-packages, no network), a real
+built from this tree (its dependencies from a wheelhouse, no index), a real
 join against a hub's join endpoint, the systemd unit enabled with ``systemctl --root``;
 then idempotency, ``--dry-run``, ``--uninstall``, and each early failure."""
 
@@ -50,6 +50,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return built
 
 
+@pytest.fixture(scope="module")
+def wheelhouse(wheel: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A wheelhouse as an offline site has it: EdgeFleet's wheel and every dependency's.
+
+    The dependencies' wheels come from pip's cache (the test environment's install filled
+    it), so that install.sh is tested with ``--no-index`` on any machine, a fresh one too.
+    """
+    house = tmp_path_factory.mktemp("wheelhouse")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(house), str(wheel)],
+        check=True,
+        timeout=600,
+    )
+    return house
+
+
 def env(**extra: str) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the venv's code only
     out.update(extra)
@@ -92,7 +108,7 @@ def snapshot(root: pathlib.Path) -> dict[str, tuple]:
 
 @pytest.mark.slow
 async def test_install_join_idempotency_and_uninstall(
-    start_hub, wheel: pathlib.Path, tmp_path: pathlib.Path
+    start_hub, wheel: pathlib.Path, wheelhouse: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     hub = await start_hub()
     token, _ = await hub.tokens.create(ttl=3600, single_use=True, labels={"site": "lab"})
@@ -103,7 +119,8 @@ async def test_install_join_idempotency_and_uninstall(
         str(root),
         "--wheel",
         str(wheel),
-        "--system-site-packages",
+        "--wheelhouse",
+        str(wheelhouse),
         "--python",
         sys.executable,
         "--runtime",
@@ -194,15 +211,11 @@ async def test_install_join_idempotency_and_uninstall(
 
     # Reinstall for an offline site from a wheelhouse (no index): the node's identity,
     # kept by the uninstall, is reused; no token is needed.
-    wheelhouse = tmp_path / "wheelhouse"
-    wheelhouse.mkdir()
-    shutil.copy(wheel, wheelhouse)
     back = await install(
         "--root",
         str(root),
         "--wheelhouse",
         str(wheelhouse),
-        "--system-site-packages",
         "--python",
         sys.executable,
         "--runtime",

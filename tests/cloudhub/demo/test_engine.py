@@ -71,7 +71,7 @@ def _fake_podman(directory: pathlib.Path, failing: str, message: str) -> None:
     script.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = "{failing}" ]; then\n'
-        "  echo 'time=\"2026-01-01T00:00:00Z\" level=error msg=\"detail\"' >&2\n"
+        '  echo \'time="2026-01-01T00:00:00Z" level=error msg="detail"\' >&2\n'
         f"  echo 'Error: {message}' >&2\n"
         "  exit 125\n"
         "fi\n"

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import pathlib
-import shutil
 import signal
 import socket
 import ssl
@@ -23,6 +22,8 @@ from kubernetes_asyncio import client
 
 from cloudhub.standalone import APIServerSettings, ConfigurationError, EmbeddedAPIServer
 from tests.cloudhub.standalone.conftest import running, settings
+from tests.environment import missing
+from tests.k8s.kube_apiserver import kubectl_path
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -360,14 +361,16 @@ def test_cli_serves_until_sigterm(tmp_path: pathlib.Path) -> None:
         assert serving.startswith("serving https://127.0.0.1:")
         assert proc.stdout.readline().strip() == f"kubeconfig {out}"
         assert (out.stat().st_mode & 0o777) == 0o600
-        if shutil.which("kubectl"):
-            kubectl = subprocess.run(
-                ["kubectl", "--kubeconfig", str(out), "get", "namespaces", "-o", "name"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert "namespace/default" in kubectl.stdout, kubectl.stderr
+        kubectl_binary = kubectl_path()
+        if kubectl_binary is None:
+            missing("no kubectl", "scripts/setup.sh test unpacks Debian's kubectl 1.20.2")
+        kubectl = subprocess.run(
+            [str(kubectl_binary), "--kubeconfig", str(out), "get", "namespaces", "-o", "name"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "namespace/default" in kubectl.stdout, kubectl.stderr
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
