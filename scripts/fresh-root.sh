@@ -7,6 +7,7 @@
 #                                          the demo's verdict
 #   scripts/fresh-root.sh test [-- ARGS]   the README's second command (install + whole suite)
 #   scripts/fresh-root.sh shell            a shell in a fresh root with the clone, to look around
+#   scripts/fresh-root.sh commands         print the README's two commands as this script reads them
 #   options: --keep    leave the root directory for inspection (its path is printed)
 #
 # The commands are read from the README's "Quick start" block, so what is tested is what a
@@ -18,8 +19,8 @@
 # /proc (own PID namespace: every process started inside dies with the run), /sys (cgroups),
 # /dev, a tmpfs on /run; the root is pivoted to, so nothing of the host's file system is
 # visible inside. Cached between runs under ~/.cache/edgefleet/ (never installed state):
-# the untouched root tarball, downloaded .deb and wheel files, and the reference
-# kube-apiserver build (tests/k8s/build-kube-apiserver.sh).
+# the untouched root tarball, downloaded .deb and wheel files, and ~/.cache/edgefleet's
+# built artifacts (the reference kube-apiserver from tests/k8s/build-kube-apiserver.sh).
 #
 # Needs root on a Debian/Ubuntu host (debootstrap is installed if missing) and the network
 # access the host's apt and pip have.
@@ -35,19 +36,18 @@ KEEP=0
 EXTRA=()
 while [ $# -gt 0 ]; do
     case "$1" in
-        demo | test | shell) MODE="$1" ;;
+        demo | test | shell | commands) MODE="$1" ;;
         --keep) KEEP=1 ;;
         --) shift; EXTRA=("$@"); break ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "usage: scripts/fresh-root.sh demo|test|shell [--keep] [-- ARGS]" >&2; exit 2 ;;
+        *) echo "usage: scripts/fresh-root.sh demo|test|shell|commands [--keep] [-- ARGS]" >&2; exit 2 ;;
     esac
     shift
 done
-[ -n "$MODE" ] || { echo "usage: scripts/fresh-root.sh demo|test|shell [--keep] [-- ARGS]" >&2; exit 2; }
+[ -n "$MODE" ] || { echo "usage: scripts/fresh-root.sh demo|test|shell|commands [--keep] [-- ARGS]" >&2; exit 2; }
 
 log() { printf 'fresh-root: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-[ "$(id -u)" -eq 0 ] || die "run as root (debootstrap, chroot and the mounts need it)"
 
 SUITE=bookworm
 CACHE="${EDGEFLEET_CACHE:-$HOME/.cache/edgefleet}"
@@ -69,6 +69,11 @@ readme_command() {
             if (++n == want) { print line; exit }
         }' "$TOP/README.md"
 }
+if [ "$MODE" = commands ]; then
+    printf 'demo: %s\ntest: %s\n' "$(readme_command 1)" "$(readme_command 2)"
+    exit 0
+fi
+[ "$(id -u)" -eq 0 ] || die "run as root (debootstrap, pivot_root and the mounts need it)"
 case "$MODE" in
     demo) COMMAND="$(readme_command 1)" ;;
     test) COMMAND="$(readme_command 2)" ;;
@@ -151,9 +156,10 @@ git clone --quiet --no-local "$TOP" "$ROOT/root/edgefleet"
 log "clone of $(git -C "$ROOT/root/edgefleet" log -1 --format='%h %s' | cut -c1-80)"
 
 # 4. Caches of downloads and builds (bind-mounted, so nothing installed survives the root).
+# ~/.cache/edgefleet is the project's cache of built artifacts (the kube-apiserver build and
+# whatever else a script caches there): the root sees the host's.
 mkdir -p "$CACHE/fresh-root/apt-archives/partial" "$CACHE/fresh-root/pip" \
-    "$CACHE/kube-apiserver-v1.20.2" \
-    "$ROOT/var/cache/apt/archives" "$ROOT/root/.cache/pip" "$ROOT/root/.cache/edgefleet/kube-apiserver-v1.20.2"
+    "$ROOT/var/cache/apt/archives" "$ROOT/root/.cache/pip" "$ROOT/root/.cache/edgefleet"
 # apt keeps downloaded .debs only when told to (Debian's default; the host's docker-clean is
 # not carried in).
 echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >"$ROOT/etc/apt/apt.conf.d/01keep-debs"
@@ -178,7 +184,7 @@ CACHE="$CACHE" unshare --mount --pid --fork --propagation private -- bash -euc '
     mkdir -p "$root/run/lock" "$root/.host"
     mount --bind "$CACHE/fresh-root/apt-archives" "$root/var/cache/apt/archives"
     mount --bind "$CACHE/fresh-root/pip" "$root/root/.cache/pip"
-    mount --bind "$CACHE/kube-apiserver-v1.20.2" "$root/root/.cache/edgefleet/kube-apiserver-v1.20.2"
+    mount --bind "$CACHE" "$root/root/.cache/edgefleet"
     cd "$root"
     pivot_root . .host
     exec /usr/sbin/chroot . /usr/bin/env -i "$@"
@@ -188,10 +194,10 @@ set -e
 case "$MODE" in
     demo)
         if [ "$rc" -eq 0 ]; then verdict="converged (exit 0)"; else verdict="FAILED (exit $rc)"; fi
-        log "demo verdict: $verdict; $(since "$T1") from the command's start (installs included), $(since) in all"
+        log "demo verdict: $verdict; $(since "$T1") since the command started (installs included), $(since) in all"
         ;;
     test)
-        log "suite exit $rc; $(since "$T1") from the command's start (installs included), $(since) in all"
+        log "suite exit $rc; $(since "$T1") since the command started (installs included), $(since) in all"
         ;;
 esac
 exit "$rc"
