@@ -175,7 +175,7 @@ CACHE="$CACHE" unshare --mount --pid --fork --propagation private -- bash -euc '
     root=$1; shift
     # The root becomes the real root of this mount namespace (pivot_root, not chroot), as
     # / is on a real machine: runc joins a container through its mount namespace, and in a
-    # mere chroot `podman exec` lands in the host's file system.
+    # mere chroot `podman exec` lands in the file system of the host.
     mount --bind "$root" "$root"
     mount -t proc proc "$root/proc"
     mount --rbind /sys "$root/sys"; mount --make-rslave "$root/sys"
