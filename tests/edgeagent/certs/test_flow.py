@@ -111,8 +111,15 @@ async def _flow(pki_hub: PKIHub, kube: KubeClient, agent: AgentProcess, namespac
 
     # 3. Rotation over the live session (at 70-90 % of 20 s): new files, same session,
     # the pod untouched.
-    await eventually(lambda: serial(agent) != first_serial, "the certificate renewed", 40)
-    assert "renewed the certificate of node pi-flow" in agent.log()
+    # The files change before the agent logs it: wait for both.
+    await eventually(
+        lambda: (
+            serial(agent) != first_serial
+            and "renewed the certificate of node pi-flow" in agent.log()
+        ),
+        "the certificate renewed, and the agent says so",
+        40,
+    )
     assert agent.hub_session()["session_id"] == session_id
     assert agent.proc is not None and agent.proc.pid == pid
     after = container_status(await get_pod(kube, "apps", "worker"))
