@@ -20,7 +20,12 @@ from cloudhub.errors import ConfigError, KubeAPIError
 from cloudhub.kube import DAEMONSETS, DEPLOYMENTS, NODES, PODS, KubeClient
 from cloudhub.placement.errors import InvalidObject, InvalidSpec, TranslationError
 from cloudhub.placement.explain import explain, format_explanations
-from cloudhub.placement.importers import GROUP_LABEL, import_files, load_documents
+from cloudhub.placement.importers import (
+    GROUP_LABEL,
+    ImportResult,
+    import_files,
+    load_documents,
+)
 from cloudhub.placement.model import KIND, PlacementKey, parse_placement
 from cloudhub.placement.nodes import offline_since
 from cloudhub.placement.planner import Planner
@@ -53,13 +58,29 @@ def placement() -> None:
     show_default=True,
     help="Namespace of placements whose source has none.",
 )
+@click.option(
+    "--lossy",
+    is_flag=True,
+    help="Write the placements even when a field left out changes where or what runs "
+    "(each is still listed).",
+)
 def import_command(
-    files: tuple[str, ...], group_label: str, cluster_labels: str | None, namespace: str
+    files: tuple[str, ...],
+    group_label: str,
+    cluster_labels: str | None,
+    namespace: str,
+    lossy: bool,
 ) -> None:
     """Translate Karmada, KubeEdge, OpenYurt and SuperEdge documents into EdgePlacements.
 
-    The EdgePlacements are written to stdout as YAML; what each document could
-    not translate is reported on stderr.
+    The EdgePlacements are written to stdout as YAML; what each document could not
+    translate is reported on stderr, "dropped" when leaving it out changes where or what
+    runs (a wider or narrower placement, other replicas, another image), "not translated"
+    when it does not (a Service the policy also propagates).
+
+    Exit status: 0 when the placements are written; 1 when nothing is written: a field
+    was dropped (unless --lossy), no document yields a placement, or a file cannot be
+    read or parsed.
     """
     labels: dict[str, Any] = {}
     if cluster_labels:
@@ -76,14 +97,38 @@ def import_command(
         )
     except TranslationError as exc:
         raise click.ClickException(str(exc)) from exc
+    _report(results)
     placements = [p for r in results for p in r.placements]
-    if placements:
-        click.echo(yaml.safe_dump_all(placements, sort_keys=False), nl=False)
+    dropped = sum(len(r.lossy) for r in results)
+    if not placements:
+        raise click.ClickException(
+            "nothing to import: no document given translates into an EdgePlacement"
+        )
+    if dropped and not lossy:
+        raise click.ClickException(
+            f"{dropped} field(s) dropped would change where or what runs (listed above as "
+            '"dropped"); nothing written. Translate them by hand, or pass --lossy to write '
+            "the placements without them."
+        )
+    click.echo(yaml.safe_dump_all(placements, sort_keys=False), nl=False)
+    if dropped:
+        click.echo(
+            f"written with --lossy: {dropped} field(s) dropped change where or what runs",
+            err=True,
+        )
+
+
+def _report(results: list[ImportResult]) -> None:
+    """Per document on stderr: what it became, what was dropped (file, document, path)."""
     for result in results:
         made = ", ".join(p["metadata"]["name"] for p in result.placements) or "no placement"
         click.echo(f"{result.source}: {result.kind} {result.name} -> {made}", err=True)
-        for line in result.untranslated:
-            click.echo(f"  not translated: {line}", err=True)
+        for item in result.dropped:
+            if item.changes_meaning:
+                where = f"{item.document} {item.path}" if item.document else item.path
+                click.echo(f"  dropped: {where or '(the document)'}: {item.message}", err=True)
+            else:
+                click.echo(f"  not translated: {item.message}", err=True)
         for line in result.notes:
             click.echo(f"  note: {line}", err=True)
 

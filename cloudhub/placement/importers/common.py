@@ -1,5 +1,14 @@
 """What every source system's translation shares: the documents, the result, the
-EdgePlacement it produces, and the overriders (image, args) Karmada and KubeEdge both have."""
+EdgePlacement it produces, and the overriders (image, args) Karmada and KubeEdge both have.
+
+A translation never changes what a policy means in silence: whatever a document says that
+its EdgePlacements do not is recorded as :class:`Dropped`, with its path, and marked
+``changes_meaning`` when leaving it out changes where or what runs (a placement wider or
+narrower than the source's, other replicas, another image, a workload not placed). The
+``cloudhub placement import`` command refuses to write placements with such drops unless
+told ``--lossy``. Drops that change neither (a Service a policy also propagates, how a
+node group is labelled) are reported and allowed.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +25,11 @@ from cloudhub.placement.model import API_VERSION, KIND, parse_placement
 __all__ = [
     "GROUP_LABEL",
     "PASSIVE_KINDS",
+    "POD_WORKLOADS",
     "SHAPE_ERRORS",
     "Context",
     "Doc",
+    "Dropped",
     "ImportResult",
     "args_overrides",
     "finish",
@@ -32,6 +43,27 @@ GROUP_LABEL = "apps.edgefleet.io/group"
 """Node label naming a node's group when a source system has none (Karmada clusters)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """Something a source document says that its EdgePlacements do not.
+
+    Attributes:
+        path: the field, as a JSON path in its document (``spec.placement.spreadConstraints``;
+            "" for the whole document).
+        message: what was left out and why, one sentence.
+        changes_meaning: leaving it out changes where or what runs (a wider or narrower
+            placement, other replicas, another image or command, a workload not placed).
+        document: the document holding the field when it is not the result's own (an
+            OverridePolicy rule applied to a PropagationPolicy's placement):
+            ``file#index Kind namespace/name``.
+    """
+
+    path: str
+    message: str
+    changes_meaning: bool = True
+    document: str = ""
+
+
 @dataclass
 class ImportResult:
     """The translation of one source document.
@@ -41,7 +73,7 @@ class ImportResult:
         kind: the document's kind.
         name: its ``namespace/name``.
         placements: EdgePlacement objects (API JSON), each validated.
-        untranslated: what could not be translated, one sentence each.
+        dropped: what could not be translated (see :class:`Dropped`).
         notes: how things were mapped (group labels, defaults taken).
     """
 
@@ -49,8 +81,25 @@ class ImportResult:
     kind: str
     name: str
     placements: list[dict[str, Any]] = field(default_factory=list)
-    untranslated: list[str] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def drop(
+        self, path: str, message: str, *, changes_meaning: bool = True, document: str = ""
+    ) -> None:
+        """Record a field left out (by default one whose absence changes the meaning)."""
+        self.dropped.append(Dropped(path, message, changes_meaning, document))
+
+    @property
+    def untranslated(self) -> tuple[str, ...]:
+        """What could not be translated, one sentence each (every drop's message; record
+        more with :meth:`drop`)."""
+        return tuple(d.message for d in self.dropped)
+
+    @property
+    def lossy(self) -> list[Dropped]:
+        """The drops that change where or what runs."""
+        return [d for d in self.dropped if d.changes_meaning]
 
 
 @dataclass
@@ -86,6 +135,10 @@ class Doc:
         labels = self.metadata.get("labels")
         return dict(labels) if isinstance(labels, Mapping) else {}
 
+    def describe(self, ctx: Context) -> str:
+        """``file#index Kind namespace/name``, for drops recorded on another result."""
+        return f"{self.source} {self.kind} {ref(self, ctx)}"
+
 
 def load_documents(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
     """Split a (multi-document) YAML or JSON text into objects.
@@ -118,6 +171,12 @@ def load_documents(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
 
 #: What reading a field of an unexpected type raises in the handlers below.
 SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+
+#: Kinds that run pods: a selector or manifest of one of these that is not placed changes
+#: what runs; any other kind (Service, Ingress, ConfigMap...) does not.
+POD_WORKLOADS = frozenset(
+    {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "CronJob", "Pod"}
+)
 
 # Workloads and plain resources are inputs to the translation, not documents to translate.
 PASSIVE_KINDS = {
@@ -160,7 +219,9 @@ def ref(doc: Doc, ctx: Context) -> str:
 def finish(
     result: ImportResult, name: str, namespace: str, spec: dict[str, Any], source: str
 ) -> None:
-    """Validate and add one EdgePlacement to a result."""
+    """Validate and add one EdgePlacement to a result (an empty ``overrides`` left out)."""
+    if not spec.get("overrides", True):
+        del spec["overrides"]
     obj = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -174,7 +235,7 @@ def finish(
     try:
         parse_placement(obj)
     except InvalidSpec as exc:
-        result.untranslated.append(f"the translated placement {name} is invalid: {exc}")
+        result.drop("", f"the translated placement {name} is invalid: {exc}")
         return
     result.placements.append(obj)
 
@@ -216,12 +277,25 @@ def _override_image(image: str, component: str, operator: str, value: str) -> st
 
 
 def image_overriders(
-    template: Mapping[str, Any], rules: Iterable[Mapping[str, Any]], problems: list[str], what: str
+    template: Mapping[str, Any],
+    rules: Iterable[Mapping[str, Any]],
+    result: ImportResult,
+    path: str,
+    what: str,
+    document: str = "",
 ) -> dict[str, str]:
-    """Apply image overriders to a template's containers: ``{container: image}``."""
+    """Apply image overriders to a template's containers: ``{container: image}``.
+
+    Args:
+        template: the PodTemplateSpec.
+        rules: the overriders (``component``, ``operator``, ``value``, ``predicate``).
+        result: where a rule that cannot be applied is recorded (it changes the image).
+        path: the rules' JSON path in their document; ``what`` names them in messages;
+            ``document`` is their document when it is not the result's.
+    """
     containers = template["spec"].get("containers") or []
     images = {c["name"]: c.get("image", "") for c in containers}
-    for rule in rules:
+    for k, rule in enumerate(rules):
         component = rule.get("component")
         operator = rule.get("operator")
         if component not in ("Registry", "Repository", "Tag") or operator not in (
@@ -229,14 +303,22 @@ def image_overriders(
             "remove",
             "replace",
         ):
-            problems.append(f"{what}: image overrider {dict(rule)} is malformed")
+            result.drop(
+                f"{path}[{k}]",
+                f"{what}: image overrider {dict(rule)} is malformed",
+                document=document,
+            )
             continue
         targets = list(images)
         predicate = (rule.get("predicate") or {}).get("path")
         if predicate:
             match = re.fullmatch(r"/spec/template/spec/containers/(\d+)/image", predicate)
             if match is None or int(match[1]) >= len(containers):
-                problems.append(f"{what}: image predicate path {predicate} not translated")
+                result.drop(
+                    f"{path}[{k}].predicate.path",
+                    f"{what}: image predicate path {predicate} not translated",
+                    document=document,
+                )
                 continue
             targets = [containers[int(match[1])]["name"]]
         for name in targets:
@@ -252,14 +334,25 @@ def image_overrides(group: str, images: Mapping[str, str]) -> list[dict[str, Any
 
 
 def args_overrides(
-    template: Mapping[str, Any], rules: Iterable[Mapping[str, Any]], problems: list[str], what: str
+    template: Mapping[str, Any],
+    rules: Iterable[Mapping[str, Any]],
+    result: ImportResult,
+    path: str,
+    what: str,
+    document: str = "",
 ) -> dict[str, list[str]]:
+    """Apply args overriders (``add``/``remove`` values) to a template's containers:
+    ``{container: args}``; arguments as :func:`image_overriders`."""
     out: dict[str, list[str]] = {}
     containers = {c["name"]: list(c.get("args") or []) for c in template["spec"]["containers"]}
-    for rule in rules:
+    for k, rule in enumerate(rules):
         name = rule.get("containerName")
         if name not in containers:
-            problems.append(f"{what}: args overrider for unknown container {name!r}")
+            result.drop(
+                f"{path}[{k}].containerName",
+                f"{what}: args overrider for unknown container {name!r}",
+                document=document,
+            )
             continue
         args = out.get(name, containers[name])
         values = list(rule.get("value") or [])
@@ -268,7 +361,11 @@ def args_overrides(
         elif rule.get("operator") == "remove":
             args = [a for a in args if a not in values]
         else:
-            problems.append(f"{what}: args operator {rule.get('operator')!r} not translated")
+            result.drop(
+                f"{path}[{k}].operator",
+                f"{what}: args operator {rule.get('operator')!r} not translated",
+                document=document,
+            )
             continue
         out[name] = args
     return out

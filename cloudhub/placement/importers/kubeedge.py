@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudhub.placement.importers.common import (
+    POD_WORKLOADS,
     Context,
     Doc,
     ImportResult,
@@ -28,10 +29,14 @@ KUBEEDGE_GROUP_LABEL = "apps.kubeedge.io/belonging-to"
 
 def edge_application(ctx: Context, doc: Doc) -> ImportResult:
     result = ImportResult(doc.source, doc.kind, ref(doc, ctx))
-    problems = result.untranslated
     spec = doc.obj.get("spec") or {}
     scope = spec.get("workloadScope") or {}
-    targets = list(scope.get("targetNodeGroups") or [])
+    spath = "spec.workloadScope"
+    # (group, its overriders, their JSON path)
+    targets = [
+        (t["name"], t.get("overriders") or {}, f"{spath}.targetNodeGroups[{j}].overriders")
+        for j, t in enumerate(scope.get("targetNodeGroups") or [])
+    ]
     for i, selector in enumerate(scope.get("targetNodeGroupSelectors") or []):
         groups = [
             d
@@ -40,27 +45,30 @@ def edge_application(ctx: Context, doc: Doc) -> ImportResult:
             and all(d.labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
         ]
         if not groups:
-            problems.append(
+            result.drop(
+                f"{spath}.targetNodeGroupSelectors[{i}]",
                 f"targetNodeGroupSelectors[{i}]: no NodeGroup among the documents "
-                "has these labels; pass the NodeGroups to resolve them"
+                "has these labels; pass the NodeGroups to resolve them",
             )
-        targets.extend(
-            {"name": g.name, "overriders": selector.get("overriders") or {}} for g in groups
-        )
+        opath = f"{spath}.targetNodeGroupSelectors[{i}].overriders"
+        targets.extend((g.name, selector.get("overriders") or {}, opath) for g in groups)
     if scope.get("targetNodeLabels"):
-        problems.append(
-            "workloadScope.targetNodeLabels not translated: use the placement's nodeSelector"
+        result.drop(
+            f"{spath}.targetNodeLabels",
+            "workloadScope.targetNodeLabels not translated: use the placement's nodeSelector",
         )
     if not targets:
-        problems.append("no target node group: nothing to place")
+        result.drop(f"{spath}.targetNodeGroups", "no target node group: nothing to place")
     manifests = (spec.get("workloadTemplate") or {}).get("manifests") or []
     for i, manifest in enumerate(manifests):
         if not isinstance(manifest, Mapping) or manifest.get("kind") != "Deployment":
             kind = manifest.get("kind") if isinstance(manifest, Mapping) else type(manifest)
-            problems.append(
+            result.drop(
+                f"spec.workloadTemplate.manifests[{i}]",
                 f"workloadTemplate.manifests[{i}] ({kind}): EdgeFleet places pods "
                 "only; apply it to the cluster as it is (KubeEdge scopes Services "
-                "per node group, EdgeFleet does not)"
+                "per node group, EdgeFleet does not)",
+                changes_meaning=kind in POD_WORKLOADS,
             )
             continue
         base = workload_spec(manifest)
@@ -71,11 +79,11 @@ def edge_application(ctx: Context, doc: Doc) -> ImportResult:
             "replicasPerGroup": base["replicas"],
             "groups": {
                 "byLabel": KUBEEDGE_GROUP_LABEL,
-                "members": [{"value": t["name"]} for t in targets],
+                "members": [{"value": group} for group, _, _ in targets],
             },
         }
-        for target in targets:
-            _kubeedge_overriders(out, target["name"], target.get("overriders") or {}, problems)
+        for group, overriders, opath in targets:
+            _overriders(out, group, overriders, result, opath)
         result.notes.append(
             f"node groups are the nodes labelled {KUBEEDGE_GROUP_LABEL}=<group>"
             " (as KubeEdge labels NodeGroup members)"
@@ -90,18 +98,27 @@ def edge_application(ctx: Context, doc: Doc) -> ImportResult:
     return result
 
 
-def _kubeedge_overriders(
-    out: dict[str, Any], group: str, overriders: Mapping[str, Any], problems: list[str]
+def _overriders(
+    out: dict[str, Any],
+    group: str,
+    overriders: Mapping[str, Any],
+    result: ImportResult,
+    path: str,
 ) -> None:
+    """A node group's overriders as its overrides (``path``: the overriders' JSON path)."""
     what = f"node group {group}"
     overrides = out.setdefault("overrides", [])
     if overriders.get("replicas") is not None:
         overrides.append({"group": group, "replicas": overriders["replicas"]})
     images = image_overriders(
-        out["template"], overriders.get("imageOverriders") or [], problems, what
+        out["template"],
+        overriders.get("imageOverriders") or [],
+        result,
+        f"{path}.imageOverriders",
+        what,
     )
     overrides.extend(image_overrides(group, images))
-    for rule in overriders.get("envOverriders") or []:
+    for k, rule in enumerate(overriders.get("envOverriders") or []):
         if rule.get("operator") in ("add", "replace"):
             overrides.append(
                 {
@@ -111,14 +128,23 @@ def _kubeedge_overriders(
                 }
             )
         else:
-            problems.append(
-                f"{what}: env operator {rule.get('operator')!r} (removing variables) not translated"
+            result.drop(
+                f"{path}.envOverriders[{k}]",
+                f"{what}: env operator {rule.get('operator')!r} (removing variables) "
+                "not translated",
             )
-    args = args_overrides(out["template"], overriders.get("argsOverriders") or [], problems, what)
+    args = args_overrides(
+        out["template"],
+        overriders.get("argsOverriders") or [],
+        result,
+        f"{path}.argsOverriders",
+        what,
+    )
     overrides.extend({"group": group, "container": c, "args": a} for c, a in args.items())
     if overriders.get("commandOverriders"):
-        problems.append(
-            f"{what}: commandOverriders not translated (overrides change args, not the command)"
+        result.drop(
+            f"{path}.commandOverriders",
+            f"{what}: commandOverriders not translated (overrides change args, not the command)",
         )
     for rule in overriders.get("resourcesOverriders") or []:
         value = rule.get("value") or {}
@@ -129,8 +155,6 @@ def _kubeedge_overriders(
                 "resources": {k: v for k, v in value.items() if k in ("requests", "limits")},
             }
         )
-    if not overrides:
-        out.pop("overrides")
 
 
 def node_group(ctx: Context, doc: Doc) -> ImportResult:
@@ -141,10 +165,13 @@ def node_group(ctx: Context, doc: Doc) -> ImportResult:
         members.append(f"nodes {', '.join(spec['nodes'])}")
     if spec.get("matchLabels"):
         members.append(f"nodes with labels {spec['matchLabels']}")
-    result.untranslated.append(
+    # How to label the nodes: nothing runs from a NodeGroup itself.
+    result.drop(
+        "spec",
         "a NodeGroup is node membership, not a placement: EdgeFleet reads groups from node "
         f"labels; label {' and '.join(members) or 'its members'} "
-        f"{KUBEEDGE_GROUP_LABEL}={doc.name}"
+        f"{KUBEEDGE_GROUP_LABEL}={doc.name}",
+        changes_meaning=False,
     )
     return result
 

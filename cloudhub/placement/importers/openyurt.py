@@ -29,13 +29,18 @@ def node_pool(ctx: Context, doc: Doc) -> ImportResult:
     )
     for key in ("labels", "annotations", "taints"):
         if spec.get(key):
-            result.untranslated.append(
+            # How to configure the nodes: nothing runs from a NodePool itself.
+            result.drop(
+                f"spec.{key}",
                 f"spec.{key}: EdgeFleet does not stamp {key} on a pool's nodes; set them on "
-                "the nodes themselves"
+                "the nodes themselves",
+                changes_meaning=False,
             )
     if spec.get("type"):
-        result.untranslated.append(
-            f"spec.type {spec['type']}: every EdgeFleet node is an edge node; ignored"
+        result.drop(
+            "spec.type",
+            f"spec.type {spec['type']}: every EdgeFleet node is an edge node; ignored",
+            changes_meaning=False,
         )
     return result
 
@@ -55,8 +60,9 @@ def united_deployment(ctx: Context, doc: Doc) -> ImportResult:
     """UnitedDeployment, and YurtAppSet v1alpha1 (topology.pools)."""
     result = ImportResult(doc.source, doc.kind, ref(doc, ctx))
     spec = doc.obj.get("spec") or {}
-    problems = result.untranslated
-    template_spec = _deployment_template(spec.get("workloadTemplate") or {}, problems)
+    template_spec = _deployment_template(
+        spec.get("workloadTemplate") or {}, result, "spec.workloadTemplate"
+    )
     if template_spec is None:
         return result
     pools = (spec.get("topology") or {}).get("pools") or []
@@ -75,21 +81,25 @@ def united_deployment(ctx: Context, doc: Doc) -> ImportResult:
             "replicas": 0,
             "overrides": [],
         }
-        for pool, (_, value) in zip(pools, labels, strict=True):
+        for i, (pool, (_, value)) in enumerate(zip(pools, labels, strict=True)):
             replicas = pool.get("replicas")
             replicas = 1 if replicas is None else replicas
             out["replicas"] += replicas
             out["overrides"].append({"group": value, "replicas": replicas})
-            _pool_extras(out, value, pool, problems)
+            _pool_extras(out, value, pool, result, f"spec.topology.pools[{i}]")
         result.notes.append(f"pools are groups by node label {key}")
         finish(result, name, namespace, out, doc.source)
         return result
     # Pools select nodes in different ways: one placement per pool keeps the semantics.
-    for pool in pools:
+    for i, pool in enumerate(pools):
         pool_name = str(pool.get("name") or "").strip()
+        ppath = f"spec.topology.pools[{i}]"
         term = pool.get("nodeSelectorTerm") or {}
         if term.get("matchFields"):
-            problems.append(f"pool {pool_name}: matchFields not translated")
+            result.drop(
+                f"{ppath}.nodeSelectorTerm.matchFields",
+                f"pool {pool_name}: matchFields not translated",
+            )
         selector = {
             "matchExpressions": [
                 {k: ([str(x).strip() for x in v] if k == "values" else v) for k, v in e.items()}
@@ -97,9 +107,12 @@ def united_deployment(ctx: Context, doc: Doc) -> ImportResult:
                 if e.get("operator") in ("In", "NotIn", "Exists", "DoesNotExist")
             ]
         }
-        for e in term.get("matchExpressions") or []:
+        for j, e in enumerate(term.get("matchExpressions") or []):
             if e.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
-                problems.append(f"pool {pool_name}: operator {e.get('operator')} not translated")
+                result.drop(
+                    f"{ppath}.nodeSelectorTerm.matchExpressions[{j}]",
+                    f"pool {pool_name}: operator {e.get('operator')} not translated",
+                )
         out = {
             "template": copy.deepcopy(template_spec["template"]),
             "updateStrategy": template_spec["updateStrategy"],
@@ -110,7 +123,7 @@ def united_deployment(ctx: Context, doc: Doc) -> ImportResult:
             tolerations = out["template"]["spec"].setdefault("tolerations", [])
             tolerations.extend(copy.deepcopy(pool["tolerations"]))
         if pool.get("patch"):
-            problems.append(f"pool {pool_name}: patch not translated")
+            result.drop(f"{ppath}.patch", f"pool {pool_name}: patch not translated")
         finish(result, f"{name}-{pool_name}", namespace, out, doc.source)
     if pools:
         result.notes.append("pools select nodes differently: one placement per pool")
@@ -118,8 +131,9 @@ def united_deployment(ctx: Context, doc: Doc) -> ImportResult:
 
 
 def _pool_extras(
-    out: dict[str, Any], group: str, pool: Mapping[str, Any], problems: list[str]
+    out: dict[str, Any], group: str, pool: Mapping[str, Any], result: ImportResult, path: str
 ) -> None:
+    """A pool's tolerations, and the images its patch sets, as overrides of its group."""
     if pool.get("tolerations"):
         out["overrides"].append({"group": group, "tolerations": copy.deepcopy(pool["tolerations"])})
     patch = pool.get("patch")
@@ -137,9 +151,10 @@ def _pool_extras(
                 )
         del rest["spec"]["template"]["spec"]["containers"]
     if _non_empty(rest):
-        problems.append(
+        result.drop(
+            f"{path}.patch",
             f"pool {group}: patch {rest} not translated (overrides change image, "
-            "env, args, resources and tolerations)"
+            "env, args, resources and tolerations)",
         )
 
 
@@ -152,16 +167,18 @@ def _non_empty(value: object) -> bool:
 
 
 def _deployment_template(
-    workload_template: Mapping[str, Any], problems: list[str]
+    workload_template: Mapping[str, Any], result: ImportResult, path: str
 ) -> dict[str, Any] | None:
+    """The workload spec of a deploymentTemplate (``path``: the workloadTemplate's)."""
     if workload_template.get("statefulSetTemplate"):
-        problems.append(
+        result.drop(
+            f"{path}.statefulSetTemplate",
             "statefulSetTemplate not translated: EdgeFleet places stateless "
-            "replicas (no stable identity or volume claims)"
+            "replicas (no stable identity or volume claims)",
         )
     deployment = workload_template.get("deploymentTemplate")
     if not deployment:
-        problems.append("no deploymentTemplate: nothing to place")
+        result.drop(f"{path}.deploymentTemplate", "no deploymentTemplate: nothing to place")
         return None
     return workload_spec(
         {
@@ -177,14 +194,15 @@ def yurt_app_set(ctx: Context, doc: Doc) -> ImportResult:
     if "topology" in spec or "workloadTemplate" in spec:
         return united_deployment(ctx, doc)  # v1alpha1 shape
     result = ImportResult(doc.source, doc.kind, ref(doc, ctx))
-    problems = result.untranslated
     workload = spec.get("workload") or {}
-    base = _deployment_template(workload.get("workloadTemplate") or {}, problems)
+    base = _deployment_template(
+        workload.get("workloadTemplate") or {}, result, "spec.workload.workloadTemplate"
+    )
     if base is None:
         return result
     pools = list(spec.get("pools") or [])
     pools.extend(
-        _pools_by_selector(ctx, spec.get("nodepoolSelector"), problems, "spec.nodepoolSelector")
+        _pools_by_selector(ctx, spec.get("nodepoolSelector"), result, "spec.nodepoolSelector")
     )
     out: dict[str, Any] = {
         "template": base["template"],
@@ -197,8 +215,9 @@ def yurt_app_set(ctx: Context, doc: Doc) -> ImportResult:
         "overrides": [],
     }
     for i, tweak in enumerate(workload.get("workloadTweaks") or []):
+        tpath = f"spec.workload.workloadTweaks[{i}]"
         targets = list(tweak.get("pools") or []) + _pools_by_selector(
-            ctx, tweak.get("nodepoolSelector"), problems, f"workloadTweaks[{i}].nodepoolSelector"
+            ctx, tweak.get("nodepoolSelector"), result, f"{tpath}.nodepoolSelector"
         )
         tweaks = tweak.get("tweaks") or {}
         for pool in targets:
@@ -215,27 +234,32 @@ def yurt_app_set(ctx: Context, doc: Doc) -> ImportResult:
                     }
                 )
         if tweaks.get("patches"):
-            problems.append(f"workloadTweaks[{i}].patches (JSON patches) not translated")
-    if not out["overrides"]:
-        del out["overrides"]
+            result.drop(
+                f"{tpath}.tweaks.patches",
+                f"workloadTweaks[{i}].patches (JSON patches) not translated",
+            )
     result.notes.append(f"pools are the nodes labelled {OPENYURT_POOL_LABEL}=<pool>")
     finish(result, doc.name, doc.namespace or ctx.namespace, out, doc.source)
     return result
 
 
-def _pools_by_selector(ctx: Context, selector: object, problems: list[str], what: str) -> list[str]:
+def _pools_by_selector(
+    ctx: Context, selector: object, result: ImportResult, path: str
+) -> list[str]:
+    """The NodePools among the documents a label selector (at ``path``) selects."""
     if not selector:
         return []
     try:
-        sel = parse_label_selector(selector, what)
+        sel = parse_label_selector(selector, path)
     except InvalidSpec as exc:
-        problems.append(f"{what}: {exc}")
+        result.drop(path, str(exc))
         return []
     pools = [d for d in ctx.docs if d.kind == "NodePool" and d.group == "apps.openyurt.io"]
     if not pools:
-        problems.append(
-            f"{what}: selects NodePools by label; none is among the documents, "
-            "pass them to resolve it"
+        result.drop(
+            path,
+            f"{path}: selects NodePools by label; none is among the documents, "
+            "pass them to resolve it",
         )
     return [d.name.strip() for d in pools if sel.matches(d.labels)]
 

@@ -14,7 +14,7 @@ def deployment_grid(ctx: Context, doc: Doc) -> ImportResult:
     spec = doc.obj.get("spec") or {}
     key = spec.get("gridUniqKey")
     if not key:
-        result.untranslated.append("spec.gridUniqKey is missing: nothing to group by")
+        result.drop("spec.gridUniqKey", "spec.gridUniqKey is missing: nothing to group by")
         return result
     template = spec.get("template") or {}
     base = workload_spec({"kind": "Deployment", "spec": template, "metadata": {}})
@@ -26,7 +26,7 @@ def deployment_grid(ctx: Context, doc: Doc) -> ImportResult:
     }
     for extra in ("templatePool", "templates", "defaultTemplateName", "autoDeleteUnusedTemplate"):
         if spec.get(extra):
-            result.untranslated.append(f"spec.{extra} (per-grid templates) not translated")
+            result.drop(f"spec.{extra}", f"spec.{extra} (per-grid templates) not translated")
     result.notes.append(
         f"every value of node label {key} is a grid and runs {base['replicas']} replicas"
     )

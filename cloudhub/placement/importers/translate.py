@@ -76,25 +76,28 @@ def import_documents(
                 results.append(handler(ctx, doc))
             except InvalidSpec as exc:
                 result = ImportResult(doc.source, doc.kind, ref(doc, ctx))
-                result.untranslated.append(f"{exc}; nothing translated")
+                result.drop("", f"{exc}; nothing translated")
                 results.append(result)
             except SHAPE_ERRORS as exc:
                 # Foreign documents are read as their authors' schemas say; a field
                 # of another type than the schema's (a list where a map belongs...)
                 # is this document's fault: say so and go on with the others.
                 result = ImportResult(doc.source, doc.kind, ref(doc, ctx))
-                result.untranslated.append(
+                result.drop(
+                    "",
                     f"the document does not have the shape of a {doc.kind} "
-                    f"({type(exc).__name__}: {exc}); nothing translated"
+                    f"({type(exc).__name__}: {exc}); nothing translated",
                 )
                 results.append(result)
         elif doc.kind in PASSIVE_KINDS:
             continue
         else:
             result = ImportResult(doc.source, doc.kind or "<no kind>", ref(doc, ctx))
-            result.untranslated.append(
+            # Whatever it would place (another system's placement, a Job...) is not placed.
+            result.drop(
+                "kind",
                 f"{doc.obj.get('apiVersion')}/{doc.kind} is not a placement document this "
-                "importer knows"
+                "importer knows",
             )
             results.append(result)
     return results
