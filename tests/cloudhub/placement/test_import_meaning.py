@@ -29,11 +29,13 @@ from cloudhub.placement.importers import (
     load_documents,
 )
 from tests.cloudhub.placement.test_import import (
+    EDGE_APP,
     KARMADA_LABELSEL,
     KARMADA_NGINX,
     KARMADA_OVERRIDE,
     KARMADA_PROBE,
     KURATOR,
+    NODE_GROUP,
     SUPEREDGE_GRID,
     YURT_UD,
     place,
@@ -386,3 +388,19 @@ def test_every_drop_says_whether_it_changes_the_meaning() -> None:
     assert [(d.path, d.changes_meaning) for d in alone.lossy] == [
         ("spec.resourceSelectors[0]", True)
     ]
+
+
+def test_kubeedge_overriders_without_equivalent_are_refused_by_path(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = write(tmp_path, "app.yaml", EDGE_APP, NODE_GROUP)
+    result = run(path)
+    assert result.exit_code == 1 and result.stdout == ""
+    overriders = "spec.workloadScope.targetNodeGroups[1].overriders"
+    assert f"dropped: {overriders}.commandOverriders: node group beijing" in result.stderr
+    # The Service beside the Deployment, and the NodeGroup's labelling advice, are not drops.
+    assert "not translated: workloadTemplate.manifests[1] (Service)" in result.stderr
+    assert "not translated: a NodeGroup is node membership" in result.stderr
+    assert "1 field(s) dropped" in result.stderr
+    alone = run(write(tmp_path, "group.yaml", NODE_GROUP))
+    assert alone.exit_code == 1 and "nothing to import" in alone.stderr
