@@ -8,15 +8,14 @@ The hub's click group attaches them::
     main.add_command(token)
     main.add_command(node)
 
-API access, first found: ``--kubeconfig``, ``$KUBECONFIG``, the kubeconfig the embedded
-API writes in the hub's data directory (:data:`EMBEDDED_KUBECONFIGS`), the pod's service
-account (in-cluster). Exit codes: 0 done, 1 the API failed or refused, 2 bad usage.
+API access: :mod:`cloudhub.kube.access` (``--kubeconfig``, ``$KUBECONFIG``, the embedded
+API's kubeconfig, in-cluster), as every operator command. Exit codes: 0 done, 1 the API
+failed or refused, 2 bad usage.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shlex
 import sys
@@ -28,19 +27,17 @@ import click
 
 from cloudhub.errors import ConfigError, HubError, KubeAPIError
 from cloudhub.kube import KubeClient
+from cloudhub.kube.access import EMBEDDED_KUBECONFIGS
+from cloudhub.kube.access import connect as _client
+from cloudhub.kube.access import kubeconfig_path as _kubeconfig_path
 from cloudhub.pki.ca import read_hub_info
 from cloudhub.pki.errors import TokenError
 from cloudhub.pki.labels import parse_labels
 from cloudhub.pki.records import CertificateRegistry
 from cloudhub.pki.tokens import BootstrapToken, TokenStore, format_time
-from cloudhub.settings import KubeSettings
 from protocol import pki
 
 __all__ = ["EMBEDDED_KUBECONFIGS", "cli", "node", "parse_duration", "token"]
-
-EMBEDDED_KUBECONFIGS = (str(KubeSettings().embedded_data_dir / "kubeconfig"),)
-"""Where the embedded API's kubeconfig is looked for when no other is given (in the hub's
-default ``kube.embedded_data_dir``)."""
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -104,25 +101,6 @@ def _kube_options(func: Callable) -> Callable:
         envvar="KUBECONFIG",
         help="Kubeconfig of the cluster (default: the embedded API's, then in-cluster).",
     )(func)
-
-
-def _kubeconfig_path(kubeconfig: str | None) -> str | None:
-    if kubeconfig:
-        return kubeconfig
-    return next((c for c in EMBEDDED_KUBECONFIGS if os.path.exists(c)), None)
-
-
-async def _client(kubeconfig: str | None) -> KubeClient:
-    if kubeconfig:
-        return await KubeClient.from_kubeconfig(kubeconfig)
-    try:
-        return KubeClient.in_cluster()
-    except ConfigError as exc:
-        tried = ", ".join(EMBEDDED_KUBECONFIGS)
-        raise ConfigError(
-            f"no Kubernetes API to talk to: pass --kubeconfig (or set KUBECONFIG); "
-            f"also tried {tried} and the in-cluster service account"
-        ) from exc
 
 
 def _run(kubeconfig: str | None, work: Callable[[KubeClient], Awaitable[int]]) -> None:

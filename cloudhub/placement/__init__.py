@@ -1,6 +1,7 @@
 """Fleet-wide placement: which edge nodes run which workloads.
 
-- :mod:`~cloudhub.placement.model`: the EdgePlacement resource as validated data.
+- :mod:`~cloudhub.placement.model`: the EdgePlacement resource as validated data
+  (:mod:`~cloudhub.placement.shape`: what its pod template asks of a node).
 - :mod:`~cloudhub.placement.planner`: the pure, incremental placement algorithm.
 - :mod:`~cloudhub.placement.explain`: why each node was chosen or rejected.
 - :mod:`~cloudhub.placement.importers`: Karmada, KubeEdge, OpenYurt and

@@ -4,6 +4,7 @@ The lead mounts :data:`placement` on the ``cloudhub`` command group::
 
     cloudhub placement import policy.yaml deployment.yaml > placements.yaml
     cloudhub placement explain web --fleet nodes.yaml --fleet placements.yaml
+    KUBECONFIG=~/.kube/config cloudhub placement explain web -n factory
 """
 
 from __future__ import annotations
@@ -17,16 +18,26 @@ import click
 import yaml
 
 from cloudhub.errors import ConfigError, KubeAPIError
-from cloudhub.kube import DAEMONSETS, DEPLOYMENTS, NODES, PODS, KubeClient
+from cloudhub.kube import DAEMONSETS, DEPLOYMENTS, LEASES, NODES, PODS
+from cloudhub.kube.access import connect, kubeconfig_path
 from cloudhub.placement.errors import InvalidObject, InvalidSpec, TranslationError
 from cloudhub.placement.explain import explain, format_explanations
-from cloudhub.placement.importers import GROUP_LABEL, import_files, load_documents
+from cloudhub.placement.importers import (
+    GROUP_LABEL,
+    ImportResult,
+    import_files,
+    load_documents,
+)
 from cloudhub.placement.model import KIND, PlacementKey, parse_placement
-from cloudhub.placement.nodes import offline_since
+from cloudhub.placement.nodes import offline_since_with_lease
 from cloudhub.placement.planner import Planner
 from cloudhub.placement.workloads import placement_from_workload, targets_edge
 
-__all__ = ["placement"]
+__all__ = ["NODE_LEASE_NAMESPACE", "placement"]
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+"""Where nodes' Leases are (Kubernetes' fixed namespace; the hub's ``nodes.lease_namespace``
+default)."""
 
 
 @click.group()
@@ -53,13 +64,29 @@ def placement() -> None:
     show_default=True,
     help="Namespace of placements whose source has none.",
 )
+@click.option(
+    "--lossy",
+    is_flag=True,
+    help="Write the placements even when a field left out changes where or what runs "
+    "(each is still listed).",
+)
 def import_command(
-    files: tuple[str, ...], group_label: str, cluster_labels: str | None, namespace: str
+    files: tuple[str, ...],
+    group_label: str,
+    cluster_labels: str | None,
+    namespace: str,
+    lossy: bool,
 ) -> None:
     """Translate Karmada, KubeEdge, OpenYurt and SuperEdge documents into EdgePlacements.
 
-    The EdgePlacements are written to stdout as YAML; what each document could
-    not translate is reported on stderr.
+    The EdgePlacements are written to stdout as YAML; what each document could not
+    translate is reported on stderr, "dropped" when leaving it out changes where or what
+    runs (a wider or narrower placement, other replicas, another image), "not translated"
+    when it does not (a Service the policy also propagates).
+
+    Exit status: 0 when the placements are written; 1 when nothing is written: a field
+    was dropped (unless --lossy), no document yields a placement, or a file cannot be
+    read or parsed.
     """
     labels: dict[str, Any] = {}
     if cluster_labels:
@@ -76,14 +103,38 @@ def import_command(
         )
     except TranslationError as exc:
         raise click.ClickException(str(exc)) from exc
+    _report(results)
     placements = [p for r in results for p in r.placements]
-    if placements:
-        click.echo(yaml.safe_dump_all(placements, sort_keys=False), nl=False)
+    dropped = sum(len(r.lossy) for r in results)
+    if not placements:
+        raise click.ClickException(
+            "nothing to import: no document given translates into an EdgePlacement"
+        )
+    if dropped and not lossy:
+        raise click.ClickException(
+            f"{dropped} field(s) dropped would change where or what runs (listed above as "
+            '"dropped"); nothing written. Translate them by hand, or pass --lossy to write '
+            "the placements without them."
+        )
+    click.echo(yaml.safe_dump_all(placements, sort_keys=False), nl=False)
+    if dropped:
+        click.echo(
+            f"written with --lossy: {dropped} field(s) dropped change where or what runs",
+            err=True,
+        )
+
+
+def _report(results: list[ImportResult]) -> None:
+    """Per document on stderr: what it became, what was dropped (file, document, path)."""
     for result in results:
         made = ", ".join(p["metadata"]["name"] for p in result.placements) or "no placement"
         click.echo(f"{result.source}: {result.kind} {result.name} -> {made}", err=True)
-        for line in result.untranslated:
-            click.echo(f"  not translated: {line}", err=True)
+        for item in result.dropped:
+            if item.changes_meaning:
+                where = f"{item.document} {item.path}" if item.document else item.path
+                click.echo(f"  dropped: {where or '(the document)'}: {item.message}", err=True)
+            else:
+                click.echo(f"  not translated: {item.message}", err=True)
         for line in result.notes:
             click.echo(f"  note: {line}", err=True)
 
@@ -102,27 +153,42 @@ def import_command(
     "fleet_files",
     multiple=True,
     type=click.Path(dir_okay=False),
-    help="YAML/JSON files of Nodes, Pods and placements (e.g. kubectl get -o yaml).",
+    help="YAML/JSON files of Nodes, their Leases, Pods and placements "
+    "(e.g. kubectl get -o yaml) instead of the API.",
 )
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False),
-    help="Read Nodes, Pods and placements from this cluster instead.",
+    envvar="KUBECONFIG",
+    help="Kubeconfig of the cluster to read Nodes, Leases, Pods and placements from "
+    "(default: $KUBECONFIG, the embedded API's, then in-cluster).",
 )
+@click.pass_context
 def explain_command(
-    name: str, namespace: str, kind: str, fleet_files: tuple[str, ...], kubeconfig: str | None
+    ctx: click.Context,
+    name: str,
+    namespace: str,
+    kind: str,
+    fleet_files: tuple[str, ...],
+    kubeconfig: str | None,
 ) -> None:
-    """For each node, why it was chosen or rejected for placement NAME."""
-    if bool(fleet_files) == bool(kubeconfig):
-        raise click.UsageError("give either --fleet files or --kubeconfig")
+    """For each node, why it was chosen or rejected for placement NAME.
+
+    Without --fleet the cluster is read as the other operator commands reach it. A node
+    is online while its Lease (kube-node-lease) or its Ready heartbeat is fresh, as the
+    node lifecycle controller judges it; a replica is Ready as its Pod's status says.
+    """
+    given = ctx.get_parameter_source("kubeconfig") is click.core.ParameterSource.COMMANDLINE
+    if fleet_files and given:
+        raise click.UsageError("give either --fleet files or --kubeconfig, not both")
     now = time.time()
     try:
-        if kubeconfig:
-            items = asyncio.run(_from_api(kubeconfig, kind))
-        else:
+        if fleet_files:  # files win over $KUBECONFIG
             items = []
             for path in fleet_files:
                 items.extend(_fleet_objects(path))
+        else:
+            items = asyncio.run(_from_api(kubeconfig_path(kubeconfig), kind))
         planner = _planner(items, now)
     except (
         OSError,
@@ -172,10 +238,12 @@ def _fleet_objects(path: str) -> list[dict[str, Any]]:
     return out
 
 
-async def _from_api(kubeconfig: str, kind: str) -> list[dict[str, Any]]:
+async def _from_api(kubeconfig: str | None, kind: str) -> list[dict[str, Any]]:
+    """Nodes, their Leases, placements and Pods (and the workloads of ``kind``) as the
+    API has them (``kubeconfig`` None: in-cluster)."""
     from cloudhub.placement.controller import EDGEPLACEMENTS
 
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await connect(kubeconfig)
     try:
         items: list[dict[str, Any]] = []
         resources = [NODES, EDGEPLACEMENTS, PODS]
@@ -185,17 +253,39 @@ async def _from_api(kubeconfig: str, kind: str) -> list[dict[str, Any]]:
             # rbac: operator's credentials
             found, _ = await client.list(resource)
             items.extend(found)
+        try:
+            # rbac: operator's credentials (leases in kube-node-lease)
+            leases, _ = await client.list(LEASES, NODE_LEASE_NAMESPACE)
+        except KubeAPIError as exc:
+            if exc.status not in (403, 404):
+                raise
+            click.echo(
+                f"note: cannot read Leases in {NODE_LEASE_NAMESPACE} ({exc}): connectivity "
+                "from the Nodes' Ready heartbeat alone",
+                err=True,
+            )
+            leases = []
+        items.extend({**lease, "kind": "Lease"} for lease in leases)
         return items
     finally:
         await client.close()
 
 
 def _planner(items: list[dict[str, Any]], now: float) -> Planner:
-    """A planner holding the given objects, fed in the controller's order."""
+    """A planner holding the given objects, fed in the controller's order; a node's
+    connectivity read from it and its Lease among the items."""
     planner = Planner()
+    leases = {
+        str((obj.get("metadata") or {}).get("name")): obj
+        for obj in items
+        if obj.get("kind") == "Lease"
+        and (obj.get("metadata") or {}).get("namespace", NODE_LEASE_NAMESPACE)
+        == NODE_LEASE_NAMESPACE
+    }
     for obj in items:
         if obj.get("kind") == "Node":
-            planner.upsert_node(obj, offline_since=offline_since(obj, now))
+            lease = leases.get(str((obj.get("metadata") or {}).get("name")))
+            planner.upsert_node(obj, offline_since=offline_since_with_lease(obj, lease, now))
     for obj in items:
         if obj.get("kind") == KIND:
             planner.upsert_placement(parse_placement(obj))

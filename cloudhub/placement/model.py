@@ -39,17 +39,15 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from cloudhub.placement.errors import InvalidSpec
-from cloudhub.placement.quantity import CPU, MEMORY, PODS, to_units
+from cloudhub.placement.quantity import resource_units
 from cloudhub.placement.selectors import (
     LabelSelector,
-    NodeSelectorTerm,
-    Toleration,
     check_label_key,
     check_label_value,
     parse_label_selector,
-    parse_node_affinity,
     parse_tolerations,
 )
+from cloudhub.placement.shape import PodShape, pod_shape
 
 __all__ = [
     "ANNOTATION_REBALANCE",
@@ -71,14 +69,11 @@ __all__ = [
     "Placement",
     "PlacementKey",
     "PlacementSpec",
-    "PodShape",
-    "Resources",
     "Spread",
     "UpdateStrategy",
     "parse_placement",
     "parse_spec",
     "parse_timestamp",
-    "pod_shape",
 ]
 
 API_GROUP = "apps.edgefleet.io"
@@ -255,60 +250,6 @@ class GroupOverride:
             v is not None
             for v in (self.image, self.env, self.args, self.resources, self.tolerations)
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Resources:
-    """Resource requests in placement's integer units.
-
-    Attributes:
-        cpu: millicores.
-        memory: bytes.
-        extended: ``(name, units)`` pairs for every other resource (bytes for
-            ephemeral-storage and hugepages, units for ``nvidia.com/gpu``), sorted.
-    """
-
-    cpu: int = 0
-    memory: int = 0
-    extended: tuple[tuple[str, int], ...] = ()
-
-    def describe(self) -> str:
-        """E.g. ``cpu=250m memory=64Mi nvidia.com/gpu=1``."""
-        parts = []
-        if self.cpu:
-            parts.append(f"cpu={self.cpu}m")
-        if self.memory:
-            parts.append(f"memory={_bytes(self.memory)}")
-        parts.extend(f"{k}={v}" for k, v in self.extended)
-        return " ".join(parts) or "nothing"
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
-
-
-@dataclass(frozen=True, slots=True)
-class PodShape:
-    """What placement needs to know about a pod template to place it.
-
-    Attributes:
-        requests: the pod's effective requests (sum of containers, or the
-            largest init container if bigger, plus overhead, as the scheduler
-            computes them).
-        node_selector: the template's own ``nodeSelector`` pairs, sorted.
-        affinity: the template's required node affinity terms (ORed), or None.
-        tolerations: the template's tolerations.
-        node_name: the template's ``nodeName`` pin, or None.
-    """
-
-    requests: Resources
-    node_selector: tuple[tuple[str, str], ...] = ()
-    affinity: tuple[NodeSelectorTerm, ...] | None = None
-    tolerations: tuple[Toleration, ...] = ()
-    node_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -533,106 +474,6 @@ def _object(raw: object, path: str, allowed: set[str]) -> Mapping[str, Any]:
     return raw
 
 
-def _resources(raw: object, path: str) -> dict[str, int]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InvalidSpec(path, "must be a map of resource name to quantity")
-    return {str(name): to_units(str(name), q, f"{path}.{name}") for name, q in raw.items()}
-
-
-def pod_shape(template: Mapping[str, Any], path: str) -> PodShape:
-    """Validate a PodTemplateSpec and derive what placement needs from it.
-
-    Args:
-        template: the PodTemplateSpec JSON.
-        path: its JSON path, for errors.
-
-    Raises:
-        InvalidSpec: no containers, a container without name or image, a
-            malformed quantity, selector, affinity or toleration.
-    """
-    if not isinstance(template, Mapping):
-        raise InvalidSpec(path, "must be a PodTemplateSpec object")
-    spec = template.get("spec")
-    if not isinstance(spec, Mapping):
-        raise InvalidSpec(f"{path}.spec", "must be a PodSpec object")
-    metadata = template.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidSpec(f"{path}.metadata", "must be an object")
-    labels = metadata.get("labels") or {}
-    if not isinstance(labels, Mapping):
-        raise InvalidSpec(f"{path}.metadata.labels", "must be a map")
-    for key, value in labels.items():
-        check_label_key(key, f"{path}.metadata.labels")
-        check_label_value(value, f"{path}.metadata.labels[{key}]")
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise InvalidSpec(f"{path}.spec.containers", "must be a non-empty list")
-    total: dict[str, int] = {}
-    names = set()
-    for i, container in enumerate(containers):
-        cpath = f"{path}.spec.containers[{i}]"
-        if not isinstance(container, Mapping):
-            raise InvalidSpec(cpath, "must be an object")
-        name = container.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidSpec(f"{cpath}.name", "must be a non-empty string")
-        if name in names:
-            raise InvalidSpec(f"{cpath}.name", f"duplicate container name {name!r}")
-        names.add(name)
-        image = container.get("image")
-        if not isinstance(image, str) or not image.strip():
-            raise InvalidSpec(f"{cpath}.image", "must be a non-empty string")
-        for res, units in _container_requests(container, cpath).items():
-            total[res] = total.get(res, 0) + units
-    init = spec.get("initContainers") or []
-    if not isinstance(init, list):
-        raise InvalidSpec(f"{path}.spec.initContainers", "must be a list")
-    for i, container in enumerate(init):
-        cpath = f"{path}.spec.initContainers[{i}]"
-        if not isinstance(container, Mapping):
-            raise InvalidSpec(cpath, "must be an object")
-        for res, units in _container_requests(container, cpath).items():
-            total[res] = max(total.get(res, 0), units)
-    for res, units in _resources(spec.get("overhead"), f"{path}.spec.overhead").items():
-        total[res] = total.get(res, 0) + units
-    selector = spec.get("nodeSelector") or {}
-    if not isinstance(selector, Mapping):
-        raise InvalidSpec(f"{path}.spec.nodeSelector", "must be a map of label key to value")
-    pairs = []
-    for key, value in selector.items():
-        check_label_key(key, f"{path}.spec.nodeSelector")
-        check_label_value(value, f"{path}.spec.nodeSelector[{key}]")
-        pairs.append((key, value))
-    node_name = spec.get("nodeName") or None
-    if node_name is not None and not isinstance(node_name, str):
-        raise InvalidSpec(f"{path}.spec.nodeName", "must be a string")
-    total.pop(PODS, None)
-    requests = Resources(
-        cpu=total.pop(CPU, 0),
-        memory=total.pop(MEMORY, 0),
-        extended=tuple(sorted((k, v) for k, v in total.items() if v)),
-    )
-    return PodShape(
-        requests=requests,
-        node_selector=tuple(sorted(pairs)),
-        affinity=parse_node_affinity(spec.get("affinity"), f"{path}.spec.affinity"),
-        tolerations=parse_tolerations(spec.get("tolerations"), f"{path}.spec.tolerations"),
-        node_name=node_name,
-    )
-
-
-def _container_requests(container: Mapping[str, Any], path: str) -> dict[str, int]:
-    resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
-        raise InvalidSpec(f"{path}.resources", "must be an object")
-    requests = _resources(resources.get("requests"), f"{path}.resources.requests")
-    limits = _resources(resources.get("limits"), f"{path}.resources.limits")
-    # A limit without a request defaults the request to the limit (API defaulting).
-    return {**limits, **requests}
-
-
 def _groups(raw: object, path: str) -> Groups:
     raw = _object(raw, path, {"byLabel", "spread", "maxSkew", "members"})
     by_label = check_label_key(raw.get("byLabel"), f"{path}.byLabel")
@@ -707,7 +548,7 @@ def _override(raw: object, path: str, template: Mapping[str, Any]) -> GroupOverr
     if resources is not None:
         resources = _object(resources, f"{path}.resources", {"requests", "limits"})
         for part in ("requests", "limits"):
-            _resources(resources.get(part), f"{path}.resources.{part}")
+            resource_units(resources.get(part), f"{path}.resources.{part}")
         resources = copy.deepcopy(dict(resources))
     tolerations = raw.get("tolerations")
     if tolerations is not None:

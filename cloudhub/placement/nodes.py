@@ -1,8 +1,9 @@
 """What placement reads from a Node: labels, allocatable, taints, cordon, connectivity.
 
 Connectivity comes from the hub in the end (it holds each node's session and
-Lease); until then :func:`offline_since` reads the Node's ``Ready`` condition
-and its ``lastHeartbeatTime``, as the node lifecycle controller does.
+Lease); without it :func:`offline_since` reads the Node's ``Ready`` condition and its
+``lastHeartbeatTime``, and :func:`offline_since_with_lease` the node's Lease too, as the
+node lifecycle controller does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from cloudhub.placement.model import parse_timestamp
 from cloudhub.placement.quantity import CPU, MEMORY, PODS, to_units
 from cloudhub.placement.selectors import Taint, parse_taints
 
-__all__ = ["DEFAULT_MAX_PODS", "NodeFacts", "offline_since", "parse_node"]
+__all__ = [
+    "DEFAULT_LEASE_DURATION_S",
+    "DEFAULT_MAX_PODS",
+    "NodeFacts",
+    "offline_since",
+    "offline_since_with_lease",
+    "parse_node",
+]
 
 DEFAULT_MAX_PODS = 110
 """Pods a node takes when its allocatable does not say (kubelet's default --max-pods)."""
@@ -133,6 +141,49 @@ def offline_since(
         return heartbeat
     transition = _time(ready.get("lastTransitionTime"))
     return transition if transition is not None else now
+
+
+DEFAULT_LEASE_DURATION_S = 40
+"""A Lease's duration when it states none (kubelet's, and the hub's ``nodes.lease_duration``)."""
+
+
+def offline_since_with_lease(
+    obj: Mapping[str, Any],
+    lease: Mapping[str, Any] | None,
+    now: float,
+    heartbeat_grace_s: float = 40.0,
+) -> float | None:
+    """When a node went offline, or None if it is online, from its Node and its Lease.
+
+    The Lease (``coordination.k8s.io/v1`` in ``kube-node-lease``, named after the node) is
+    the frequent heartbeat: kubelet renews it every 10 s, the hub every
+    ``nodes.lease_interval`` while the node's session is up, whereas both refresh the
+    Node's ``Ready`` heartbeat only every ``status_report_interval`` (5 min). As the node
+    lifecycle controller does, whichever of the two is fresh proves the node alive: the
+    Lease while ``renewTime`` is at most ``leaseDurationSeconds`` old (what a Lease's
+    holder promises), the Node as :func:`offline_since` reads it. A node both call stale
+    has been offline since the later of its last renewal and what the Node says.
+
+    Args:
+        obj: the Node JSON.
+        lease: the node's Lease JSON, or None when it has none (then only the Node).
+        now: the current time in seconds since the epoch.
+        heartbeat_grace_s: how stale a Ready node's heartbeat may be.
+
+    Returns:
+        Seconds since the epoch, or None.
+    """
+    by_node = offline_since(obj, now, heartbeat_grace_s)
+    spec = (lease or {}).get("spec") if isinstance(lease, Mapping) else None
+    renewed = _time(spec.get("renewTime")) if isinstance(spec, Mapping) else None
+    if renewed is None:
+        return by_node
+    duration = spec.get("leaseDurationSeconds")
+    if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
+        duration = DEFAULT_LEASE_DURATION_S
+    if now - renewed <= duration or by_node is None:
+        return None
+    return max(renewed, by_node)
 
 
 def _time(value: object) -> float | None:

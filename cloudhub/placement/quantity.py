@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from fractions import Fraction
 from functools import lru_cache
 
 from cloudhub.placement.errors import InvalidSpec
 
-__all__ = ["CPU", "MEMORY", "PODS", "parse_quantity", "to_units"]
+__all__ = ["CPU", "MEMORY", "PODS", "parse_quantity", "resource_units", "to_units"]
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -131,3 +132,17 @@ def to_units(resource: str, text: str | int | float, path: str = "") -> int:
         value *= 1000
     whole = value.numerator // value.denominator
     return whole if whole == value else whole + 1
+
+
+def resource_units(raw: object, path: str) -> dict[str, int]:
+    """A map of resource name to quantity (requests, limits, overhead) in placement's
+    units (see :func:`to_units`); ``{}`` for None.
+
+    Raises:
+        InvalidSpec: not a map, or a malformed quantity (``path`` names it).
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(path, "must be a map of resource name to quantity")
+    return {str(name): to_units(str(name), q, f"{path}.{name}") for name, q in raw.items()}

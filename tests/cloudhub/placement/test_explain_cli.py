@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from cloudhub.placement import PlacementKey
 from cloudhub.placement.cli import placement
 from cloudhub.placement.explain import explain
+from cloudhub.placement.nodes import offline_since, offline_since_with_lease
 from tests.cloudhub.placement.fleet import Fleet, node, placement_obj, stamp, template
 from tests.cloudhub.placement.test_import import KARMADA_OVERRIDE, KARMADA_PROBE, MANIFESTS
 
@@ -152,3 +153,64 @@ def test_cli_explain_rejects_broken_fleet_files(tmp_path: pathlib.Path) -> None:
     scalar_item.write_text("apiVersion: v1\nkind: List\nitems: [3]\n")
     result = CliRunner().invoke(placement, ["explain", "web", "--fleet", str(scalar_item)])
     assert result.exit_code == 1 and "items[0]" in result.stderr
+
+
+def _lease(name: str, renewed: object, duration: object = 40) -> dict:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": renewed},
+    }
+
+
+def _ready_node(name: str, heartbeat: float) -> dict:
+    obj = node(name, {"site": "a"})
+    obj["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": stamp(heartbeat)}
+    ]
+    return obj
+
+
+def test_a_fresh_lease_or_a_fresh_heartbeat_keeps_a_node_online() -> None:
+    now = 1_700_000_000.0
+    stale = _ready_node("n", now - 55)
+    assert offline_since(stale, now) == now - 55  # the Node alone: offline
+    assert offline_since_with_lease(stale, _lease("n", stamp(now - 5)), now) is None
+    assert offline_since_with_lease(stale, None, now) == now - 55
+    fresh = _ready_node("n", now - 5)
+    assert offline_since_with_lease(fresh, _lease("n", stamp(now - 300)), now) is None
+    # Both stale: offline since the later of the last renewal and the Node's word.
+    assert offline_since_with_lease(stale, _lease("n", stamp(now - 50)), now) == now - 50
+    # A Lease's own duration decides; a missing or nonsense one is kubelet's 40 s.
+    assert offline_since_with_lease(stale, _lease("n", stamp(now - 50), 60), now) is None
+    for duration in (None, "40", True, -3, 0):
+        assert offline_since_with_lease(stale, _lease("n", stamp(now - 30), duration), now) is None
+        assert offline_since_with_lease(stale, _lease("n", stamp(now - 45), duration), now) == (
+            now - 45
+        )
+    # A Lease that says nothing usable leaves the Node's word.
+    for renewed in (None, "yesterday", 17):
+        assert offline_since_with_lease(stale, _lease("n", renewed), now) == now - 55
+    assert offline_since_with_lease(stale, {"spec": ["x"]}, now) == now - 55
+
+
+def test_cli_explain_reads_leases_among_fleet_files_and_files_win_over_kubeconfig(
+    tmp_path: pathlib.Path,
+) -> None:
+    now = time.time()
+    items = [_ready_node("n1", now - 55), _lease("n1", stamp(now - 2))]
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    placements = tmp_path / "placements.yaml"
+    placements.write_text(
+        yaml.safe_dump(placement_obj("web", {"template": template(), "replicas": 1}))
+    )
+    args = ["explain", "web", "--fleet", str(fleet_file), "--fleet", str(placements)]
+    # $KUBECONFIG names a cluster, but the files were asked for.
+    result = CliRunner().invoke(placement, args, env={"KUBECONFIG": str(tmp_path / "nope")})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].startswith("n1: chosen (1 replica)")
+    assert "offline" not in result.stdout
+    both = CliRunner().invoke(placement, [*args, "--kubeconfig", str(tmp_path / "k")])
+    assert both.exit_code == 2 and "not both" in both.stderr
