@@ -178,5 +178,9 @@ from cloudhub.placement.cli import placement  # noqa: E402  hook-up (placement):
 
 main.add_command(placement)
 
+from cloudhub.devices.cli import devices  # noqa: E402  KubeEdge device manifests: convert, validate
+
+main.add_command(devices)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
