@@ -291,6 +291,7 @@ class Hub:
             heartbeat_interval=s.session.heartbeat_interval,
             on_refused=self._refused,
         )
+        self.edge.on_session_refused.append(self._session_refused)
         self._nodes.add_handler(self._on_node)
         self.metrics.watch(
             sessions=self.registry.sessions,
@@ -405,6 +406,14 @@ class Hub:
                 hook(name)
             except Exception:
                 log.exception("on_node_deleted hook failed", extra={"node": name})
+
+    def _session_refused(self, link: Any, reason: str) -> None:
+        # On the Node the certificate names (not whatever the hello claims).
+        node = link.peer_node_name or (link.hello.node_name if link.hello else "")
+        if self.events is not None and node:
+            self.events.node_event(
+                node, "Warning", "SessionRefused", f"{link.transport} session refused: {reason}"
+            )
 
     def _refused(self, inbound: Inbound, code: ErrorCode, text: str) -> None:
         kind = type(inbound.message).kind

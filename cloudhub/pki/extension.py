@@ -105,6 +105,15 @@ class PKIExtension:
         # the session lived on and was renewed over it (its serial is not among the
         # revoked, since an expired certificate is not revoked).
         hub = self._hub
+        if hub is not None and hub.events is not None:
+            listed = ", ".join(f"{s:x}" for s in sorted(serials)) or "none valid"
+            hub.events.node_event(
+                node,
+                "Warning",
+                "CertificateRevoked",
+                f"certificates of node {node} revoked (serials {listed}): the hub refuses its "
+                "sessions until it joins again with a new bootstrap token",
+            )
         session = hub.registry.get(node) if hub is not None else None
         if session is None or session.closed:
             return
