@@ -224,7 +224,10 @@ class Hub:
         try:
             self._embedded = EmbeddedAPIServer(
                 APIServerSettings(
-                    data_dir=k.embedded_data_dir, host=k.embedded_host, port=k.embedded_port
+                    data_dir=k.embedded_data_dir,
+                    host=k.embedded_host,
+                    port=k.embedded_port,
+                    event_ttl_s=k.embedded_event_ttl,
                 )
             )
             await self._embedded.__aenter__()

@@ -149,6 +149,14 @@ class KubeSettings:
     embedded_port: int = field(
         default=6443, metadata=_h("embedded API: TCP port (kube-apiserver's 6443)")
     )
+    embedded_event_ttl: float = field(
+        default=3600.0,
+        metadata=_h(
+            "embedded API: how long an Event is kept after its last write "
+            "(kube-apiserver's --event-ttl, 1 h)",
+            "s",
+        ),
+    )
     request_timeout: float = field(
         default=30.0, metadata=_h("time allowed for one API request (not watches)", "s")
     )
@@ -159,7 +167,7 @@ class KubeSettings:
 
     def __post_init__(self) -> None:
         _port(self, "embedded_port")
-        _positive(self, "request_timeout", "watch_timeout")
+        _positive(self, "request_timeout", "watch_timeout", "embedded_event_ttl")
         if self.in_cluster and self.kubeconfig is not None:
             raise SettingsError("in_cluster", "not together with kube.kubeconfig", True)
 

@@ -111,7 +111,8 @@ class HubMetrics:
         )
         self.events_dropped = Counter(
             f"{NS}_events_dropped",
-            "Hub Events not recorded because the event queue was full",
+            "Hub Events not recorded: the event queue was full, or the object had too many "
+            "Events of that reason (the correlator's spam filter)",
             registry=registry,
         )
         self._bytes = {("in", "quic"): 0, ("in", "websocket"): 0}
