@@ -274,6 +274,7 @@ class Hub:
             self.metrics,
             workers=s.status.workers,
             retry_cap=s.status.retry_cap,
+            on_refused=self._pod_report_refused,
         )
         PodHandlers(self.authorizer, self.pod_writer).register(self.dispatcher)
         self.events.register(self.dispatcher, self.authorizer)
@@ -409,6 +410,41 @@ class Hub:
                 hook(name)
             except Exception:
                 log.exception("on_node_deleted hook failed", extra={"node": name})
+
+    def status_refused(
+        self, resource: str, involved: dict, node: str, what: str, error: KubeAPIError
+    ) -> None:
+        """An edge's report the API refused for good (e.g. 422): a Warning Event
+        ``FailedStatusUpdate`` on the object and ``edgefleet_hub_status_writes_refused_total``
+        (the writers of pod and Device status call it).
+
+        Args:
+            resource: the plural, for the metric (``pods``, ``devices``).
+            involved: the Event's ``involvedObject``.
+            node: the node whose report it was.
+            what: what was refused, in words (``"status"``).
+            error: the API's answer.
+        """
+        self.metrics.status_refused.labels(resource, error.reason or str(error.status)).inc()
+        if self.events is not None:
+            self.events.record(
+                involved,
+                "Warning",
+                "FailedStatusUpdate",
+                f"the API refused the {what} reported by node {node}, so what the API shows "
+                f"is stale: {error}",
+                host=node,
+            )
+
+    def _pod_report_refused(self, node: str, ref: Any, what: str, error: KubeAPIError) -> None:
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "uid": ref.uid,
+        }
+        self.status_refused("pods", involved, node, what, error)
 
     def _session_refused(self, link: Any, reason: str) -> None:
         # On the Node the certificate names (not whatever the hello claims).

@@ -109,6 +109,14 @@ class HubMetrics:
             ["what", "result"],
             registry=registry,
         )
+        self.status_refused = Counter(
+            f"{NS}_status_writes_refused",
+            "Status writes the API refused for good (4xx other than 404/409: e.g. 422 "
+            "Invalid), by resource and the API's reason; each also gets a Warning Event on "
+            "the object",
+            ["resource", "reason"],
+            registry=registry,
+        )
         self.events_dropped = Counter(
             f"{NS}_events_dropped",
             "Hub Events not recorded: the event queue was full, or the object had too many "
