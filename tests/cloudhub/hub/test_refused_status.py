@@ -60,3 +60,60 @@ async def test_a_refused_pod_status_is_a_warning_event_and_a_metric(
 
     await eventually(written, "the next, valid status written")
 
+
+async def test_a_refused_device_status_is_a_warning_event_and_a_metric(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique
+) -> None:
+    # A cluster whose Device CRD is stricter than ours (an operator's own schema): the
+    # report is valid for the model, the API refuses the status with 422.
+    from cloudhub.devices.extension import devices_extension
+    from cloudhub.devices.settings import DevicesSettings
+    from cloudhub.kube import CRDS, DEVICEMODELS, DEVICES
+    from protocol.messages import TwinReported
+    from tests.twins.kubeedge import (
+        COUNTER_DEVICE,
+        COUNTER_MODEL,
+        device,
+        install_device_crds,
+        model,
+    )
+
+    await install_device_crds(kube)
+    crd = await kube.get(CRDS, "devices.devices.kubeedge.io")
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    reported = schema["properties"]["status"]["properties"]["twins"]["items"]["properties"]
+    reported["reported"]["properties"]["value"]["maxLength"] = 2
+    await kube.replace(CRDS, crd)
+    node = unique("edge-strict")
+    await kube.create(DEVICEMODELS, model(COUNTER_MODEL, namespace))
+    made = await kube.create(DEVICES, device(COUNTER_DEVICE, namespace, node))
+    uid = made["metadata"]["uid"]
+    hub = await hubs.start(extensions=[devices_extension(DevicesSettings())])
+    agent = hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced and uid in agent.store, DEADLINE)
+    ref = agent.store[uid][0]
+    agent.send(TwinReported(ref, "count", "12345", 1, time.time()))
+    await agent.wait_for(
+        lambda: any(e.code is ErrorCode.INVALID_MESSAGE for e in agent.errors), DEADLINE
+    )
+    assert "the API refused the Device" in agent.errors[-1].message
+
+    items, _ = await kube.list(DEVICES, namespace)
+    name = items[0]["metadata"]["name"]
+
+    async def warned_device() -> list[dict]:
+        events, _ = await kube.list(
+            EVENTS,
+            namespace,
+            field_selector=f"involvedObject.kind=Device,involvedObject.name={name}",
+        )
+        return [e for e in events if e["reason"] == "FailedStatusUpdate"]
+
+    await eventually(warned_device, "a FailedStatusUpdate Event on the Device")
+    (event,) = await warned_device()
+    assert event["type"] == "Warning" and event["involvedObject"]["uid"] == uid
+    assert f"reported by node {node}" in event["message"] and "422" in event["message"]
+    refused = hub.metrics.registry.get_sample_value(
+        "edgefleet_hub_status_writes_refused_total", {"resource": "devices", "reason": "Invalid"}
+    )
+    assert refused == 1.0
