@@ -117,6 +117,13 @@ class HubMetrics:
             ["resource", "reason"],
             registry=registry,
         )
+        self.controller_backoffs = Counter(
+            f"{NS}_controller_backoffs",
+            "Workload pods not recreated at once because the ones before failed on the "
+            "node (back-off, as Kubernetes' controllers do for failing pods), by kind",
+            ["kind"],
+            registry=registry,
+        )
         self.events_dropped = Counter(
             f"{NS}_events_dropped",
             "Hub Events not recorded: the event queue was full, or the object had too many "
