@@ -43,6 +43,7 @@ from cloudhub.bridge.dispatch import Dispatcher, Inbound
 from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.server import EdgeServer
+from cloudhub.credentials import CredentialsReloader, FileCredentials
 from cloudhub.errors import ConfigError, HubError, KubeAPIError
 from cloudhub.events import EventRecorder
 from cloudhub.kube import (
@@ -63,8 +64,7 @@ from cloudhub.pods.handlers import PodHandlers
 from cloudhub.pods.source import POD_INDEXERS, PodSource, strip_object
 from cloudhub.pods.writer import PodReportWriter
 from cloudhub.settings import HubSettings
-from protocol.errors import CloseCode, ErrorCode, TransportError
-from protocol.pki import PKIError
+from protocol.errors import CloseCode, ErrorCode
 from protocol.transport import TLSCredentials, serve_quic, serve_websocket
 from protocol.transport._tasks import TaskScope
 
@@ -104,6 +104,11 @@ class Hub:
         self.on_node_deleted: list[Callable[[str], None]] = []
         self.identity = f"{socket.gethostname()}-{os.getpid()}"
         self.credentials = credentials  # hook-up (certs): an extension may set it
+        self.credentials_source: Callable[[], TLSCredentials] | None = None
+        """Where the listeners' credentials come from while the hub runs (an extension
+        sets it: the PKI's reissuing ``serving_credentials``); without it ``credentials``
+        as given, else the ``tls.*`` files, re-read when they change on disk."""
+        self.reloader: CredentialsReloader | None = None
         self._extensions = list(extensions or ())
         self._informers: list[Informer] = []
         self._scope = TaskScope(on_failure=self._task_failed)
@@ -202,7 +207,16 @@ class Hub:
         self._scope.create_task(self.pod_writer.run(), name="pod-writer")
         self._scope.create_task(self.events.run(), name="events")
         self._scope.create_task(self.lifecycle.run(), name="node-lifecycle")
-        await self._listen(self.credentials or _load_credentials(s))  # after extensions
+        source = self._credentials_source()
+        await self._listen(source())  # after extensions
+        self.reloader = CredentialsReloader(
+            source,
+            self._servers,
+            interval_s=s.listen.credentials_check_interval,
+            on_change=self.metrics.serving_certificate,
+        )
+        self.reloader.check()
+        self._scope.create_task(self.reloader.run(), name="credentials")
         self._started = True
         log.info(
             "serving edges: quic %s, websocket %s, metrics :%s",
@@ -210,6 +224,14 @@ class Hub:
             self.websocket_port,
             self.http_port,
         )
+
+    def _credentials_source(self) -> Callable[[], TLSCredentials]:
+        if self.credentials_source is not None:
+            return self.credentials_source
+        fixed = self.credentials
+        if fixed is not None:
+            return lambda: fixed
+        return _file_credentials(self.settings)
 
     async def _connect_kube(self) -> KubeClient:
         k = self.settings.kube
@@ -466,18 +488,9 @@ class Hub:
             )
 
 
-def _load_credentials(settings: HubSettings) -> TLSCredentials:
+def _file_credentials(settings: HubSettings) -> FileCredentials:
     tls = settings.tls
     missing = [k for k in ("ca_file", "cert_file", "key_file") if getattr(tls, k) is None]
     if missing:
         raise ConfigError("TLS material is required: set " + ", ".join(f"tls.{k}" for k in missing))
-    try:
-        return TLSCredentials.from_pem(
-            tls.ca_file.read_bytes(),  # type: ignore[union-attr]
-            tls.cert_file.read_bytes(),  # type: ignore[union-attr]
-            tls.key_file.read_bytes(),  # type: ignore[union-attr]
-        )
-    except OSError as exc:
-        raise ConfigError(f"cannot read TLS material: {exc}") from exc
-    except (PKIError, TransportError) as exc:
-        raise ConfigError(f"unusable TLS material: {exc}") from exc
+    return FileCredentials(tls.ca_file, tls.cert_file, tls.key_file)  # type: ignore[arg-type]

@@ -93,10 +93,18 @@ class ListenSettings:
         default=1024,
         metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives at once"),
     )
+    credentials_check_interval: float = field(
+        default=30.0,
+        metadata=_h(
+            "how often the listeners look for new serving credentials (the hub CA's "
+            "reissued certificate, tls.* files rotated on disk); new handshakes use them",
+            "s",
+        ),
+    )
 
     def __post_init__(self) -> None:
         _port(self, "quic_port", "websocket_port")
-        _positive(self, "hello_timeout", "backlog")
+        _positive(self, "hello_timeout", "backlog", "credentials_check_interval")
         if not (self.quic or self.websocket):
             raise SettingsError("websocket", "at least one of quic, websocket on", False)
 

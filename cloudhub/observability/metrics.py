@@ -124,6 +124,12 @@ class HubMetrics:
             ["kind"],
             registry=registry,
         )
+        self.serving_not_after = Gauge(
+            f"{NS}_serving_certificate_expiry_timestamp_seconds",
+            "When the certificate the edge listeners present expires (Unix time); it "
+            "changes when a reissued or rotated one is picked up",
+            registry=registry,
+        )
         self.events_dropped = Counter(
             f"{NS}_events_dropped",
             "Hub Events not recorded: the event queue was full, or the object had too many "
@@ -139,6 +145,10 @@ class HubMetrics:
         self._expositions: list[Callable[[], bytes]] = []
 
     # -- feeds --------------------------------------------------------------------------------
+
+    def serving_certificate(self, credentials: Any) -> None:
+        """The edge listeners now present ``credentials`` (a ``TLSCredentials``)."""
+        self.serving_not_after.set(credentials.chain[0].not_valid_after_utc.timestamp())
 
     def observe_request(self, verb: str, resource: str, status: int, seconds: float) -> None:
         """A :data:`cloudhub.kube.RequestObserver` for the hub's KubeClient."""

@@ -674,6 +674,15 @@ class WebSocketServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
 
+    def set_credentials(self, credentials: TLSCredentials) -> None:
+        """Serve new connections with ``credentials`` (a reissued or rotated certificate,
+        or a new CA bundle for client certificates); open connections keep theirs.
+
+        Raises:
+            TransportError: the credentials carry no server certificate or do not load.
+        """
+        self._context = server_ssl_context(credentials)
+
     @property
     def port(self) -> int:
         """The TCP port the server listens on."""
