@@ -46,6 +46,7 @@ from cloudhub.bridge.server import EdgeServer
 from cloudhub.credentials import CredentialsReloader, FileCredentials
 from cloudhub.errors import ConfigError, HubError, KubeAPIError
 from cloudhub.events import EventRecorder
+from cloudhub.heap import HeapTrimmer
 from cloudhub.kube import (
     CONFIGMAPS,
     NODES,
@@ -109,6 +110,7 @@ class Hub:
         sets it: the PKI's reissuing ``serving_credentials``); without it ``credentials``
         as given, else the ``tls.*`` files, re-read when they change on disk."""
         self.reloader: CredentialsReloader | None = None
+        self.heap: HeapTrimmer | None = None  # after bursts of unfinished handshakes
         self._extensions = list(extensions or ())
         self._informers: list[Informer] = []
         self._scope = TaskScope(on_failure=self._task_failed)
@@ -209,6 +211,9 @@ class Hub:
         self._scope.create_task(self.lifecycle.run(), name="node-lifecycle")
         source = self._credentials_source()
         await self._listen(source())  # after extensions
+        self.metrics.watch_listeners(
+            lambda: self._servers, lambda: self.heap.trims if self.heap is not None else 0
+        )
         self.reloader = CredentialsReloader(
             source,
             self._servers,
@@ -365,9 +370,12 @@ class Hub:
                 config=config,
                 hello_timeout=s.listen.hello_timeout,
                 backlog=s.listen.backlog,
+                max_pending_per_source=s.listen.max_pending_handshakes_per_source,
             )
             self._servers.append(ws)
             self.websocket_port = ws.port
+            self.heap = HeapTrimmer(lambda: ws.unfinished)
+            self._scope.create_task(self.heap.run(), name="heap-trim")
 
     async def aclose(self) -> None:
         """Stop serving and release everything (idempotent)."""

@@ -93,6 +93,14 @@ class ListenSettings:
         default=1024,
         metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives at once"),
     )
+    max_pending_handshakes_per_source: int = field(
+        default=256,
+        metadata=_h(
+            "WebSocket connections one address may have in TLS or the upgrade at once; more "
+            "are dropped as they arrive (half-open connections hold ~57 KiB each until the "
+            "hello deadline); a fleet behind one NAT address that hits it retries with back-off"
+        ),
+    )
     credentials_check_interval: float = field(
         default=30.0,
         metadata=_h(
@@ -104,7 +112,13 @@ class ListenSettings:
 
     def __post_init__(self) -> None:
         _port(self, "quic_port", "websocket_port")
-        _positive(self, "hello_timeout", "backlog", "credentials_check_interval")
+        _positive(
+            self,
+            "hello_timeout",
+            "backlog",
+            "credentials_check_interval",
+            "max_pending_handshakes_per_source",
+        )
         if not (self.quic or self.websocket):
             raise SettingsError("websocket", "at least one of quic, websocket on", False)
 

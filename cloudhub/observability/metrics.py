@@ -141,6 +141,8 @@ class HubMetrics:
         self._live: Callable[[], Iterable[Any]] | None = None
         self._informers: Callable[[], Iterable[Any]] | None = None
         self._status_pending: Callable[[], int] | None = None
+        self._listeners: Callable[[], Iterable[Any]] = tuple
+        self._heap_trims: Callable[[], int] = int
         registry.register(_ScrapeTime(self))
         self._expositions: list[Callable[[], bytes]] = []
 
@@ -171,6 +173,14 @@ class HubMetrics:
         """Say where scrape-time figures come from: the live sessions, the informers, and
         the number of pod reports waiting to be written."""
         self._live, self._informers, self._status_pending = sessions, informers, status_pending
+
+    def watch_listeners(
+        self, listeners: Callable[[], Iterable[Any]], heap_trims: Callable[[], int] = int
+    ) -> None:
+        """Say where the edge listeners are (their ``unfinished`` and ``refused_pending``
+        connection counts, when they keep them, are exported at scrape time) and how many
+        times the heap was trimmed after them (``cloudhub.heap``)."""
+        self._listeners, self._heap_trims = listeners, heap_trims
 
     def add_exposition(self, render: Callable[[], bytes]) -> None:
         """Append ``render()`` (Prometheus text format 0.0.4, whole families with their
@@ -266,6 +276,28 @@ class _ScrapeTime(Collector):
         yield lag
         yield synced
         yield relists
+        unfinished = CounterMetricFamily(
+            f"{NS}_handshakes_unfinished",
+            "WebSocket connections that ended before their upgrade (TLS failed or timed "
+            "out, closed half-open)",
+        )
+        limited = CounterMetricFamily(
+            f"{NS}_handshakes_refused",
+            "WebSocket connections dropped on arrival: their address had "
+            "listen.max_pending_handshakes_per_source pending already",
+        )
+        listeners = list(m._listeners())
+        unfinished.add_metric([], sum(getattr(x, "unfinished", 0) for x in listeners))
+        limited.add_metric([], sum(getattr(x, "refused_pending", 0) for x in listeners))
+        trims = CounterMetricFamily(
+            f"{NS}_heap_trims",
+            "malloc_trim(0) calls after bursts of unfinished handshakes (freed heap given "
+            "back to the OS)",
+        )
+        trims.add_metric([], m._heap_trims())
+        yield unfinished
+        yield limited
+        yield trims
         pending = GaugeMetricFamily(
             f"{NS}_pod_status_pending", "Pod reports (status or deletion) waiting to be written"
         )
