@@ -41,16 +41,16 @@ def test_help_says_tls_files_are_optional() -> None:
     assert "required" not in tls_row and "the hub's own CA" in tls_row
 
 
-def test_a_missing_kubeconfig_is_named(tmp_path: pathlib.Path) -> None:
+def serve(tmp_path: pathlib.Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``cloudhub serve FLAGS`` as an operator runs it, text logs, until it exits."""
     env = {"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "cloudhub",
             "serve",
-            "--kube-kubeconfig",
-            str(tmp_path / "kubeconfig"),
+            *flags,
             "--observability-http-port",
             "0",
             "--observability-log-format",
@@ -62,6 +62,10 @@ def test_a_missing_kubeconfig_is_named(tmp_path: pathlib.Path) -> None:
         env=env,
         cwd=tmp_path,
     )
+
+
+def test_a_missing_kubeconfig_is_named(tmp_path: pathlib.Path) -> None:
+    proc = serve(tmp_path, "--kube-kubeconfig", str(tmp_path / "kubeconfig"))
     assert proc.returncode == 1, proc.stderr
     assert f"kubeconfig '{tmp_path / 'kubeconfig'}' does not exist" in proc.stderr
     assert "current-context" not in proc.stderr and "Traceback" not in proc.stderr
@@ -75,27 +79,8 @@ def test_a_bad_setting_is_a_usage_error_naming_the_key() -> None:
 
 def test_partial_tls_material_exits_1_with_the_settings_to_give(tmp_path: pathlib.Path) -> None:
     # tls.* files name an outside CA: all three or none (none: the hub's own CA).
-    env = {"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
     (tmp_path / "ca.crt").write_text("unused\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cloudhub",
-            "serve",
-            "--tls-ca-file",
-            str(tmp_path / "ca.crt"),
-            "--observability-http-port",
-            "0",
-            "--observability-log-format",
-            "text",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc = serve(tmp_path, "--tls-ca-file", str(tmp_path / "ca.crt"))
     assert proc.returncode == 1, proc.stderr
     assert "tls.cert_file, tls.key_file" in proc.stderr
 
