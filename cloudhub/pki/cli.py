@@ -133,6 +133,7 @@ async def _no_hub_in(client: KubeClient, namespace: str) -> str | None:
     the node had nothing to revoke: both true of a namespace with no hub, and misleading.
     """
     try:
+        # rbac: operator's credentials
         await client.get(NAMESPACES, namespace)
     except KubeNotFound:
         return (
