@@ -83,8 +83,12 @@ def serve(config_path: str | None, **flags: str | None) -> None:
     """Serve edge agents over QUIC and WebSocket and bridge them to Kubernetes.
 
     Kubernetes access: --kube-kubeconfig, or --kube-in-cluster true, or neither for the
-    embedded API server (state in --kube-embedded-data-dir). TLS: --tls-ca-file,
-    --tls-cert-file and --tls-key-file are required. Durations are in seconds.
+    embedded API server (state in --kube-embedded-data-dir). TLS: by default the hub runs
+    its own CA (--pki-*: the CA in a Secret, bootstrap-token join on --pki-join-port,
+    certificate renewal) and issues its own serving certificate; give all three of
+    --tls-ca-file, --tls-cert-file and --tls-key-file only to serve with certificates of an
+    outside CA instead (the hub's CA, join and renewal are then off; the files are re-read
+    when they change on disk). Durations are in seconds.
     """
     overrides = {key.replace("__", "."): value for key, value in flags.items() if value is not None}
     try:
@@ -177,6 +181,10 @@ main.add_command(demo)
 from cloudhub.placement.cli import placement  # noqa: E402  hook-up (placement): import, explain
 
 main.add_command(placement)
+
+from cloudhub.devices.cli import devices  # noqa: E402  KubeEdge device manifests: convert, validate
+
+main.add_command(devices)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -4,7 +4,12 @@ Hub Events (connected, disconnected, refused message) are recorded on the Node a
 records its node events: in the ``default`` namespace (``nodes.event_namespace``), with
 ``involvedObject.uid`` set to the node name, which is what ``kubectl describe node`` looks
 for. They are best effort, as client-go's event broadcaster: rate-limited with the other
-node writes, and dropped (counted) when the queue is full.
+node writes, and dropped (counted) when the queue is full. Every hub Event (on Nodes, and
+on other objects through :meth:`EventRecorder.record`) goes through an
+:class:`~cloudhub.correlator.EventCorrelator` first: a repeat of an Event already recorded
+is a PATCH of that Event's ``count``/``lastTimestamp``/``series``, not a new object, and a
+repeat still queued is folded into the queued write (latest wins), so a flapping node costs
+the API one Event per kind of happening, whichever API it is.
 
 Edge Events are at-least-once: each one is acknowledged once created. Its name is derived
 from the node, the object, the reason and the edge's timestamp, so a resent Event finds
@@ -24,9 +29,10 @@ from dataclasses import dataclass
 
 from cloudhub.bridge.authz import Decision, NodeAuthorizer
 from cloudhub.bridge.dispatch import Dispatcher, Inbound
-from cloudhub.errors import KubeAPIError, KubeConflict
+from cloudhub.correlator import EventCorrelator
+from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.kube import EVENTS, KubeClient, TokenBucket
-from cloudhub.kube.times import rfc3339
+from cloudhub.kube.times import micro_time, rfc3339
 from cloudhub.observability.metrics import HubMetrics
 from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
@@ -49,6 +55,7 @@ class _Pending:
     event: dict
     required: bool  # edge events: retried until created; hub events: best effort
     done: Callable[[KubeAPIError | None], None] | None
+    patch: dict | None = None  # a correlated repeat: PATCH these fields of ``event``
 
 
 class EventRecorder:
@@ -83,21 +90,62 @@ class EventRecorder:
         self.max_queue = max_queue
         self.workers = workers
         self._queue: deque[_Pending] = deque()
+        self._queued: dict[tuple[str, str], _Pending] = {}  # hub Events not yet written
         self._wake = asyncio.Event()
         self._scope = TaskScope()
+        self.correlator = EventCorrelator(stamp=rfc3339, micro_stamp=micro_time)
 
     # -- recording ----------------------------------------------------------------------------
 
     def node_event(self, node: str, type_: str, reason: str, message: str) -> None:
         """Record a hub Event on Node ``node`` (best effort; never blocks)."""
-        now = time.time()
         involved = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
-        name = f"{node}.{time.time_ns():x}"
-        event = self._event(self.namespace, name, involved, type_, reason, message, now, 1, node)
+        self.record(involved, type_, reason, message, host=node, namespace=self.namespace)
+
+    def record(
+        self,
+        involved: dict,
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        host: str = "",
+        namespace: str | None = None,
+    ) -> None:
+        """Record a hub Event about any object (best effort; never blocks), correlated.
+
+        Args:
+            involved: the ``involvedObject`` (``apiVersion``, ``kind``, ``namespace``,
+                ``name``, ``uid``).
+            type_: ``Normal`` or ``Warning``.
+            reason: UpperCamelCase, what happened (``FailedPod``).
+            message: for humans; cut at 1,024 characters.
+            host: ``source.host`` (the node it is about, if any).
+            namespace: where the Event goes; default the involved object's namespace, or
+                ``nodes.event_namespace`` for cluster-scoped objects.
+        """
+        now = time.time()
+        ns = namespace or involved.get("namespace") or self.namespace
+        name = f"{involved.get('name', 'event')}.{time.time_ns():x}"
+        event = self._event(ns, name, involved, type_, reason, message, now, 1, host)
+        correlated = self.correlator.correlate(event)
+        if correlated is None:  # the spam filter: this object had Events enough
+            self.metrics.events_dropped.inc()
+            return
+        event = correlated.event
+        key = (ns, event["metadata"]["name"])
+        queued = self._queued.get(key)
+        if queued is not None:  # not written yet: write the latest state once
+            queued.event = event
+            if queued.patch is not None:
+                queued.patch = correlated.patch
+            return
         if len(self._queue) >= self.max_queue:
             self.metrics.events_dropped.inc()
             return
-        self._put(_Pending(event, False, None))
+        pending = _Pending(event, False, None, correlated.patch)
+        self._queued[key] = pending
+        self._put(pending)
 
     def edge_event(
         self, node: str, message: KubeEvent, done: Callable[[KubeAPIError | None], None]
@@ -215,9 +263,34 @@ class EventRecorder:
         queue = self._queue
         while True:
             pending = await next_item(queue, self._wake)
+            meta = pending.event["metadata"]
+            if not pending.required:  # from now on a repeat is a new write
+                self._queued.pop((meta["namespace"], meta["name"]), None)
             error = await self._create(pending)
             if pending.done is not None:
                 pending.done(error)
+
+    async def _write(self, pending: _Pending) -> None:
+        event = pending.event
+        meta = event["metadata"]
+        if pending.patch is not None:
+            try:
+                await self.client.patch(EVENTS, meta["name"], pending.patch, meta["namespace"])
+                return
+            except KubeNotFound:
+                pass  # expired (event TTL) or never written: record it whole
+        try:
+            await self.client.create(EVENTS, event)
+        except KubeConflict:
+            if pending.required:
+                raise
+            # A repeat raced its first occurrence's create: count on the Event that won.
+            patch = pending.patch or {
+                "count": event["count"],
+                "lastTimestamp": event["lastTimestamp"],
+                "message": event["message"],
+            }
+            await self.client.patch(EVENTS, meta["name"], patch, meta["namespace"])
 
     async def _create(self, pending: _Pending) -> KubeAPIError | None:
         delays = backoff(uniform=random.uniform, base=0.5, cap=30.0)
@@ -227,7 +300,7 @@ class EventRecorder:
             attempts += 1
             await self.bucket.acquire()
             try:
-                await self.client.create(EVENTS, event)
+                await self._write(pending)
             except KubeConflict:  # already recorded (a resent edge Event)
                 self.metrics.node_writes.labels("event", "exists").inc()
                 return None

@@ -43,8 +43,10 @@ from cloudhub.bridge.dispatch import Dispatcher, Inbound
 from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.server import EdgeServer
+from cloudhub.credentials import CredentialsReloader, FileCredentials
 from cloudhub.errors import ConfigError, HubError, KubeAPIError
 from cloudhub.events import EventRecorder
+from cloudhub.heap import HeapTrimmer
 from cloudhub.kube import (
     CONFIGMAPS,
     NODES,
@@ -63,8 +65,7 @@ from cloudhub.pods.handlers import PodHandlers
 from cloudhub.pods.source import POD_INDEXERS, PodSource, strip_object
 from cloudhub.pods.writer import PodReportWriter
 from cloudhub.settings import HubSettings
-from protocol.errors import CloseCode, ErrorCode, TransportError
-from protocol.pki import PKIError
+from protocol.errors import CloseCode, ErrorCode
 from protocol.transport import TLSCredentials, serve_quic, serve_websocket
 from protocol.transport._tasks import TaskScope
 
@@ -104,6 +105,12 @@ class Hub:
         self.on_node_deleted: list[Callable[[str], None]] = []
         self.identity = f"{socket.gethostname()}-{os.getpid()}"
         self.credentials = credentials  # hook-up (certs): an extension may set it
+        self.credentials_source: Callable[[], TLSCredentials] | None = None
+        """Where the listeners' credentials come from while the hub runs (an extension
+        sets it: the PKI's reissuing ``serving_credentials``); without it ``credentials``
+        as given, else the ``tls.*`` files, re-read when they change on disk."""
+        self.reloader: CredentialsReloader | None = None
+        self.heap: HeapTrimmer | None = None  # after bursts of unfinished handshakes
         self._extensions = list(extensions or ())
         self._informers: list[Informer] = []
         self._scope = TaskScope(on_failure=self._task_failed)
@@ -202,7 +209,19 @@ class Hub:
         self._scope.create_task(self.pod_writer.run(), name="pod-writer")
         self._scope.create_task(self.events.run(), name="events")
         self._scope.create_task(self.lifecycle.run(), name="node-lifecycle")
-        await self._listen(self.credentials or _load_credentials(s))  # after extensions
+        source = self._credentials_source()
+        await self._listen(source())  # after extensions
+        self.metrics.watch_listeners(
+            lambda: self._servers, lambda: self.heap.trims if self.heap is not None else 0
+        )
+        self.reloader = CredentialsReloader(
+            source,
+            self._servers,
+            interval_s=s.listen.credentials_check_interval,
+            on_change=self.metrics.serving_certificate,
+        )
+        self.reloader.check()
+        self._scope.create_task(self.reloader.run(), name="credentials")
         self._started = True
         log.info(
             "serving edges: quic %s, websocket %s, metrics :%s",
@@ -210,6 +229,14 @@ class Hub:
             self.websocket_port,
             self.http_port,
         )
+
+    def _credentials_source(self) -> Callable[[], TLSCredentials]:
+        if self.credentials_source is not None:
+            return self.credentials_source
+        fixed = self.credentials
+        if fixed is not None:
+            return lambda: fixed
+        return _file_credentials(self.settings)
 
     async def _connect_kube(self) -> KubeClient:
         k = self.settings.kube
@@ -224,7 +251,10 @@ class Hub:
         try:
             self._embedded = EmbeddedAPIServer(
                 APIServerSettings(
-                    data_dir=k.embedded_data_dir, host=k.embedded_host, port=k.embedded_port
+                    data_dir=k.embedded_data_dir,
+                    host=k.embedded_host,
+                    port=k.embedded_port,
+                    event_ttl_s=k.embedded_event_ttl,
                 )
             )
             await self._embedded.__aenter__()
@@ -271,6 +301,7 @@ class Hub:
             self.metrics,
             workers=s.status.workers,
             retry_cap=s.status.retry_cap,
+            on_refused=self._pod_report_refused,
         )
         PodHandlers(self.authorizer, self.pod_writer).register(self.dispatcher)
         self.events.register(self.dispatcher, self.authorizer)
@@ -291,6 +322,7 @@ class Hub:
             heartbeat_interval=s.session.heartbeat_interval,
             on_refused=self._refused,
         )
+        self.edge.on_session_refused.append(self._session_refused)
         self._nodes.add_handler(self._on_node)
         self.metrics.watch(
             sessions=self.registry.sessions,
@@ -338,9 +370,12 @@ class Hub:
                 config=config,
                 hello_timeout=s.listen.hello_timeout,
                 backlog=s.listen.backlog,
+                max_pending_per_source=s.listen.max_pending_handshakes_per_source,
             )
             self._servers.append(ws)
             self.websocket_port = ws.port
+            self.heap = HeapTrimmer(lambda: ws.unfinished)
+            self._scope.create_task(self.heap.run(), name="heap-trim")
 
     async def aclose(self) -> None:
         """Stop serving and release everything (idempotent)."""
@@ -406,6 +441,49 @@ class Hub:
             except Exception:
                 log.exception("on_node_deleted hook failed", extra={"node": name})
 
+    def status_refused(
+        self, resource: str, involved: dict, node: str, what: str, error: KubeAPIError
+    ) -> None:
+        """An edge's report the API refused for good (e.g. 422): a Warning Event
+        ``FailedStatusUpdate`` on the object and ``edgefleet_hub_status_writes_refused_total``
+        (the writers of pod and Device status call it).
+
+        Args:
+            resource: the plural, for the metric (``pods``, ``devices``).
+            involved: the Event's ``involvedObject``.
+            node: the node whose report it was.
+            what: what was refused, in words (``"status"``).
+            error: the API's answer.
+        """
+        self.metrics.status_refused.labels(resource, error.reason or str(error.status)).inc()
+        if self.events is not None:
+            self.events.record(
+                involved,
+                "Warning",
+                "FailedStatusUpdate",
+                f"the API refused the {what} reported by node {node}, so what the API shows "
+                f"is stale: {error}",
+                host=node,
+            )
+
+    def _pod_report_refused(self, node: str, ref: Any, what: str, error: KubeAPIError) -> None:
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "uid": ref.uid,
+        }
+        self.status_refused("pods", involved, node, what, error)
+
+    def _session_refused(self, link: Any, reason: str) -> None:
+        # On the Node the certificate names (not whatever the hello claims).
+        node = link.peer_node_name or (link.hello.node_name if link.hello else "")
+        if self.events is not None and node:
+            self.events.node_event(
+                node, "Warning", "SessionRefused", f"{link.transport} session refused: {reason}"
+            )
+
     def _refused(self, inbound: Inbound, code: ErrorCode, text: str) -> None:
         kind = type(inbound.message).kind
         self.metrics.refused.labels(kind, code.name).inc()
@@ -418,18 +496,9 @@ class Hub:
             )
 
 
-def _load_credentials(settings: HubSettings) -> TLSCredentials:
+def _file_credentials(settings: HubSettings) -> FileCredentials:
     tls = settings.tls
     missing = [k for k in ("ca_file", "cert_file", "key_file") if getattr(tls, k) is None]
     if missing:
         raise ConfigError("TLS material is required: set " + ", ".join(f"tls.{k}" for k in missing))
-    try:
-        return TLSCredentials.from_pem(
-            tls.ca_file.read_bytes(),  # type: ignore[union-attr]
-            tls.cert_file.read_bytes(),  # type: ignore[union-attr]
-            tls.key_file.read_bytes(),  # type: ignore[union-attr]
-        )
-    except OSError as exc:
-        raise ConfigError(f"cannot read TLS material: {exc}") from exc
-    except (PKIError, TransportError) as exc:
-        raise ConfigError(f"unusable TLS material: {exc}") from exc
+    return FileCredentials(tls.ca_file, tls.cert_file, tls.key_file)  # type: ignore[arg-type]

@@ -93,10 +93,32 @@ class ListenSettings:
         default=1024,
         metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives at once"),
     )
+    max_pending_handshakes_per_source: int = field(
+        default=256,
+        metadata=_h(
+            "WebSocket connections one address may have in TLS or the upgrade at once; more "
+            "are dropped as they arrive (half-open connections hold ~57 KiB each until the "
+            "hello deadline); a fleet behind one NAT address that hits it retries with back-off"
+        ),
+    )
+    credentials_check_interval: float = field(
+        default=30.0,
+        metadata=_h(
+            "how often the listeners look for new serving credentials (the hub CA's "
+            "reissued certificate, tls.* files rotated on disk); new handshakes use them",
+            "s",
+        ),
+    )
 
     def __post_init__(self) -> None:
         _port(self, "quic_port", "websocket_port")
-        _positive(self, "hello_timeout", "backlog")
+        _positive(
+            self,
+            "hello_timeout",
+            "backlog",
+            "credentials_check_interval",
+            "max_pending_handshakes_per_source",
+        )
         if not (self.quic or self.websocket):
             raise SettingsError("websocket", "at least one of quic, websocket on", False)
 
@@ -149,6 +171,14 @@ class KubeSettings:
     embedded_port: int = field(
         default=6443, metadata=_h("embedded API: TCP port (kube-apiserver's 6443)")
     )
+    embedded_event_ttl: float = field(
+        default=3600.0,
+        metadata=_h(
+            "embedded API: how long an Event is kept after its last write "
+            "(kube-apiserver's --event-ttl, 1 h)",
+            "s",
+        ),
+    )
     request_timeout: float = field(
         default=30.0, metadata=_h("time allowed for one API request (not watches)", "s")
     )
@@ -159,7 +189,7 @@ class KubeSettings:
 
     def __post_init__(self) -> None:
         _port(self, "embedded_port")
-        _positive(self, "request_timeout", "watch_timeout")
+        _positive(self, "request_timeout", "watch_timeout", "embedded_event_ttl")
         if self.in_cluster and self.kubeconfig is not None:
             raise SettingsError("in_cluster", "not together with kube.kubeconfig", True)
 

@@ -70,6 +70,9 @@ class EdgeServer:
         self.metrics = metrics
         self.heartbeat_interval = heartbeat_interval
         self.peer_checks: list[PeerCheck] = []
+        self.on_session_refused: list[Callable[[Link, str], None]] = []
+        """``hook(link, reason)`` for every session refused ``UNAUTHORIZED`` (the hub
+        records a Warning Event on the node the certificate names)."""
         self.closing = False
         """Set when the hub shuts down: new sessions are turned away (``GOING_AWAY``)."""
         self._on_refused = on_refused
@@ -91,6 +94,11 @@ class EdgeServer:
             log.warning("refused a session: %s", refusal, extra={"node": node})
             metrics.sessions_refused.labels(link.transport).inc()
             link.reject(CloseCode.UNAUTHORIZED, refusal)
+            for hook in self.on_session_refused:
+                try:
+                    hook(link, refusal)
+                except Exception:
+                    log.exception("on_session_refused hook failed", extra={"node": node})
             return
         session_id = f"{self._id_prefix}-{next(self._ids)}"
         session = NodeSession(

@@ -1,6 +1,6 @@
 """``cloudhub devices``: convert and validate KubeEdge device manifests.
 
-The lead attaches the group to the top-level CLI with ``cli.add_command(devices)``.
+Attached to the hub's command line in ``cloudhub/__main__.py`` (``cloudhub devices ...``).
 
 - ``cloudhub devices convert FILE...`` prints the v1beta1 form of every DeviceModel and
   Device in the files on stdout (YAML, ``---``-separated) and, on stderr, what it could
@@ -49,14 +49,43 @@ def _dump(document: dict[str, Any]) -> str:
 
 @click.group("devices")
 def devices() -> None:
-    """KubeEdge device manifests: convert v1alpha2 to v1beta1, validate v1beta1."""
+    """KubeEdge device manifests: convert v1alpha2 to v1beta1, validate v1beta1.
+
+    The hub serves devices.kubeedge.io/v1beta1 DeviceModels and Devices only (docs/devices.md).
+    Older v1alpha2 files, as most KubeEdge examples still are, convert first:
+
+    \b
+      cloudhub devices convert model.yaml device.yaml > v1beta1.yaml
+      cloudhub devices validate v1beta1.yaml
+      kubectl apply -f v1beta1.yaml
+
+    Both read every YAML document of every FILE strictly (a syntax error or a duplicate key
+    refuses the whole file, naming file, line and column). Messages go to standard error as
+    "error: FILE:LINE: Kind name: problem" (the document was refused) or "note: ..." (it
+    was converted, but a field was not). Exit status: 0 when every document converted or
+    validated, 1 when any was refused (with --strict, also when a note was printed), 2 for
+    a usage error.
+    """
 
 
-@devices.command("convert")
+@devices.command("convert", short_help="Print the v1beta1 form of v1alpha2 device files.")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--strict", is_flag=True, help="Fail when anything could not be converted.")
+@click.option(
+    "--strict", is_flag=True, help="Exit 1 when any field could not be converted (a note)."
+)
 def convert_command(files: tuple[str, ...], strict: bool) -> None:
-    """Print the devices.kubeedge.io/v1beta1 form of the DeviceModels and Devices in FILES."""
+    """Print the devices.kubeedge.io/v1beta1 form of the DeviceModels and Devices in FILES.
+
+    The converted documents go to standard output, "---"-separated, ready for
+    "cloudhub devices validate" and "kubectl apply -f -"; v1beta1 documents pass through
+    unchanged. What v1beta1 cannot hold (model default values and property visitors, device
+    node selectors other than one node, device data) is named on standard error with what to
+    do instead.
+
+    \b
+    Example:
+      cloudhub devices convert counter-model.yaml counter-instance.yaml > counter.yaml
+    """
     failed = False
     out: list[str] = []
     for path in files:
@@ -95,10 +124,21 @@ def convert_command(files: tuple[str, ...], strict: bool) -> None:
         raise SystemExit(1)
 
 
-@devices.command("validate")
+@devices.command("validate", short_help="Check v1beta1 device files before applying them.")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate_command(files: tuple[str, ...]) -> None:
-    """Check the v1beta1 DeviceModels and Devices in FILES (Devices against their models)."""
+    """Check the v1beta1 DeviceModels and Devices in FILES before applying them.
+
+    Each document against the v1beta1 schema; each Device against its DeviceModel when the
+    model is among the FILES (property names, types, access modes), and its desired values
+    against the model's types and bounds, as the hub will judge them. A Device whose model is
+    not among the FILES gets a note and is checked on its own. Prints "ok: FILE:LINE: Kind
+    name" for each valid document on standard output.
+
+    \b
+    Example:
+      cloudhub devices validate thermostat-model.yaml thermostat.yaml
+    """
     failed = False
     models: dict[tuple[str, str], DeviceModel] = {}
     parsed_devices: list[tuple[str, Device]] = []

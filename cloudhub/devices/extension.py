@@ -10,11 +10,17 @@ At install (after the hub's API client exists, before it serves edges) it:
 3. adds the ``devices`` object source: a node is sent its Devices and the DeviceModels they
    reference like pods (``object_upsert``/``object_delete``, level-based, and the Node
    authorizer's rule: a node is sent, and may name, only its own Devices);
-4. on a Device whose spec (``metadata.generation``) or node changed: ``twin_desired`` to
-   the node if connected, queued right behind the ``object_upsert`` that carries the new
-   Device; on every (re)connect, after the object diff (``registry.on_synced``):
-   ``twin_desired`` for every Device of the node (the edge keeps only newer versions);
-5. keeps ``status.twins[].rejectedDesired`` right whenever a Device or its model changes;
+4. on a Device whose spec (``metadata.generation``) or node changed, and on every Device of
+   a DeviceModel that appeared or changed: ``twin_desired`` to the node if connected,
+   queued right behind the ``object_upsert`` that carries the new object; on every
+   (re)connect, after the object diff (``registry.on_synced``): ``twin_desired`` for every
+   Device of the node (the edge keeps only newer versions: the version grows with the
+   Device's generation and its model's resourceVersion, ``desired_version``). Nothing is
+   sent for a Device whose model does not exist (yet): level-based, its desired state goes
+   once the model comes, however late (a directory applied in alphabetical order creates
+   Devices before their models);
+5. keeps ``status.twins[].rejectedDesired`` and the ``ModelAvailable`` condition
+   (:mod:`cloudhub.devices.conditions`) right whenever a Device or its model changes;
 6. handles ``twin_reported``: authorized, checked against the model (a bad one is
    refused with ``INVALID_MESSAGE`` naming the problem), then merged into the Device
    status by :class:`~cloudhub.devices.status.DeviceStatusWriter` (coalesced per Device,
@@ -34,15 +40,21 @@ import logging
 import math
 import pathlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from cloudhub.bridge.authz import Decision
 from cloudhub.bridge.objects import object_uid
+from cloudhub.devices.conditions import ModelLookup, model_condition, with_condition
 from cloudhub.devices.settings import DevicesSettings
 from cloudhub.devices.status import DeviceStatusWriter
-from cloudhub.devices.twin import evaluate_desired, status_with_rejections
+from cloudhub.devices.twin import (
+    DesiredEvaluation,
+    evaluate_desired,
+    model_revision,
+    status_with_rejections,
+)
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.kube import CRDS, DEVICEMODELS, DEVICES, Informer, TokenBucket, retrying
 from cloudhub.pods.source import strip_object
@@ -121,7 +133,7 @@ class DevicesExtension:
         self.writer: DeviceStatusWriter | None = None
         self._hub: Hub | None = None
         self._views: dict[str, dict] = {}  # uid -> edge view
-        self._parsed: dict[tuple[str, str], tuple[str, DeviceModel | None]] = {}
+        self._parsed: dict[tuple[str, str], tuple[str, ModelLookup]] = {}
 
     async def __call__(self, hub: Hub) -> None:
         if not self.enabled:
@@ -148,10 +160,11 @@ class DevicesExtension:
         self.writer = DeviceStatusWriter(
             hub.kube,
             self.devices,
-            self.model_for,
+            self.model_lookup,
             TokenBucket(s.qps, s.burst),
             workers=s.workers,
             retry_cap=s.retry_cap,
+            on_refused=self._status_refused,
         )
         devices, models = self.devices, self.models
         hub.objects.add_source("devices", self.objects_of)
@@ -197,21 +210,39 @@ class DevicesExtension:
 
     def model_for(self, namespace: str, name: str) -> DeviceModel | None:
         """The parsed DeviceModel ``namespace/name``, or ``None`` (absent or invalid)."""
+        return self.model_lookup(namespace, name).model
+
+    def model_lookup(self, namespace: str, name: str) -> ModelLookup:
+        """What the hub has of DeviceModel ``namespace/name`` (parsed once per
+        resourceVersion)."""
         assert self.models is not None
         obj = self.models.get(name, namespace)
         if obj is None:
-            return None
+            return ModelLookup(None)
         rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         cached = self._parsed.get((namespace, name))
         if cached is not None and cached[0] == rv:
             return cached[1]
         try:
-            model: DeviceModel | None = parse_device_model(obj)
+            found = ModelLookup(parse_device_model(obj), model_revision(obj), exists=True)
         except InvalidDocument as exc:
             log.warning("DeviceModel %s/%s is not usable: %s", namespace, name, exc)
-            model = None
-        self._parsed[(namespace, name)] = (rv, model)
-        return model
+            found = ModelLookup(None, exists=True, problem=str(exc))
+        self._parsed[(namespace, name)] = (rv, found)
+        return found
+
+    def _evaluate(self, device: Device) -> tuple[DesiredEvaluation, ModelLookup]:
+        found = self.model_lookup(device.namespace, device.model_name)
+        evaluation = evaluate_desired(device, found.model, model_revision=found.revision)
+        return evaluation, found
+
+    def _status_due(
+        self, device: Device, evaluation: DesiredEvaluation, found: ModelLookup
+    ) -> bool:
+        """Whether the rejections or the ModelAvailable condition shown are out of date."""
+        if status_with_rejections(device, evaluation).changed:
+            return True
+        return with_condition(device.status, model_condition(device, found), time.time())[1]
 
     def objects_of(self, node: str) -> list[dict]:
         """The object source: the node's Devices' models, then its Devices (edge views)."""
@@ -267,10 +298,11 @@ class DevicesExtension:
         except InvalidDocument as exc:
             log.warning("Device is not served: %s", exc)
             return
-        evaluation = evaluate_desired(device, self.model_for(device.namespace, device.model_name))
-        if device.node_name and (moved or _generation(old) != device.generation):
-            self._send_desired(device.node_name, device, evaluation.state.properties)  # ... then
-        if status_with_rejections(device, evaluation).changed:
+        evaluation, found = self._evaluate(device)
+        spec_changed = moved or _generation(old) != device.generation
+        if device.node_name and spec_changed and found.model is not None:
+            self._send_desired(device.node_name, device, evaluation)  # ... then this
+        if self._status_due(device, evaluation, found):
             assert self.writer is not None
             self.writer.submit_rejections(device.namespace, device.name)
 
@@ -288,15 +320,19 @@ class DevicesExtension:
         devices = self.devices.by_index("model", f"{namespace}/{name}")
         if changed:
             hub.objects.changed(n for d in devices for n in _node_of(d))
-        # Rejections follow the new model at once; the edge masks what the new model
-        # forbids (no twin_desired: the Device's generation, the desired version, is the same).
-        model = self.model_for(namespace, name)
+        # Every Device of the model gets what the model now gives: the desired state (a
+        # newer version: the model's resourceVersion is in it), after the model's upsert,
+        # and its rejections and ModelAvailable condition. Deleted: nothing is sent (the
+        # edge stops serving what it cannot check), the Devices wait for it again.
         for obj_ in devices:
             try:
                 device = parse_device(obj_)
             except InvalidDocument:
                 continue
-            if status_with_rejections(device, evaluate_desired(device, model)).changed:
+            evaluation, found = self._evaluate(device)
+            if event != "DELETED" and found.model is not None and device.node_name:
+                self._send_desired(device.node_name, device, evaluation)
+            if self._status_due(device, evaluation, found):
                 assert self.writer is not None
                 self.writer.submit_rejections(device.namespace, device.name)
 
@@ -310,23 +346,24 @@ class DevicesExtension:
                 device = parse_device(obj)
             except InvalidDocument:
                 continue
-            model = self.model_for(device.namespace, device.model_name)
-            self._send_to(session, device, evaluate_desired(device, model).state.properties)
+            evaluation, found = self._evaluate(device)
+            if found.model is not None:  # no model: nothing to send yet (it waits)
+                self._send_to(session, device, evaluation)
 
-    def _send_desired(self, node: str, device: Device, properties: Any) -> None:
+    def _send_desired(self, node: str, device: Device, evaluation: DesiredEvaluation) -> None:
         hub = self._hub
         assert hub is not None
         session = hub.registry.get(node)
         if session is not None and not session.closed:
-            self._send_to(session, device, properties)
+            self._send_to(session, device, evaluation)
 
     @staticmethod
-    def _send_to(session: NodeSession, device: Device, properties: Any) -> None:
+    def _send_to(session: NodeSession, device: Device, evaluation: DesiredEvaluation) -> None:
         try:
             message = TwinDesired(
                 ref=ObjectRef("Device", device.namespace, device.name, device.uid),
-                version=device.generation,
-                properties=dict(properties),
+                version=evaluation.state.version,
+                properties=dict(evaluation.state.properties),
             )
         except InvalidMessage as exc:
             session.log.error("cannot send the desired state of %s: %s", device.name, exc)
@@ -385,6 +422,20 @@ class DevicesExtension:
                 )
 
         self.writer.submit_reports(ref.namespace, ref.name, [report], written)
+
+    def _status_refused(self, obj: dict, error: KubeAPIError) -> None:
+        hub = self._hub
+        assert hub is not None
+        meta = obj.get("metadata") or {}
+        involved = {
+            "apiVersion": "devices.kubeedge.io/v1beta1",
+            "kind": "Device",
+            "namespace": meta.get("namespace") or "default",
+            "name": meta.get("name") or "",
+            "uid": meta.get("uid") or "",
+        }
+        node = (obj.get("spec") or {}).get("nodeName") or ""
+        hub.status_refused("devices", involved, node, "Device status", error)
 
     def _check_report(self, message: TwinReported) -> str | None:
         """Why a report cannot be written (``None`` when it can)."""

@@ -2,7 +2,8 @@
 
 Two things change a Device's ``status``: reported values from its node (``twin_reported``:
 ``cloudhub.devices.merge_reported``, latest version per property wins) and the desired
-values the hub rejects (``status_with_rejections``: a new spec or a new model). The writer
+values the hub rejects (``status_with_rejections``: a new spec or a new model). Every write
+also sets the ``ModelAvailable`` condition (:mod:`cloudhub.devices.conditions`). The writer
 keeps at most one pending write per Device (namespace, name): reports arriving while one
 is pending join it (the highest version per property is kept, which is all the merge would
 write), and the callbacks of every report it carries are called together once it is
@@ -23,16 +24,18 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cloudhub.devices.conditions import ModelLookup, model_condition, with_condition
 from cloudhub.devices.twin import evaluate_desired, merge_reported, status_with_rejections
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.kube import DEVICES, Informer, KubeClient, TokenBucket
 from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
-from protocol.devices import DeviceModel, InvalidDocument, ReportedValue, parse_device
+from protocol.devices import InvalidDocument, ReportedValue, parse_device
 from protocol.transport._tasks import TaskScope
 
 __all__ = ["DeviceStatusWriter", "Outcome"]
@@ -62,22 +65,26 @@ class DeviceStatusWriter:
     Args:
         client: the API client.
         devices: the Device informer (its cache is the base of every write).
-        model_for: ``(namespace, model name) -> DeviceModel or None`` (from the model
-            informer).
+        model_for: ``(namespace, model name) -> ModelLookup`` (from the model informer).
         bucket: the rate limiter for these writes.
         workers: writes in flight at once.
         retry_cap: longest back-off between retries, seconds.
+        on_refused: ``on_refused(device, error)`` for a write the API refused for good
+            (the hub records a Warning Event on the Device and counts it).
+        clock: wall clock, epoch seconds (condition transition times).
     """
 
     def __init__(
         self,
         client: KubeClient,
         devices: Informer,
-        model_for: Callable[[str, str], DeviceModel | None],
+        model_for: Callable[[str, str], ModelLookup],
         bucket: TokenBucket,
         *,
         workers: int = 8,
         retry_cap: float = 30.0,
+        on_refused: Callable[[dict, KubeAPIError], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
         self.devices = devices
@@ -85,6 +92,8 @@ class DeviceStatusWriter:
         self.bucket = bucket
         self.workers = workers
         self.retry_cap = retry_cap
+        self.on_refused = on_refused
+        self._clock = clock
         self.written = 0
         """Status writes the API accepted (for tests and metrics)."""
         self._pending: dict[tuple[str, str], _Pending] = {}
@@ -162,6 +171,9 @@ class DeviceStatusWriter:
             except KubeAPIError as exc:
                 if not exc.retryable:
                     log.warning("the API refused the status of Device %s/%s: %s", *key, exc)
+                    obj = self.devices.get(key[1], key[0])
+                    if self.on_refused is not None and obj is not None:
+                        self.on_refused(obj, exc)
                     return exc
                 delay = next(delays)
                 log.info(
@@ -203,13 +215,15 @@ class DeviceStatusWriter:
         except InvalidDocument as exc:
             log.warning("a Device is not valid, its status is not written: %s", exc)
             return None
-        model = self.model_for(device.namespace, device.model_name)
+        found = self.model_for(device.namespace, device.model_name)
+        model = found.model
         rejections = status_with_rejections(device, evaluate_desired(device, model))
         merged = merge_reported(
             dataclasses.replace(device, status=rejections.status),
             model,
             entry.reports.values(),
         )
+        status, waits = with_condition(merged.status, model_condition(device, found), self._clock())
         for report, error in merged.invalid:
             log.warning(
                 "Device %s/%s: reported %s not written: %s",
@@ -218,6 +232,6 @@ class DeviceStatusWriter:
                 report.property,
                 error,
             )
-        if not (rejections.changed or merged.changed):
+        if not (rejections.changed or merged.changed or waits):
             return None
-        return merged.status
+        return status

@@ -7,9 +7,13 @@ is retried by reading the Device again and calling the same function.
 Rules (docs/devices.md):
 
 - Desired: the cloud wins. ``evaluate_desired`` turns a Device's spec into the full
-  ``DesiredState`` sent in ``twin_desired`` (version = ``metadata.generation``) and lists
-  the desired values that break the model; those are left out of the state and shown in
-  ``status.twins[].rejectedDesired`` (``status_with_rejections``), never dropped silently.
+  ``DesiredState`` sent in ``twin_desired`` and lists the desired values that break the
+  model; those are left out of the state and shown in ``status.twins[].rejectedDesired``
+  (``status_with_rejections``), never dropped silently. Its version
+  (:func:`desired_version`) grows with the Device's ``metadata.generation`` and, for one
+  generation, with its DeviceModel's ``resourceVersion``: what is sent depends on both, and
+  the edge keeps only a newer version, so a model that comes after its Device, or changes,
+  must give a newer one.
 - Reported: the device wins, latest-wins per property. ``merge_reported`` writes a report
   to ``status.twins[].reported`` only when its version is higher than the one there;
   a report for another uid (a deleted and recreated Device) is stale.
@@ -105,16 +109,47 @@ class StatusMerge:
     invalid: tuple[tuple[ReportedValue, InvalidValue], ...] = ()
 
 
-def evaluate_desired(device: Device, model: DeviceModel | None) -> DesiredEvaluation:
+MODEL_REVISIONS = 10**12
+"""Model revisions per Device generation in a desired version (etcd revisions stay far
+below 10^12; a generation may then reach 1.8e7 within an unsigned 64-bit version)."""
+
+
+def desired_version(generation: int, model_revision: int) -> int:
+    """The version of the desired state of a Device at ``generation`` evaluated with a
+    DeviceModel at ``model_revision`` (its ``metadata.resourceVersion`` as a number).
+
+    ``generation * 10^12 + model_revision``: a spec change (generation + 1) outranks any
+    model revision, and for one generation a newer model (a later revision: a change, or a
+    model deleted and created again) outranks an older one. The edge applies a desired
+    state only when its version is higher than the one it holds, so both must count.
+    """
+    return generation * MODEL_REVISIONS + model_revision % MODEL_REVISIONS
+
+
+def model_revision(obj: Mapping[str, Any] | None) -> int:
+    """A DeviceModel's ``metadata.resourceVersion`` as a number (0 when absent or not a
+    number: then model changes within one generation do not reach the edge)."""
+    rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    try:
+        return max(int(str(rv)), 0)
+    except ValueError:
+        return 0
+
+
+def evaluate_desired(
+    device: Device, model: DeviceModel | None, *, model_revision: int = 0
+) -> DesiredEvaluation:
     """Compute the desired state to send for a Device, and the values to reject.
 
     Args:
         device: the Device (from the API: ``uid`` and ``generation`` set).
         model: its DeviceModel, or ``None`` if it does not exist (then every desired
             value is rejected with ``ModelNotFound``).
+        model_revision: the model's ``resourceVersion`` as a number
+            (:func:`model_revision`).
 
     Returns:
-        The evaluation; ``state.version`` is ``device.generation``.
+        The evaluation; ``state.version`` is :func:`desired_version`.
     """
     values: dict[str, Value] = {}
     rejections: list[Rejection] = []
@@ -129,7 +164,7 @@ def evaluate_desired(device: Device, model: DeviceModel | None) -> DesiredEvalua
         namespace=device.namespace,
         name=device.name,
         uid=device.uid,
-        version=device.generation,
+        version=desired_version(device.generation, model_revision),
         properties=values,
     )
     return DesiredEvaluation(state, tuple(rejections))
@@ -172,12 +207,12 @@ def status_with_rejections(device: Device, evaluation: DesiredEvaluation) -> Sta
         if rejection is None:
             twin.pop("rejectedDesired", None)
         else:
-            twin["rejectedDesired"] = _rejection_entry(rejection, evaluation.state.version)
+            twin["rejectedDesired"] = _rejection_entry(rejection, device.generation)
     for rejection in wanted.values():
         twins.append(
             {
                 "propertyName": rejection.property,
-                "rejectedDesired": _rejection_entry(rejection, evaluation.state.version),
+                "rejectedDesired": _rejection_entry(rejection, device.generation),
             }
         )
     return _finish(device, status)

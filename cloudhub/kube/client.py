@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -80,6 +81,19 @@ def api_error(status: int, body: bytes | dict | None) -> KubeAPIError:
     return _ERRORS_BY_STATUS.get(status, KubeAPIError)(status, reason, message, parsed)
 
 
+def _kubeconfig_problem(path: str) -> str | None:
+    """Why no file of ``path`` (``os.pathsep``-joined) can be a kubeconfig, or ``None``.
+
+    Two stats at start, before the event loop has work: cheaper than a thread hop.
+    """
+    paths = [p for p in path.split(os.pathsep) if p]
+    if any(os.path.isfile(p) for p in paths):
+        return None
+    shown = ", ".join(repr(p) for p in paths) or repr(path)
+    what = "is not a file" if any(os.path.exists(p) for p in paths) else "does not exist"
+    return f"kubeconfig {shown} {what}"
+
+
 class KubeClient:
     """Raw-JSON access to the Kubernetes API.
 
@@ -137,9 +151,17 @@ class KubeClient:
     ) -> KubeClient:
         """Connect with a kubeconfig file.
 
+        Args:
+            path: the file, or several joined with ``os.pathsep`` as in ``$KUBECONFIG``
+                (merged by kubernetes_asyncio; missing ones skipped, as kubectl does).
+
         Raises:
-            ConfigError: the file is missing or unusable.
+            ConfigError: no file is there (named, not kubernetes_asyncio's "Expected key
+                current-context" for an empty configuration), or it is unusable.
         """
+        problem = _kubeconfig_problem(path)
+        if problem is not None:
+            raise ConfigError(problem)
         try:
             api = await k8s_config.new_client_from_config(config_file=path, context=context)
         except (ConfigException, OSError, ValueError, TypeError, KeyError, YAMLError) as exc:

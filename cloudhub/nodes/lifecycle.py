@@ -35,9 +35,10 @@ from cloudhub.nodes import model
 from cloudhub.observability.metrics import HubMetrics
 from cloudhub.settings import NodeSettings
 from protocol.errors import CloseCode
+from protocol.session import Closed
 from protocol.transport._tasks import TaskScope
 
-__all__ = ["NodeLifecycle"]
+__all__ = ["NodeLifecycle", "disconnect_event"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,35 @@ CONDITIONS = "conditions"  # an extra status write: a provider's conditions chan
 #: ``provider(node, now) -> conditions``: condition dicts that replace the defaults of the
 #: same type (``nodes.model.ready_conditions``) in every status write of a connected node.
 ConditionProvider = Callable[[str, float], "list[dict]"]
+
+
+#: Close codes of the hub's own that end a session because something is wrong with the
+#: node, not the link: its EdgeDisconnected Event is a Warning saying why.
+_WARNING_CLOSES = frozenset(
+    {CloseCode.UNAUTHORIZED, CloseCode.PROTOCOL_ERROR, CloseCode.VERSION_MISMATCH}
+)
+
+
+def disconnect_event(closed: Closed | None) -> tuple[str, str]:
+    """The type and message of a node's ``EdgeDisconnected`` Event.
+
+    ``Normal`` for a link that ended (the agent stopped, the network dropped, the hub
+    restarted); ``Warning`` when the hub closed it because of the node (a revoked
+    certificate, a deleted Node, a protocol violation), with the hub's reason, so that
+    ``kubectl describe node`` says why the node is gone rather than only that it is.
+
+    Args:
+        closed: how the session ended (``Link.close_event``), ``None`` if unknown.
+    """
+    if closed is None:
+        return "Normal", "Edge agent disconnected"
+    detail = f"{closed.code.name}: {closed.reason}" if closed.reason else closed.code.name
+    if not closed.by_peer and closed.code in _WARNING_CLOSES:
+        return "Warning", f"Edge agent disconnected by the hub ({detail})"
+    if closed.code in (CloseCode.PEER_DEAD, CloseCode.CONNECTION_LOST):
+        return "Normal", f"Edge agent disconnected ({detail})"
+    who = "the agent" if closed.by_peer else "the hub"
+    return "Normal", f"Edge agent disconnected ({detail}, closed by {who})"
 
 
 class _State:
@@ -158,9 +188,8 @@ class NodeLifecycle:
             UNKNOWN,
             state.generation,
         )
-        self.events.node_event(
-            session.node, "Normal", "EdgeDisconnected", "Edge agent disconnected"
-        )
+        type_, message = disconnect_event(session.link.close_event)
+        self.events.node_event(session.node, type_, "EdgeDisconnected", message)
 
     def watch_unseen(self, node: str) -> None:
         """A Node this hub has no session for (seen at start, or held by nobody): mark it

@@ -109,9 +109,31 @@ class HubMetrics:
             ["what", "result"],
             registry=registry,
         )
+        self.status_refused = Counter(
+            f"{NS}_status_writes_refused",
+            "Status writes the API refused for good (4xx other than 404/409: e.g. 422 "
+            "Invalid), by resource and the API's reason; each also gets a Warning Event on "
+            "the object",
+            ["resource", "reason"],
+            registry=registry,
+        )
+        self.controller_backoffs = Counter(
+            f"{NS}_controller_backoffs",
+            "Workload pods not recreated at once because the ones before failed on the "
+            "node (back-off, as Kubernetes' controllers do for failing pods), by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.serving_not_after = Gauge(
+            f"{NS}_serving_certificate_expiry_timestamp_seconds",
+            "When the certificate the edge listeners present expires (Unix time); it "
+            "changes when a reissued or rotated one is picked up",
+            registry=registry,
+        )
         self.events_dropped = Counter(
             f"{NS}_events_dropped",
-            "Hub Events not recorded because the event queue was full",
+            "Hub Events not recorded: the event queue was full, or the object had too many "
+            "Events of that reason (the correlator's spam filter)",
             registry=registry,
         )
         self._bytes = {("in", "quic"): 0, ("in", "websocket"): 0}
@@ -119,10 +141,16 @@ class HubMetrics:
         self._live: Callable[[], Iterable[Any]] | None = None
         self._informers: Callable[[], Iterable[Any]] | None = None
         self._status_pending: Callable[[], int] | None = None
+        self._listeners: Callable[[], Iterable[Any]] = tuple
+        self._heap_trims: Callable[[], int] = int
         registry.register(_ScrapeTime(self))
         self._expositions: list[Callable[[], bytes]] = []
 
     # -- feeds --------------------------------------------------------------------------------
+
+    def serving_certificate(self, credentials: Any) -> None:
+        """The edge listeners now present ``credentials`` (a ``TLSCredentials``)."""
+        self.serving_not_after.set(credentials.chain[0].not_valid_after_utc.timestamp())
 
     def observe_request(self, verb: str, resource: str, status: int, seconds: float) -> None:
         """A :data:`cloudhub.kube.RequestObserver` for the hub's KubeClient."""
@@ -145,6 +173,14 @@ class HubMetrics:
         """Say where scrape-time figures come from: the live sessions, the informers, and
         the number of pod reports waiting to be written."""
         self._live, self._informers, self._status_pending = sessions, informers, status_pending
+
+    def watch_listeners(
+        self, listeners: Callable[[], Iterable[Any]], heap_trims: Callable[[], int] = int
+    ) -> None:
+        """Say where the edge listeners are (their ``unfinished`` and ``refused_pending``
+        connection counts, when they keep them, are exported at scrape time) and how many
+        times the heap was trimmed after them (``cloudhub.heap``)."""
+        self._listeners, self._heap_trims = listeners, heap_trims
 
     def add_exposition(self, render: Callable[[], bytes]) -> None:
         """Append ``render()`` (Prometheus text format 0.0.4, whole families with their
@@ -240,6 +276,28 @@ class _ScrapeTime(Collector):
         yield lag
         yield synced
         yield relists
+        unfinished = CounterMetricFamily(
+            f"{NS}_handshakes_unfinished",
+            "WebSocket connections that ended before their upgrade (TLS failed or timed "
+            "out, closed half-open)",
+        )
+        limited = CounterMetricFamily(
+            f"{NS}_handshakes_refused",
+            "WebSocket connections dropped on arrival: their address had "
+            "listen.max_pending_handshakes_per_source pending already",
+        )
+        listeners = list(m._listeners())
+        unfinished.add_metric([], sum(getattr(x, "unfinished", 0) for x in listeners))
+        limited.add_metric([], sum(getattr(x, "refused_pending", 0) for x in listeners))
+        trims = CounterMetricFamily(
+            f"{NS}_heap_trims",
+            "malloc_trim(0) calls after bursts of unfinished handshakes (freed heap given "
+            "back to the OS)",
+        )
+        trims.add_metric([], m._heap_trims())
+        yield unfinished
+        yield limited
+        yield trims
         pending = GaugeMetricFamily(
             f"{NS}_pod_status_pending", "Pod reports (status or deletion) waiting to be written"
         )

@@ -25,12 +25,12 @@ from typing import Any
 
 import click
 
-from cloudhub.errors import ConfigError, HubError, KubeAPIError
-from cloudhub.kube import KubeClient
+from cloudhub.errors import ConfigError, HubError, KubeAPIError, KubeNotFound
+from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.kube.access import EMBEDDED_KUBECONFIGS
 from cloudhub.kube.access import connect as _client
 from cloudhub.kube.access import kubeconfig_path as _kubeconfig_path
-from cloudhub.pki.ca import read_hub_info
+from cloudhub.pki.ca import HUB_INFO_CONFIGMAP, read_hub_info
 from cloudhub.pki.errors import TokenError
 from cloudhub.pki.labels import parse_labels
 from cloudhub.pki.records import CertificateRegistry
@@ -101,6 +101,32 @@ def _kube_options(func: Callable) -> Callable:
         envvar="KUBECONFIG",
         help="Kubeconfig of the cluster (default: the embedded API's, then in-cluster).",
     )(func)
+
+
+async def _no_hub_in(client: KubeClient, namespace: str) -> str | None:
+    """Why ``namespace`` holds no hub (it does not exist; no hub ever started there), or
+    ``None`` when a hub published its ``edgefleet-hub-info`` there.
+
+    Without this, ``token list -n wrong`` printed an empty table and ``node revoke`` said
+    the node had nothing to revoke: both true of a namespace with no hub, and misleading.
+    """
+    try:
+        # rbac: operator's credentials
+        await client.get(NAMESPACES, namespace)
+    except KubeNotFound:
+        return (
+            f"namespace {namespace!r} does not exist: give the hub's namespace with -n or "
+            "$CLOUDHUB_NAMESPACE (default: edgefleet)"
+        )
+    except KubeAPIError as exc:
+        if exc.status != 403:  # may not read Namespaces: the ConfigMap still tells
+            raise
+    if await read_hub_info(client, namespace) is None:
+        return (
+            f"no hub in namespace {namespace!r}: no hub has published its ConfigMap "
+            f"{HUB_INFO_CONFIGMAP} there (start the hub first, or give its namespace with -n)"
+        )
+    return None
 
 
 def _run(kubeconfig: str | None, work: Callable[[KubeClient], Awaitable[int]]) -> None:
@@ -174,6 +200,10 @@ def token_create(
             raise click.BadParameter(str(exc), param_hint="--node-name") from exc
 
     async def work(client: KubeClient) -> int:
+        problem = await _no_hub_in(client, namespace)
+        if problem is not None:
+            click.echo(f"cloudhub: {problem}", err=True)
+            return 1
         info = await read_hub_info(client, namespace) or {}
         address = hub_address or info.get("joinAddress")
         pin = info.get("caCertHash")
@@ -244,6 +274,10 @@ def token_list(kubeconfig: str | None, namespace: str, show_all: bool) -> None:
     """List bootstrap tokens (ids only: secrets are never stored in clear)."""
 
     async def work(client: KubeClient) -> int:
+        problem = await _no_hub_in(client, namespace)
+        if problem is not None:
+            click.echo(f"cloudhub: {problem}", err=True)
+            return 1
         tokens = await TokenStore(client, namespace, retention=0).list(include_inactive=show_all)
         now = time.time()
         rows = [["TOKEN ID", "STATE", "EXPIRES", "USE", "NODE NAME", "LABELS", "DESCRIPTION"]]
@@ -263,6 +297,10 @@ def token_delete(kubeconfig: str | None, namespace: str, tokens: tuple[str, ...]
     """Delete tokens (by id or whole token): joins with them are refused from now on."""
 
     async def work(client: KubeClient) -> int:
+        problem = await _no_hub_in(client, namespace)
+        if problem is not None:
+            click.echo(f"cloudhub: {problem}", err=True)
+            return 1
         store = TokenStore(client, namespace, retention=0)
         failed = 0
         for item in tokens:
@@ -295,6 +333,10 @@ def node_revoke(kubeconfig: str | None, namespace: str, name: str, reason: str) 
     and refuses it until the node joins again with a new token."""
 
     async def work(client: KubeClient) -> int:
+        problem = await _no_hub_in(client, namespace)
+        if problem is not None:
+            click.echo(f"cloudhub: {problem}", err=True)
+            return 1
         serials = await CertificateRegistry(client, namespace).revoke(name, reason)
         if not serials:
             click.echo(f"node {name} has no valid certificate to revoke", err=True)

@@ -6,7 +6,9 @@ At install (after the hub's API client exists, before it serves edges) it:
    manifests create it, and the hub's RBAC grants no Namespace writes);
 2. starts :class:`HubPKI`: loads or creates the CA, loads every revocation, starts the join
    endpoint;
-3. gives the hub its serving credentials (``hub.credentials``) for the edge listeners;
+3. gives the hub its serving credentials for the edge listeners (``hub.credentials``, and
+   ``hub.credentials_source``: the listeners pick up the certificate reissued at two
+   thirds of ``pki.server_cert_lifetime`` without a restart);
 4. refuses sessions whose certificate is revoked (``hub.edge.peer_checks``);
 5. answers ``cert_renew_request`` (``hub.dispatcher``) with a certificate signed for the
    node the session authenticated;
@@ -58,6 +60,7 @@ class PKIExtension:
         await pki.start(watch_nodes=False)
         self.pki = pki
         hub.credentials = pki.serving_credentials()
+        hub.credentials_source = pki.serving_credentials  # reissued at 2/3 of its lifetime
         hub.edge.peer_checks.append(self._peer_check)
         hub.dispatcher.register(CertRenewRequest, self._renew)
         hub.on_node_deleted.append(pki.node_deleted)
@@ -105,6 +108,15 @@ class PKIExtension:
         # the session lived on and was renewed over it (its serial is not among the
         # revoked, since an expired certificate is not revoked).
         hub = self._hub
+        if hub is not None and hub.events is not None:
+            listed = ", ".join(f"{s:x}" for s in sorted(serials)) or "none valid"
+            hub.events.node_event(
+                node,
+                "Warning",
+                "CertificateRevoked",
+                f"certificates of node {node} revoked (serials {listed}): the hub refuses its "
+                "sessions until it joins again with a new bootstrap token",
+            )
         session = hub.registry.get(node) if hub is not None else None
         if session is None or session.closed:
             return

@@ -9,7 +9,16 @@ Writes go through a queue served by a few workers under a token bucket
 (``writes_per_second``, ``write_burst``), so a plan of thousands of pods does
 not flood the API; the planner already counts them, so planning continues
 while they are written. A failed create or delete is handed back to the
-planner and the next plan is delayed with backoff (full jitter).
+planner and the next plan is delayed with backoff (full jitter). A replica that fails on
+its node (``Failed``: an agent refusing its spec, a crash) is replaced only after a
+back-off per owner and node (:mod:`cloudhub.placement.failures`, as the DaemonSet
+controller's), shown on the owner's status (``ReplicaFailure``) and in one Warning Event.
+
+Workloads (on the embedded API): every Deployment and DaemonSet when ``all_workloads``
+(nothing else runs them there: Kubernetes semantics, a selector-less DaemonSet on every
+eligible node, a template ``nodeName`` binding), else those whose template targets edge
+nodes. Their status gets ``Available`` and ``ReplicaFailure`` conditions (what placement
+could not do: no eligible node, capacity, failing pods), and a Warning Event says the same.
 
 Node connectivity: the hub's word (:meth:`PlacementController.report_connectivity`,
 called from its session registry) wins. Without it, a node's ``Ready`` condition and
@@ -30,11 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import pathlib
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,14 +63,18 @@ from cloudhub.kube import (
     TokenBucket,
 )
 from cloudhub.placement.errors import InvalidObject, InvalidSpec
+from cloudhub.placement.failures import FailureBackoff, owner_key
 from cloudhub.placement.model import API_GROUP, KIND, PLURAL, PlacementKey, parse_placement
 from cloudhub.placement.nodes import offline_since
 from cloudhub.placement.plan import PlacementStatus, Plan, PodCreate, PodDelete
 from cloudhub.placement.planner import Planner
+from cloudhub.placement.pods import pod_ready
 from cloudhub.placement.workloads import (
     EDGE_ROLE_LABEL,
+    failing_condition,
     placement_from_workload,
     targets_edge,
+    workload_status,
 )
 from protocol.backoff import backoff
 
@@ -100,6 +114,12 @@ class ControllerSettings:
             :meth:`PlacementController.report_connectivity`; until it does, an
             edge node is offline since the controller started. Other nodes are
             read from their heartbeat.
+        all_workloads: with ``place_workloads``, place every Deployment and
+            DaemonSet, not only those whose template targets edge nodes (the
+            embedded API, where nothing else runs them).
+        failure_backoff_s, failure_backoff_cap_s: the back-off before a replica
+            that failed on a node is replaced there (the DaemonSet controller's
+            1 s doubling to 15 min).
     """
 
     namespace: str | None = None
@@ -112,6 +132,13 @@ class ControllerSettings:
     resync_s: float = 5.0
     heartbeat_grace_s: float = 40.0
     hub_connectivity: bool = False
+    all_workloads: bool = False
+    failure_backoff_s: float = 1.0
+    failure_backoff_cap_s: float = 900.0
+
+
+#: ``record(involved, type, reason, message)``: a Kubernetes Event (the hub's recorder).
+EventSink = Callable[[dict[str, Any], str, str, str], None]
 
 
 class PlacementController:
@@ -120,15 +147,34 @@ class PlacementController:
     Args:
         client: the API client (not closed by the controller).
         settings: how to run.
+        events: where Warning Events about placements and workloads go (failing
+            replicas, nothing placed), or ``None``.
+        on_backoff: called with the owner's kind each time a replica is held back
+            because the ones before failed (the hub counts it).
 
     Attributes:
         planner: the planner (read-only use: explain, status).
+        failures: the back-off of failing replicas.
     """
 
-    def __init__(self, client: KubeClient, settings: ControllerSettings | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: ControllerSettings | None = None,
+        *,
+        events: EventSink | None = None,
+        on_backoff: Callable[[str], None] | None = None,
+    ) -> None:
         self.client = client
         self.settings = settings or ControllerSettings()
         self.planner = Planner()
+        s = self.settings
+        self.failures = FailureBackoff(base_s=s.failure_backoff_s, cap_s=s.failure_backoff_cap_s)
+        self._events = events
+        self._on_backoff = on_backoff
+        self._held: dict[tuple[str, str], PodCreate] = {}  # (namespace, name) -> create
+        self._owners: dict[PlacementKey, dict[str, Any]] = {}  # key -> involvedObject
+        self._pins: dict[PlacementKey, str] = {}  # workload -> its template's nodeName
         self._wake = asyncio.Event()
         self._queue: asyncio.Queue[PodCreate | PodDelete | PlacementKey] = asyncio.Queue()
         self._statuses: dict[PlacementKey, PlacementStatus] = {}
@@ -216,10 +262,14 @@ class PlacementController:
             plan = self.planner.plan(now)
             self.plans += 1
             self._submit(plan)
+            self._release_held()
             deadline = self.planner.next_deadline()
             timeout = self.settings.resync_s
             if deadline is not None:
                 timeout = min(timeout, max(deadline - now, 0.0) + 0.01)
+            held = self._held_deadline()
+            if held is not None:
+                timeout = min(timeout, held + 0.01)
             timeout = max(timeout, self._retry_at - time.monotonic())
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -277,13 +327,53 @@ class PlacementController:
                 self.planner.upsert_pod(obj)
             except InvalidObject as exc:
                 log.warning("ignoring pod: %s", exc)
+            self._pod_outcome(obj)
         self._wake.set()
+
+    def _pod_outcome(self, pod: dict[str, Any]) -> None:
+        """Count a replica's failure (back-off, Event, status) or its recovery."""
+        owner = owner_key(pod)
+        if owner is None:
+            return
+        failure = self.failures.failed(pod)
+        if failure is not None:
+            self._warn(
+                owner,
+                pod,
+                "BackOff",
+                f"replicas fail on node {failure.node}: {failure.reason}: {failure.message}; "
+                "each new one waits longer (back-off, up to "
+                f"{self.settings.failure_backoff_cap_s:.0f} s)",
+            )
+            self._queue_status(owner)
+        elif pod_ready(pod) and self.failures.recovered(pod):
+            self._queue_status(owner)
+
+    def _warn(
+        self, owner: PlacementKey, pod: dict[str, Any] | None, reason: str, text: str
+    ) -> None:
+        if self._events is None:
+            return
+        involved = self._owners.get(owner)
+        if involved is None and pod is not None:
+            for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+                if ref.get("controller"):
+                    involved = {
+                        "apiVersion": ref.get("apiVersion"),
+                        "kind": owner.kind,
+                        "namespace": owner.namespace,
+                        "name": owner.name,
+                        "uid": ref.get("uid"),
+                    }
+        if involved is not None:
+            self._events(involved, "Warning", reason, text)
 
     def _on_placement(
         self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
     ) -> None:
         meta = obj.get("metadata") or {}
         key = PlacementKey(KIND, meta.get("namespace") or "default", meta.get("name") or "")
+        self._remember_owner(key, obj, kind)
         if kind == "DELETED":
             self._invalid.pop(key, None)
             self.planner.remove_placement(key)
@@ -307,7 +397,14 @@ class PlacementController:
             str(obj.get("kind")), meta.get("namespace") or "default", meta.get("name") or ""
         )
         template = (obj.get("spec") or {}).get("template") or {}
-        if kind == "DELETED" or not targets_edge(template):
+        pin = (template.get("spec") or {}).get("nodeName")
+        if isinstance(pin, str) and pin and kind != "DELETED":
+            self._pins[key] = pin
+        else:
+            self._pins.pop(key, None)
+        placed = self.settings.all_workloads or targets_edge(template)
+        self._remember_owner(key, obj, kind if placed else "DELETED")
+        if kind == "DELETED" or not placed:
             self.planner.remove_placement(key)
         else:
             try:
@@ -316,16 +413,75 @@ class PlacementController:
                 log.warning("%s %s/%s not placed: %s", key.kind, key.namespace, key.name, exc)
         self._wake.set()
 
+    def _remember_owner(self, key: PlacementKey, obj: dict[str, Any], kind: str) -> None:
+        if kind == "DELETED":
+            self._owners.pop(key, None)
+            self.failures.forget(key)
+            return
+        meta = obj.get("metadata") or {}
+        self._owners[key] = {
+            "apiVersion": obj.get("apiVersion") or "",
+            "kind": key.kind,
+            "namespace": key.namespace,
+            "name": key.name,
+            "uid": meta.get("uid") or "",
+        }
+
     # --- outputs ---------------------------------------------------------------------
 
     def _submit(self, plan: Plan) -> None:
         for create in plan.creates:
-            self._queue.put_nowait(create)
+            self._hold_or_queue(create)
         for delete in plan.deletes:
+            self._held.pop((delete.namespace, delete.name), None)  # never created
             self._queue.put_nowait(delete)
         for key, status in plan.statuses.items():
+            previous = self._statuses.get(key)
+            status = self._explained(key, status)
             self._statuses[key] = status
             self._queue_status(key)
+            placed = status.condition("Placed")
+            was = previous.condition("Placed") if previous is not None else None
+            if placed is not None and placed.status == "False" and placed != was:
+                self._warn(key, None, placed.reason, placed.message)
+
+    def _explained(self, key: PlacementKey, status: PlacementStatus) -> PlacementStatus:
+        """A workload pinned to a node that does not exist says so in ``Placed``."""
+        pin = self._pins.get(key)
+        placed = status.condition("Placed")
+        if pin is None or pin in self._nodes or placed is None or placed.status != "False":
+            return status
+        detail = f"{placed.message}: the template's nodeName {pin} names no such node"
+        conditions = tuple(
+            dataclasses.replace(c, message=detail) if c is placed else c for c in status.conditions
+        )
+        return dataclasses.replace(status, conditions=conditions)
+
+    def _hold_or_queue(self, create: PodCreate) -> None:
+        """Create now, or hold while the replicas before it fail on that node (back-off)."""
+        owner = create.placement.key
+        self.failures.forget(owner, keep_template=create.template.hash)
+        if self.failures.wait(owner, create.node, create.template.hash) > 0:
+            self._held[(create.namespace, create.name)] = create
+            if self._on_backoff is not None:
+                self._on_backoff(owner.kind)
+            return
+        self._queue.put_nowait(create)
+
+    def _release_held(self) -> None:
+        for where, create in list(self._held.items()):
+            owner = create.placement.key
+            if self.failures.wait(owner, create.node, create.template.hash) <= 0:
+                del self._held[where]
+                self._queue.put_nowait(create)
+
+    def _held_deadline(self) -> float | None:
+        """Seconds until the next held replica may be created, or ``None``."""
+        waits = [
+            self.failures.wait(c.placement.key, c.node, c.template.hash)
+            for c in self._held.values()
+        ]
+        return min(waits) if waits else None
 
     def _queue_status(self, key: PlacementKey) -> None:
         if key not in self._status_pending:  # latest wins: one write per placement queued
@@ -401,29 +557,12 @@ class PlacementController:
                     "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
             )
-            body["conditions"] = conditions
+            failing = failing_condition(self.failures.failing(key))
+            body["conditions"] = conditions + ([failing] if failing is not None else [])
         elif status is None:
             return
-        elif key.kind == "Deployment":
-            body = {
-                "observedGeneration": status.observed_generation,
-                "replicas": status.placed,
-                "updatedReplicas": status.updated,
-                "readyReplicas": status.ready,
-                "availableReplicas": status.ready,
-                "unavailableReplicas": max(status.desired - status.ready, 0),
-            }
         else:
-            body = {
-                "observedGeneration": status.observed_generation,
-                "desiredNumberScheduled": status.desired,
-                "currentNumberScheduled": status.placed,
-                "numberMisscheduled": 0,
-                "numberReady": status.ready,
-                "updatedNumberScheduled": status.updated,
-                "numberAvailable": status.ready,
-                "numberUnavailable": max(status.desired - status.ready, 0),
-            }
+            body = workload_status(key.kind, status, self.failures.failing(key))
         patch = {"status": body}
         try:
             # One call per resource type, each named, so the RBAC check sees every one.

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cloudhub.placement.controller import ControllerSettings, PlacementController
@@ -84,7 +85,10 @@ class PlacementExtension:
                 # status_report_interval, the Lease being the frequent heartbeat.
                 heartbeat_grace_s=nodes.status_report_interval + nodes.not_ready_grace,
                 hub_connectivity=True,
+                all_workloads=embedded,  # nothing else runs them there
             ),
+            events=self._recorder(hub),
+            on_backoff=lambda kind: hub.metrics.controller_backoffs.labels(kind).inc(),
         )
         self.controller = controller
         hub.registry.on_connect.append(self._connected)
@@ -95,6 +99,17 @@ class PlacementExtension:
             s.namespace or "all",
             "placed" if controller.settings.place_workloads else "left to Kubernetes",
         )
+
+    @staticmethod
+    def _recorder(hub: Hub) -> Callable[[dict, str, str, str], None] | None:
+        events = hub.events
+        if events is None:
+            return None
+
+        def record(involved: dict, type_: str, reason: str, message: str) -> None:
+            events.record(involved, type_, reason, message)
+
+        return record
 
     def _connected(self, session: NodeSession) -> None:
         if self.controller is not None:

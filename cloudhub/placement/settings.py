@@ -40,9 +40,9 @@ class PlacementSettings:
     place_workloads: Literal["auto", "on", "off"] = field(
         default="auto",
         metadata=_h(
-            "also place apps/v1 Deployments and DaemonSets whose template targets edge "
-            "nodes; auto: only on the embedded API (a real cluster has its own scheduler "
-            "and controllers for them)"
+            "also place apps/v1 Deployments and DaemonSets; auto: only on the embedded "
+            "API, every one (nothing else runs them there); on: also on a real cluster, "
+            "those whose template targets edge nodes (it has its own controllers)"
         ),
     )
     writes_per_second: float = field(

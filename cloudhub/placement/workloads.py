@@ -7,15 +7,25 @@ becomes a Replicas placement, a DaemonSet a PerNode placement, with the
 template, replica count and update strategy of the workload; the pods are
 owned by the workload. In a real cluster these are left to Kubernetes.
 
-A template targets edge nodes when its ``nodeSelector`` has the key
+On the embedded API every Deployment and DaemonSet is placed (nothing else would run
+it: a selector-less DaemonSet runs on every eligible node, a template ``nodeName`` binds,
+as in Kubernetes); with ``place_workloads: on`` on a real cluster only those whose
+template targets edge nodes: its ``nodeSelector`` has the key
 ``node-role.kubernetes.io/edge`` or its required node affinity tests that key
 (``In`` or ``Exists``).
+
+Their status (:func:`workload_status`) is the workload kind's own counts plus two
+conditions: ``Available`` (from the placement's) and ``ReplicaFailure`` (Deployment's
+condition type, used for DaemonSets too): ``True`` when replicas could not be placed (no
+eligible node, capacity: the placement's ``Placed`` reason and message) or keep failing
+on their node (reason ``BackOff``, :mod:`cloudhub.placement.failures`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cloudhub.placement.errors import InvalidSpec
 from cloudhub.placement.model import (
@@ -27,12 +37,18 @@ from cloudhub.placement.model import (
     parse_spec,
 )
 
+if TYPE_CHECKING:
+    from cloudhub.placement.failures import Failure
+    from cloudhub.placement.plan import PlacementStatus
+
 __all__ = [
     "EDGE_ROLE_LABEL",
     "deployment_strategy",
+    "failing_condition",
     "placement_from_workload",
     "targets_edge",
     "workload_spec",
+    "workload_status",
 ]
 
 EDGE_ROLE_LABEL = "node-role.kubernetes.io/edge"
@@ -138,3 +154,76 @@ def placement_from_workload(obj: Mapping[str, Any]) -> Placement:
         owner=OwnerRef("apps/v1", kind, name, uid),
         rebalance=str(annotations.get(ANNOTATION_REBALANCE, "")),
     )
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def failing_condition(failures: Sequence[Failure]) -> dict[str, Any] | None:
+    """``ReplicaFailure=True`` (reason ``BackOff``) naming the nodes whose replicas keep
+    failing and why, or ``None`` when none do."""
+    if not failures:
+        return None
+    shown = "; ".join(
+        f"node {f.node}: {f.reason}: {f.message} ({f.count} failed, next in {f.delay:.0f} s)"
+        for f in failures[:5]
+    )
+    more = f"; and {len(failures) - 5} more nodes" if len(failures) > 5 else ""
+    return {
+        "type": "ReplicaFailure",
+        "status": "True",
+        "reason": "BackOff",
+        "message": f"replicas keep failing, replaced with back-off: {shown}{more}",
+        "lastTransitionTime": _now(),
+    }
+
+
+def workload_status(
+    kind: str, status: PlacementStatus, failures: Sequence[Failure]
+) -> dict[str, Any]:
+    """The ``status`` of a placed Deployment or DaemonSet (see the module docstring)."""
+    if kind == "Deployment":
+        body: dict[str, Any] = {
+            "observedGeneration": status.observed_generation,
+            "replicas": status.placed,
+            "updatedReplicas": status.updated,
+            "readyReplicas": status.ready,
+            "availableReplicas": status.ready,
+            "unavailableReplicas": max(status.desired - status.ready, 0),
+        }
+    else:
+        body = {
+            "observedGeneration": status.observed_generation,
+            "desiredNumberScheduled": status.desired,
+            "currentNumberScheduled": status.placed,
+            "numberMisscheduled": 0,
+            "numberReady": status.ready,
+            "updatedNumberScheduled": status.updated,
+            "numberAvailable": status.ready,
+            "numberUnavailable": max(status.desired - status.ready, 0),
+        }
+    conditions = []
+    available = status.condition("Available")
+    if available is not None:
+        conditions.append(available.to_json())
+    failing = failing_condition(failures)
+    placed = status.condition("Placed")
+    if failing is not None:
+        conditions.append(failing)
+    elif placed is not None and placed.status == "False":
+        conditions.append({**placed.to_json(), "type": "ReplicaFailure", "status": "True"})
+    else:
+        conditions.append(
+            {
+                "type": "ReplicaFailure",
+                "status": "False",
+                "reason": "AllPlaced",
+                "message": "every replica is placed and none is failing",
+                "lastTransitionTime": (placed.to_json() if placed else {}).get(
+                    "lastTransitionTime", _now()
+                ),
+            }
+        )
+    body["conditions"] = conditions
+    return body

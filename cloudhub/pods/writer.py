@@ -14,7 +14,10 @@ kubelet's status manager does. A status that changes nothing is not written at a
 deletion is a DELETE with grace period 0 and a uid precondition, as kubelet does once the
 containers are gone. 5xx, 429 and timeouts are retried with back-off (full jitter, capped
 at ``status.retry_cap``) until they succeed: a transient API error loses nothing, and the
-edge messages stay unacknowledged meanwhile.
+edge messages stay unacknowledged meanwhile. A write refused for good (another 4xx, e.g.
+422 Invalid) is refused to the edge and reported through ``on_refused`` (the hub records a
+Warning Event on the pod and counts it): the pod's status in the API is stale, and the log
+is not where an operator looks for why.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ from protocol.backoff import backoff
 from protocol.messages import ObjectRef
 from protocol.transport._tasks import TaskScope
 
-__all__ = ["Outcome", "PodReportWriter"]
+__all__ = ["Outcome", "PodReportWriter", "Refused"]
 
 log = logging.getLogger(__name__)
 
 #: ``callback(outcome)`` once the report is durable or refused.
 Outcome = Callable[["KubeAPIError | None"], None]
+
+#: ``on_refused(node, pod, what, error)``: the API refused a report for good; ``what`` is
+#: ``"status"`` or ``"deletion"``.
+Refused = Callable[[str, ObjectRef, str, KubeAPIError], None]
 
 
 @dataclass(slots=True)
@@ -61,6 +68,8 @@ class PodReportWriter:
         metrics: the hub's metrics.
         workers: writes in flight at once.
         retry_cap: longest back-off between retries, seconds.
+        on_refused: called for each report the API refused for good (see the module
+            docstring).
     """
 
     def __init__(
@@ -72,6 +81,7 @@ class PodReportWriter:
         *,
         workers: int = 8,
         retry_cap: float = 30.0,
+        on_refused: Refused | None = None,
     ) -> None:
         self.client = client
         self.pods = pods
@@ -79,6 +89,7 @@ class PodReportWriter:
         self.metrics = metrics
         self.workers = workers
         self.retry_cap = retry_cap
+        self.on_refused = on_refused
         self._pending: dict[str, _Report] = {}  # uid -> newest report not yet being written
         self._in_flight: set[str] = set()
         self._queue: deque[str] = deque()  # uids with a pending report, oldest first
@@ -156,14 +167,17 @@ class PodReportWriter:
             except KubeAPIError as exc:
                 if not exc.retryable:
                     self._count(report, "refused")
+                    what = "status" if report.status is not None else "deletion"
                     log.warning(
-                        "the API refused %s of pod %s/%s: %s",
-                        "the status" if report.status is not None else "the deletion",
+                        "the API refused the %s of pod %s/%s: %s",
+                        what,
                         report.ref.namespace,
                         report.ref.name,
                         exc,
                         extra={"node": report.node},
                     )
+                    if self.on_refused is not None:
+                        self.on_refused(report.node, report.ref, what, exc)
                     return exc
                 self._count(report, "retried")
                 delay = next(delays)

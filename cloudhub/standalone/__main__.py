@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"{defaults.commit_interval_s:g}: commit as soon as the previous one finished)",
     )
     parser.add_argument(
+        "--event-ttl",
+        type=float,
+        default=defaults.event_ttl_s,
+        help="seconds an Event is kept after its last write, as kube-apiserver's --event-ttl "
+        f"(default {defaults.event_ttl_s:g})",
+    )
+    parser.add_argument(
         "--no-fsync",
         action="store_true",
         help="PRAGMA synchronous=NORMAL: acknowledged writes survive a crash of this process "
@@ -143,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             bookmark_interval_s=args.bookmark_interval,
             commit_interval_s=args.commit_interval,
             synchronous_full=not args.no_fsync,
+            event_ttl_s=args.event_ttl,
         )
     except StandaloneError as exc:
         parser.error(str(exc))

@@ -31,7 +31,9 @@ from aiohttp import web
 from cloudhub.standalone.aggregation import AggregatedAPI
 from cloudhub.standalone.controllers import Controllers
 from cloudhub.standalone.errors import ConfigurationError, StandaloneError, StorageError
+from cloudhub.standalone.expiry import EVENTS_KEY, EventExpiry
 from cloudhub.standalone.handlers import APIHandler
+from cloudhub.standalone.options import DeleteOptions
 from cloudhub.standalone.persistence import MemoryBackend, SQLiteBackend, StorageBackend
 from cloudhub.standalone.pki import ServerPKI, ensure_pki, write_kubeconfig
 from cloudhub.standalone.registry import Registry
@@ -118,6 +120,7 @@ class EmbeddedAPIServer:
         self._store: Store | None = None
         self._registry: Registry | None = None
         self._controllers: Controllers | None = None
+        self._expiry: EventExpiry | None = None
         self._handler: APIHandler | None = None
         self._runner: web.ServerRunner | None = None
         self._port = 0
@@ -214,6 +217,8 @@ class EmbeddedAPIServer:
             self._registry.load(rows)
             self._controllers = Controllers(self._registry)
             await self._controllers.start()
+            self._expiry = self._event_expiry(self._registry, settings.event_ttl_s)
+            await self._expiry.start()
             await self._ensure_default_namespaces()
             self._handler = APIHandler(
                 self._registry,
@@ -236,6 +241,9 @@ class EmbeddedAPIServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._expiry is not None:
+            await self._expiry.close()
+            self._expiry = None
         if self._controllers is not None:
             await self._controllers.close()
             self._controllers = None
@@ -247,6 +255,21 @@ class EmbeddedAPIServer:
             self._tmp = None
 
     # -- internals -------------------------------------------------------------------
+
+    @staticmethod
+    def _event_expiry(registry: Registry, ttl_s: float) -> EventExpiry:
+        rtype = registry.type_for_key(EVENTS_KEY)
+        assert rtype is not None  # a built-in type
+
+        async def delete(namespace: str, name: str, options: DeleteOptions) -> None:
+            await registry.delete(rtype, namespace, name, options)
+
+        return EventExpiry(registry.store, delete, ttl_s)
+
+    @property
+    def expired_events(self) -> int:
+        """Events deleted by their TTL since start (``settings.event_ttl_s``)."""
+        return self._expiry.expired if self._expiry is not None else 0
 
     def _url_host(self) -> str:
         host = self.settings.advertise_host or self.settings.host

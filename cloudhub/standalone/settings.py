@@ -64,6 +64,10 @@ class APIServerSettings:
             (``PRAGMA synchronous=FULL``), so an acknowledged write survives power
             loss; ``False`` (``NORMAL``) survives a process crash but may lose the
             last commits on power loss.
+        event_ttl_s: Seconds an Event is kept after its last write (creation or
+            update), then deleted: kube-apiserver's ``--event-ttl``, 1 h by default.
+            Events are a record of recent happenings, not a log: without a TTL a
+            fleet's reconnects alone grow the store without bound.
     """
 
     data_dir: pathlib.Path | None = None
@@ -79,11 +83,17 @@ class APIServerSettings:
     max_object_bytes: int = 1_572_864
     commit_interval_s: float = 0.0
     synchronous_full: bool = True
+    event_ttl_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.data_dir is not None and not isinstance(self.data_dir, pathlib.Path):
             object.__setattr__(self, "data_dir", pathlib.Path(self.data_dir))
-        for name in ("bookmark_interval_s", "default_watch_timeout_s", "commit_interval_s"):
+        for name in (
+            "bookmark_interval_s",
+            "default_watch_timeout_s",
+            "commit_interval_s",
+            "event_ttl_s",
+        ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigurationError(f"{name} must be a finite number of seconds")
         if not 0 <= self.port <= 65535:
@@ -112,6 +122,8 @@ class APIServerSettings:
             raise ConfigurationError(
                 f"max_object_bytes must be at least 1024, got {self.max_object_bytes}"
             )
+        if self.event_ttl_s <= 0:
+            raise ConfigurationError(f"event_ttl_s must be positive, got {self.event_ttl_s}")
         if self.commit_interval_s < 0:
             raise ConfigurationError(
                 f"commit_interval_s must not be negative, got {self.commit_interval_s}"

@@ -10,6 +10,7 @@ field path and reason (``FieldValueRequired``, ``FieldValueInvalid``,
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -557,6 +558,29 @@ def _validate_secret(errs: Errors, obj: Mapping[str, Any]) -> None:
         errs.invalid("type", stype, "must be a string")
 
 
+def _pod_ips(errs: Errors, status: Any) -> None:
+    """``status.podIPs`` (``podIP`` when only that is given): each a valid IP, at most one
+    per family (kube-apiserver's validatePodIPs; an edge reporting a bad address gets the
+    same 422 from either API)."""
+    if not isinstance(status, Mapping):
+        return
+    ips = [p.get("ip") if isinstance(p, Mapping) else p for p in status.get("podIPs") or []]
+    if not ips and status.get("podIP"):
+        ips = [status["podIP"]]
+    families = []
+    for i, ip in enumerate(ips):
+        try:
+            families.append(ipaddress.ip_address(str(ip)).version)
+        except ValueError:
+            errs.invalid(
+                f"status.podIPs[{i}]",
+                ip,
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            )
+    if len(families) == len(ips) > 1 and (len(ips) > 2 or families[0] == families[1]):
+        errs.invalid("status.podIPs", ips, "may specify no more than one IP for each IP family")
+
+
 def validate_object(rtype: ResourceType, obj: Mapping[str, Any]) -> list[StatusCause]:
     """All the causes that make ``obj`` invalid for ``rtype`` (empty when valid)."""
     errs = Errors()
@@ -569,6 +593,7 @@ def validate_object(rtype: ResourceType, obj: Mapping[str, Any]) -> list[StatusC
     spec = obj.get("spec")
     if kind == "Pod":
         validate_pod_spec(errs, spec, "spec")
+        _pod_ips(errs, obj.get("status"))
     elif kind in ("Deployment", "ReplicaSet", "StatefulSet"):
         if not isinstance(spec, dict):
             errs.required("spec")

@@ -7,9 +7,10 @@ here lets the hub's and the agent's twin logic be written and tested without a s
 
 Versions (docs/devices.md):
 
-- the desired version is the Device's ``metadata.generation``: the API server bumps it
-  on every spec change; the edge applies a ``DesiredState`` only if its version is higher
-  than the one it holds for that uid;
+- the desired version grows with the Device's ``metadata.generation`` (the API server
+  bumps it on every spec change) and, for one generation, with its DeviceModel's
+  resourceVersion (the hub's ``desired_version``); the edge applies a ``DesiredState``
+  only if its version is higher than the one it holds for that uid;
 - a reported version is assigned on the edge per (device uid, property), strictly
   increasing: ``max(previous + 1, timestamp in ms)``, so that versions stay ordered
   across an edge store reset or a device moving to another node (with clocks roughly
@@ -33,7 +34,8 @@ class DesiredState:
         namespace: the Device's namespace.
         name: the Device's name.
         uid: the Device's uid (its identity).
-        version: the Device's ``metadata.generation`` this state was computed from.
+        version: grows with the Device's ``metadata.generation`` and its model's revision
+            (opaque to the edge: higher wins).
         properties: property name -> wire value, only the valid desired values; a property
             absent here has no desired value (a rejected one is shown in the Device
             status and not sent).

@@ -536,6 +536,25 @@ class QuicServer(asyncio.DatagramProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
 
+    def set_credentials(self, credentials: TLSCredentials) -> None:
+        """Serve new connections with ``credentials`` (a reissued or rotated certificate,
+        or a new CA bundle for client certificates); open connections keep theirs.
+
+        Raises:
+            TransportError: the credentials carry no server certificate.
+        """
+        from protocol.transport.errors import TransportError
+
+        if not credentials.chain:
+            raise TransportError("a TLS server needs a certificate chain and key")
+        config = _configuration(
+            credentials,
+            is_client=False,
+            server_name=None,
+            idle_timeout=_idle_timeout(self._config),
+        )
+        self._credentials, self._quic_config = credentials, config
+
     @property
     def port(self) -> int:
         """The UDP port the server listens on."""

@@ -52,6 +52,7 @@ from websockets.uri import parse_uri
 
 from protocol.errors import CloseCode
 from protocol.session import Established, Role, Session, SessionConfig
+from protocol.transport.admission import PendingLimit
 from protocol.transport.errors import (
     CertificateRejected,
     ConnectFailed,
@@ -221,6 +222,7 @@ class _WebSocketConnection(asyncio.Protocol):
         handshake_timeout: float,
         on_open: Callable[[_WebSocketConnection], None] | None = None,
         on_done: Callable[[_WebSocketConnection], None] | None = None,
+        admit: Callable[[_WebSocketConnection, Any], bool] | None = None,
     ) -> None:
         self._ws = ws
         self._client = isinstance(ws, ClientProtocol)
@@ -230,6 +232,7 @@ class _WebSocketConnection(asyncio.Protocol):
         self._handshake_timeout = handshake_timeout
         self._on_open = on_open
         self._on_done = on_done
+        self._admit = admit
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.opened: asyncio.Future[None] = loop.create_future()
@@ -252,6 +255,9 @@ class _WebSocketConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._tcp is None:  # TCP is up: start TLS on it
             self._tcp = transport  # type: ignore[assignment]
+            if self._admit is not None and not self._admit(self, transport):
+                transport.abort()  # connection_lost() follows, then _ended()
+                return
             waiter = _start_tls(
                 self,
                 transport,
@@ -271,11 +277,18 @@ class _WebSocketConnection(asyncio.Protocol):
 
     def _tls_done(self, waiter: asyncio.Future[None]) -> None:
         exc = None if waiter.cancelled() else waiter.exception()
-        if exc is None and not waiter.cancelled():
-            return
-        # The handshake failed or timed out: asyncio has closed the TCP connection and
-        # will not call connection_lost() on us, since TLS never came up.
-        detail = f"TLS: {exc}" if exc is not None else "TLS handshake cancelled"
+        if exc is None and not waiter.cancelled() and self.transport is not None:
+            return  # up: asyncio called connection_made() with the TLS transport first
+        # Failed, timed out, or closed or aborted under it (our upgrade deadline aborts
+        # it: asyncio then wakes the waiter with no exception, as for a clean EOF; taken
+        # for success, that kept every aborted half-open handshake in the server's
+        # connection set: ~5 KiB each, docs/hub.md). No connection_lost() follows.
+        if exc is not None:
+            detail = f"TLS: {exc}"
+        elif waiter.cancelled():
+            detail = "TLS handshake cancelled"
+        else:
+            detail = "the connection closed during the TLS handshake"
         self._fail_open(ConnectFailed(f"{self._where}: {detail}"))
         self._ended()
 
@@ -663,16 +676,31 @@ class WebSocketServer:
         credentials: TLSCredentials,
         config: SessionConfig,
         hello_timeout: float,
+        max_pending_per_source: int | None = None,
     ) -> None:
         self._handler = handler
         self._context = server_ssl_context(credentials)
         self._config = config
         self._hello_timeout = hello_timeout
+        self._limit = (
+            PendingLimit(max_pending_per_source) if max_pending_per_source is not None else None
+        )
+        self.unfinished = 0
+        """Connections that ended before their upgrade (TLS failed, timed out, closed)."""
         self._server: asyncio.Server | None = None
         self._connections: set[_WebSocketConnection] = set()
         self._links: set[Link] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+
+    def set_credentials(self, credentials: TLSCredentials) -> None:
+        """Serve new connections with ``credentials`` (a reissued or rotated certificate,
+        or a new CA bundle for client certificates); open connections keep theirs.
+
+        Raises:
+            TransportError: the credentials carry no server certificate or do not load.
+        """
+        self._context = server_ssl_context(credentials)
 
     @property
     def port(self) -> int:
@@ -694,7 +722,8 @@ class WebSocketServer:
             server_hostname=None,
             handshake_timeout=self._hello_timeout,
             on_open=self._opened,
-            on_done=self._connections.discard,
+            on_done=self._done,
+            admit=self._admit,
         )
         self._connections.add(conn)
         # TLS and the upgrade together get hello_timeout; the hello gets it again.
@@ -704,6 +733,28 @@ class WebSocketServer:
         conn.opened.add_done_callback(lambda _: timer.cancel())
         conn.lost.add_done_callback(lambda _: timer.cancel())
         return conn
+
+    def _admit(self, conn: _WebSocketConnection, transport: Any) -> bool:
+        """Count a new TCP connection against its source's pending handshakes."""
+        if self._limit is None:
+            return True
+        release = self._limit.admit(transport.get_extra_info("peername"))
+        if release is None:
+            return False
+        for future in (conn.opened, conn.lost):  # the upgrade done, or the end: once
+            future.add_done_callback(lambda _: release())
+        return True
+
+    @property
+    def refused_pending(self) -> int:
+        """Connections dropped at once: their source had ``max_pending_per_source``
+        connections in TLS or the upgrade already."""
+        return self._limit.refused if self._limit is not None else 0
+
+    def _done(self, conn: _WebSocketConnection) -> None:
+        self._connections.discard(conn)
+        if not conn.opened.done() or conn.opened.exception() is not None:
+            self.unfinished += 1
 
     def _upgrade_timed_out(self, conn: _WebSocketConnection) -> None:
         if not conn.opened.done():
@@ -780,6 +831,7 @@ async def serve_websocket(
     config: SessionConfig | None = None,
     hello_timeout: float = 10.0,
     backlog: int = 1024,
+    max_pending_per_source: int | None = None,
 ) -> WebSocketServer:
     """Listen for agents over WebSocket (TLS over TCP).
 
@@ -794,6 +846,9 @@ async def serve_websocket(
         hello_timeout: seconds for the TLS handshake and the upgrade, then again for
             the hello.
         backlog: the listen backlog (connections not yet accepted).
+        max_pending_per_source: connections one source address may have in TLS or the
+            upgrade at once; more are dropped as they arrive (``None``: no limit). Bounds
+            what a peer that opens connections and never finishes them can hold.
 
     Returns:
         The running server.
@@ -803,7 +858,11 @@ async def serve_websocket(
     """
     config = config if config is not None else SessionConfig()
     result = WebSocketServer(
-        handler, credentials=credentials, config=config, hello_timeout=hello_timeout
+        handler,
+        credentials=credentials,
+        config=config,
+        hello_timeout=hello_timeout,
+        max_pending_per_source=max_pending_per_source,
     )
     loop = asyncio.get_running_loop()
     try:

@@ -125,9 +125,16 @@ def _cpu_seconds(proc: psutil.Process) -> float:
 class Stack:
     """The embedded API and the hub, each in a process of its own."""
 
-    def __init__(self, root: pathlib.Path, test_pki: Any, hub_flags: list[str]) -> None:
+    def __init__(
+        self,
+        root: pathlib.Path,
+        test_pki: Any,
+        hub_flags: list[str],
+        api_flags: tuple[str, ...] = (),
+    ) -> None:
         self.root = root
         self.hub_flags = hub_flags
+        self.api_flags = api_flags
         self.port = free_port()  # QUIC (UDP) and WebSocket (TCP), as deployed
         self.http_port = free_port()
         self.api: asyncio.subprocess.Process | None = None
@@ -152,6 +159,7 @@ class Stack:
             "0",
             "--kubeconfig-out",
             str(self.kubeconfig),
+            *self.api_flags,
             env=env,
             cwd=ROOT,
             stdout=asyncio.subprocess.PIPE,

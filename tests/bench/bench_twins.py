@@ -37,6 +37,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from cloudhub.devices.twin import desired_version, model_revision  # noqa: E402
 from cloudhub.errors import KubeAPIError  # noqa: E402
 from cloudhub.kube import DEVICEMODELS, DEVICES, NAMESPACES, KubeClient  # noqa: E402
 from edgeagent.mappers import APIUnavailable, DeviceAPIError, DeviceClient  # noqa: E402
@@ -275,13 +276,14 @@ async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
         await watch.start()
 
         # -- desired: one spec change per device -------------------------------------------
-        written: dict[str, tuple[float, int]] = {}  # device -> (t0, new generation)
+        written: dict[str, tuple[float, int]] = {}  # device -> (t0, new desired version)
+        revision = model_revision(await kube.get(DEVICEMODELS, "vled-01", namespace))
 
         async def change(name: str) -> None:
             patch = {"spec": {"properties": [{"name": "status", "desired": {"value": "1"}}]}}
             t0 = time.time()
             obj = await kube.patch(DEVICES, name, patch, namespace)
-            written[name] = (t0, obj["metadata"]["generation"])
+            written[name] = (t0, desired_version(obj["metadata"]["generation"], revision))
 
         order = sorted(devices)  # interleaves nodes: name order is node-major, shuffle below
         order = [order[(i * 7919) % len(order)] for i in range(len(order))]
@@ -296,9 +298,9 @@ async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
             for s in sims:
                 for uid, version, at in s.desired_log:
                     arrivals.setdefault((by_uid[uid], version), at)
-            for name, (t0, generation) in written.items():
+            for name, (t0, version) in written.items():
                 node = devices[name][0]
-                at = (mapper.arrivals if node == REAL else arrivals).get((name, generation))
+                at = (mapper.arrivals if node == REAL else arrivals).get((name, version))
                 if at is not None:
                     (real if node == REAL else sim).append(at - t0)
             return real, sim

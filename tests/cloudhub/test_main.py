@@ -27,24 +27,30 @@ def test_help_explains_every_option_and_its_default() -> None:
     assert "Default: 7443" in text and "Default: 9095" in text
 
 
-def test_a_bad_setting_is_a_usage_error_naming_the_key() -> None:
-    result = CliRunner().invoke(main, ["serve", "--status-qps", "lots"])
-    assert result.exit_code == 2
-    assert "status.qps" in result.output and "lots" in result.output
+def test_help_says_tls_files_are_optional() -> None:
+    # The hub runs its own CA unless an outside CA's three files are given (item 16).
+    result = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200)
+    text = " ".join(result.output.split())
+    assert "are required" not in text
+    assert "by default the hub runs its own CA" in text
+    for flag in ("--tls-ca-file", "--tls-cert-file", "--tls-key-file"):
+        described = text.split(flag + " VALUE ", 1)[1].split(" --", 1)[0]
+        assert "Default: unset" in described, described
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs/hub.md").read_text()
+    tls_row = next(line for line in docs.splitlines() if line.startswith("| `tls` |"))
+    assert "required" not in tls_row and "the hub's own CA" in tls_row
 
 
-def test_partial_tls_material_exits_1_with_the_settings_to_give(tmp_path: pathlib.Path) -> None:
-    # tls.* files name an outside CA: all three or none (none: the hub's own CA).
+def serve(tmp_path: pathlib.Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``cloudhub serve FLAGS`` as an operator runs it, text logs, until it exits."""
     env = {"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
-    (tmp_path / "ca.crt").write_text("unused\n")
-    proc = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "cloudhub",
             "serve",
-            "--tls-ca-file",
-            str(tmp_path / "ca.crt"),
+            *flags,
             "--observability-http-port",
             "0",
             "--observability-log-format",
@@ -56,6 +62,25 @@ def test_partial_tls_material_exits_1_with_the_settings_to_give(tmp_path: pathli
         env=env,
         cwd=tmp_path,
     )
+
+
+def test_a_missing_kubeconfig_is_named(tmp_path: pathlib.Path) -> None:
+    proc = serve(tmp_path, "--kube-kubeconfig", str(tmp_path / "kubeconfig"))
+    assert proc.returncode == 1, proc.stderr
+    assert f"kubeconfig '{tmp_path / 'kubeconfig'}' does not exist" in proc.stderr
+    assert "current-context" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bad_setting_is_a_usage_error_naming_the_key() -> None:
+    result = CliRunner().invoke(main, ["serve", "--status-qps", "lots"])
+    assert result.exit_code == 2
+    assert "status.qps" in result.output and "lots" in result.output
+
+
+def test_partial_tls_material_exits_1_with_the_settings_to_give(tmp_path: pathlib.Path) -> None:
+    # tls.* files name an outside CA: all three or none (none: the hub's own CA).
+    (tmp_path / "ca.crt").write_text("unused\n")
+    proc = serve(tmp_path, "--tls-ca-file", str(tmp_path / "ca.crt"))
     assert proc.returncode == 1, proc.stderr
     assert "tls.cert_file, tls.key_file" in proc.stderr
 

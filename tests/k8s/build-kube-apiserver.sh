@@ -12,7 +12,8 @@
 #   2. adds a deb-src entry for bookworm if apt has none, and fetches the `kubernetes` source
 #      package (1.20.5+really1.20.2: the upstream v1.20.2 tree with its vendor/ directory);
 #   3. swaps the vendored reflect2 1.0.1 and json-iterator 1.1.10 for Debian's 1.0.2 and 1.1.12
-#      (reflect2 1.0.1 crashes under Go >= 1.18);
+#      (reflect2 1.0.1 crashes under Go >= 1.18), and removes the vendored kube-openapi's
+#      zero-value check that turns "" into null under Go >= 1.16 (kubernetes#99804, see below);
 #   4. generates pkg/generated/openapi/zz_generated.openapi.go with the bundled openapi-gen over
 #      the same package list as upstream's Makefile.generated_files, and checks the API rule
 #      report against api/api-rules/violation_exceptions.list as upstream's make does;
@@ -20,7 +21,12 @@
 #      with upstream's tags and version ldflags, checks `--version`, and moves it into the cache;
 #   6. puts Debian's kubectl 1.20.2 (package kubernetes-client, unpacked, not installed: on our
 #      machine images /usr/bin/kubectl belongs to another `kubectl` package) beside it;
-#   7. deletes the source tree and the Go build cache (about 1.5 GB).
+#   7. deletes the source tree and the Go build cache (about 1.5 GB), and writes the recipe
+#      stamp (kube-apiserver.recipe beside the binary).
+#
+# The recipe stamp is the cache key: a cached binary counts only when its stamp says
+# RECIPE below. Bump RECIPE whenever a change here changes what the binary does (and
+# tests/k8s/kube_apiserver.py's RECIPE with it): every existing cache then rebuilds once.
 #
 # Environment:
 #   EDGEFLEET_KUBE_APISERVER  where the binary goes
@@ -31,6 +37,9 @@
 set -euo pipefail
 
 KUBE_VERSION=1.20.2
+# What the binary is, beyond its version (the cache key, see above).
+# 1: upstream's tree, Debian's reflect2 and json-iterator; 2: plus the kubernetes#99804 fix.
+RECIPE="v$KUBE_VERSION+edgefleet.2"
 GO_ROOT=/usr/lib/go-1.19
 PACKAGES=(golang-1.19-go golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
           etcd-server dpkg-dev xz-utils patch ca-certificates)
@@ -39,13 +48,18 @@ BINARY="${EDGEFLEET_KUBE_APISERVER:-$HOME/.cache/edgefleet/kube-apiserver-v$KUBE
 CACHE_DIR="$(dirname "$BINARY")"
 KUBECTL="${EDGEFLEET_KUBECTL:-$CACHE_DIR/kubectl}"
 BUILD_DIR="${EDGEFLEET_BUILD_DIR:-$CACHE_DIR/build}"
+STAMP="$BINARY.recipe"
 
 log() { echo "build-kube-apiserver: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# A binary counts as built when it runs and says it is our version.
-binary_ok() {
+# A binary counts as built when it runs, says it is our version and its stamp is our recipe
+# (binary_runs alone for the one just compiled, before its stamp is written).
+binary_runs() {
     [ -x "$1" ] && "$1" --version 2>/dev/null | grep -qx "Kubernetes v$KUBE_VERSION"
+}
+binary_ok() {
+    binary_runs "$1" && [ "$(cat "$1.recipe" 2>/dev/null)" = "$RECIPE" ]
 }
 kubectl_ok() {
     [ -x "$1" ] && "$1" version --client --short 2>/dev/null | grep -q "v$KUBE_VERSION"
@@ -58,8 +72,11 @@ QUIET=0
 [ "${1:-}" = --quiet ] && QUIET=1
 
 if all_ok; then
-    [ "$QUIET" -eq 1 ] || log "cached: $BINARY ($("$BINARY" --version)), kubectl $KUBECTL, etcd $(command -v etcd)"
+    [ "$QUIET" -eq 1 ] || log "cached: $BINARY ($RECIPE), kubectl $KUBECTL, etcd $(command -v etcd)"
     exit 0
+fi
+if binary_runs "$BINARY"; then
+    log "the cached $BINARY was built by another recipe ($(cat "$STAMP" 2>/dev/null || echo none)); rebuilding it as $RECIPE"
 fi
 
 SUDO=()
@@ -176,6 +193,21 @@ if ! binary_ok "$BINARY"; then
         cp -a "/usr/share/gocode/src/$pkg" "vendor/$pkg"
     done
 
+    # 3b. kubernetes#99804. The vendored kube-openapi validator treats a value as JSON null
+    # when reflect.DeepEqual says reflect.Zero(type) equals reflect.ValueOf(data): two
+    # reflect.Value structs, which never compared equal before Go 1.16 (reflect.Zero pointed
+    # at a fresh allocation); since Go 1.16 reflect.Zero shares one zero buffer, so "" (and 0,
+    # false) compare equal and a typed, non-nullable field refuses "" with `must be of type
+    # string: "null"`. Released 1.20 binaries were built with Go 1.15 and accept "";
+    # upstream's fix (kube-openapi#230, in Kubernetes 1.21) keeps only the nil test. So do we.
+    openapi_type=vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go
+    zero_check='if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {'
+    [ "$(grep -cF "$zero_check" "$openapi_type")" = 1 ] ||
+        die "$openapi_type no longer has the one zero-value check of kubernetes#99804 to remove"
+    sed -i "s/if data == nil || reflect\.DeepEqual(reflect\.Zero(reflect\.TypeOf(data)), reflect\.ValueOf(data)) {/if data == nil { \/\/ edgefleet: \"\" is not null (kubernetes#99804)/" "$openapi_type"
+    grep -qF 'if data == nil { // edgefleet' "$openapi_type" ||
+        die "patching $openapi_type failed"
+
     # 4. OpenAPI definitions, as `make gen_openapi` does for KUBE_OPENAPI_OUTPUT_PKG: every
     # directory with Go files (staging/src named as vendor/, the rest of vendor/ left out) one of
     # whose files carries a +k8s:openapi-gen= tag, minus code-generator and sample-apiserver.
@@ -214,14 +246,16 @@ if ! binary_ok "$BINARY"; then
     go build -tags selinux,notest -trimpath -ldflags "$ldflags" \
         -o "$BUILD_DIR/kube-apiserver" ./cmd/kube-apiserver
     log "compiled in $(($(date +%s) - COMPILE_START)) s"
-    binary_ok "$BUILD_DIR/kube-apiserver" ||
+    binary_runs "$BUILD_DIR/kube-apiserver" ||
         die "the new binary does not print 'Kubernetes v$KUBE_VERSION' for --version"
     log "disk used by the build: $(du -sh "$BUILD_DIR" | cut -f1) (source tree, Go cache)"
     cp "$BUILD_DIR/kube-apiserver" "$BINARY.tmp"
     mv -f "$BINARY.tmp" "$BINARY"
+    printf '%s\n' "$RECIPE" >"$STAMP.tmp"
+    mv -f "$STAMP.tmp" "$STAMP"
 fi
 
 cd /
 rm -rf "$BUILD_DIR"
 all_ok || die "after the build the cache is still incomplete"
-log "done in $(($(date +%s) - START)) s: $BINARY ($("$BINARY" --version)), $KUBECTL, $(du -sh "$CACHE_DIR" | cut -f1) cached"
+log "done in $(($(date +%s) - START)) s: $BINARY ($RECIPE), $KUBECTL, $(du -sh "$CACHE_DIR" | cut -f1) cached"

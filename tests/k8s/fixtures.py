@@ -24,6 +24,7 @@ import pytest
 from tests.environment import missing
 from tests.k8s.kube_apiserver import (
     BINARY_ENV,
+    RECIPE,
     RunningAPIServer,
     binary_path,
     build_script,
@@ -51,8 +52,9 @@ def require(what: str, how: str) -> None:
 def _require_binaries() -> None:
     if binary_path() is None:
         require(
-            "the reference kube-apiserver v1.20.2",
-            f"run {build_script()} (about 5 minutes, once) or set ${BINARY_ENV}",
+            f"the reference kube-apiserver {RECIPE}",
+            f"run {build_script()} (about 5 minutes, once; it also rebuilds a cached binary "
+            f"of an older recipe) or set ${BINARY_ENV}",
         )
     if etcd_path() is None:
         require("etcd", "apt-get install etcd-server")

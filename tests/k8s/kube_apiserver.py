@@ -51,6 +51,7 @@ __all__ = [
     "BINARY_ENV",
     "KUBECTL_ENV",
     "KUBE_VERSION",
+    "RECIPE",
     "KubeAPIServerError",
     "RunningAPIServer",
     "binary_path",
@@ -62,6 +63,12 @@ __all__ = [
 
 KUBE_VERSION = "v1.20.2"
 """The upstream version that the build script produces and :func:`start` expects."""
+
+RECIPE = "v1.20.2+edgefleet.2"
+"""What the cached binary must have been built as (``RECIPE`` in the build script, written
+to ``kube-apiserver.recipe`` beside the binary): recipe 2 has the kubernetes#99804 fix, so
+typed CRD string fields accept ``""`` as on released 1.20 binaries. A binary of another
+recipe counts as missing, and the build script rebuilds it."""
 
 BINARY_ENV = "EDGEFLEET_KUBE_APISERVER"
 """Environment variable naming the kube-apiserver binary (overrides the default cache path)."""
@@ -125,16 +132,27 @@ class KubeAPIServerError(Exception):
 
 
 def binary_path() -> Path | None:
-    """The cached kube-apiserver binary, if it has been built.
+    """The cached kube-apiserver binary, if it has been built by this recipe.
 
     Returns:
         ``$EDGEFLEET_KUBE_APISERVER`` when set, else
-        ``~/.cache/edgefleet/kube-apiserver-v1.20.2/kube-apiserver``, when that file exists
-        and is executable; ``None`` otherwise (run :func:`build_script` to make it).
+        ``~/.cache/edgefleet/kube-apiserver-v1.20.2/kube-apiserver``, when that file exists,
+        is executable and its ``.recipe`` stamp says :data:`RECIPE`; ``None`` otherwise (run
+        :func:`build_script` to make it, or to rebuild one of an older recipe).
     """
     configured = os.environ.get(BINARY_ENV)
     path = Path(configured) if configured else _DEFAULT_BINARY.expanduser()
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        return None
+    return path if built_recipe(path) == RECIPE else None
+
+
+def built_recipe(binary: Path) -> str | None:
+    """The recipe stamp beside ``binary`` (``<binary>.recipe``), or ``None`` without one."""
+    try:
+        return binary.with_name(binary.name + ".recipe").read_text().strip()
+    except OSError:
+        return None
 
 
 def kubectl_path() -> Path | None:

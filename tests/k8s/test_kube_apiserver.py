@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,9 +30,13 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.k8s.kube_apiserver import (
+    BINARY_ENV,
     KUBE_VERSION,
+    RECIPE,
     KubeAPIServerError,
     RunningAPIServer,
+    binary_path,
+    build_script,
     start,
 )
 
@@ -378,6 +383,32 @@ async def test_node_and_pod_status_subresources_and_field_selectors(
         assert [p.metadata.name for p in by_phase.items] == ["app"]
     finally:
         await core.delete_node(node_name)
+
+
+def test_the_build_script_and_the_harness_agree_on_the_recipe() -> None:
+    # The recipe is the cache key: the script rebuilds a binary whose stamp differs, and
+    # the harness takes only a binary stamped with its RECIPE.
+    script = build_script().read_text()
+    version = re.search(r"^KUBE_VERSION=(\S+)$", script, re.M)
+    recipe = re.search(r'^RECIPE="(\S+)"$', script, re.M)
+    assert version is not None and recipe is not None
+    assert f"v{version.group(1)}" == KUBE_VERSION
+    assert recipe.group(1).replace("$KUBE_VERSION", version.group(1)) == RECIPE
+
+
+def test_a_binary_of_an_older_recipe_counts_as_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binary = tmp_path / "kube-apiserver"
+    binary.write_text("#!/bin/sh\necho 'Kubernetes v1.20.2'\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv(BINARY_ENV, str(binary))
+    assert binary_path() is None  # built before recipe stamps: no stamp at all
+    stamp = tmp_path / "kube-apiserver.recipe"
+    stamp.write_text("v1.20.2+edgefleet.1\n")
+    assert binary_path() is None
+    stamp.write_text(RECIPE + "\n")
+    assert binary_path() == binary
 
 
 def test_start_reports_a_missing_binary(tmp_path: Path) -> None:

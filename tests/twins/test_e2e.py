@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from cloudhub.devices.twin import desired_version, model_revision
 from cloudhub.kube import DEVICEMODELS, DEVICES, KubeClient
 from edgeagent.mappers import APIUnavailable, DeviceAPIError, DeviceClient
 from edgeagent.mappers.sdk import Desired
@@ -70,11 +71,14 @@ async def test_desired_reaches_the_mapper_and_reports_reach_the_status(
     )
     assert counter.properties == {"status": "ON"}
 
-    # a change in the API wakes the mapper's long-poll
+    # a change in the API wakes the mapper's long-poll (a newer version: the generation
+    # grew, the model's resourceVersion is the same)
     poll = asyncio.create_task(mapper.wait_desired(namespace, VLED, after=first, wait=TIMEOUT))
     await update_desired(kube, namespace, VLED, {"status": "0"})
     changed = await asyncio.wait_for(poll, TIMEOUT)
-    assert (changed.version, changed.properties) == (2, {"status": 0})
+    revision = model_revision(await kube.get(DEVICEMODELS, "vled-01", namespace))
+    assert first.version == desired_version(1, revision)
+    assert (changed.version, changed.properties) == (desired_version(2, revision), {"status": 0})
 
     # reports reach the Device status
     await mapper.report(namespace, VLED, {"status": 1})
@@ -133,8 +137,11 @@ async def test_agent_down_desired_changes_arrive_at_reconnect(
     await kube.delete(DEVICES, COUNTER, namespace)
     agent.start()
 
+    revision = model_revision(await kube.get(DEVICEMODELS, "vled-01", namespace))
     latest: Desired = await eventually(
-        lambda: _desired_at(mapper, namespace, VLED, 4), "the newest desired state", TIMEOUT
+        lambda: _desired_at(mapper, namespace, VLED, desired_version(4, revision)),
+        "the newest desired state",
+        TIMEOUT,
     )
     assert latest.properties == {"status": 0}
 

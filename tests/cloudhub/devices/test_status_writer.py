@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from cloudhub.devices.conditions import ModelLookup
 from cloudhub.devices.status import DeviceStatusWriter
 from cloudhub.kube import DEVICEMODELS, DEVICES, KubeClient, TokenBucket
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
@@ -81,7 +82,11 @@ async def test_a_stale_cache_gets_409_then_merges_over_the_fresh_device(kube: Ku
     }
     await kube.replace(DEVICES, fresh, subresource="status")
     writer = DeviceStatusWriter(
-        kube, Cache(stale), lambda ns, name: parsed, TokenBucket(100, 100), workers=1
+        kube,
+        Cache(stale),
+        lambda ns, name: ModelLookup(parsed, exists=True),
+        TokenBucket(100, 100),
+        workers=1,
     )
     outcome = await _write(writer, [_report(stale, "count", "42", 7)])
     assert outcome is None and writer.written == 1
@@ -97,8 +102,16 @@ async def test_reports_of_a_recreated_device_are_stale(kube: KubeClient) -> None
     await kube.delete(DEVICES, "counter-instance", NS)
     new = await kube.create(DEVICES, device(COUNTER_DEVICE, NS, "edge-a"))
     writer = DeviceStatusWriter(
-        kube, Cache(new), lambda ns, name: parsed, TokenBucket(100, 100), workers=1
+        kube,
+        Cache(new),
+        lambda ns, name: ModelLookup(parsed, exists=True),
+        TokenBucket(100, 100),
+        workers=1,
     )
     outcome = await _write(writer, [_report(old, "count", "1", 3)])
-    assert outcome is None and writer.written == 0  # done (acked), nothing written
+    # Done (acked), the report not written; the only write is the new Device's
+    # ModelAvailable condition, which it did not have yet.
+    assert outcome is None and writer.written == 1
+    written = await kube.get(DEVICES, "counter-instance", NS)
+    assert [c["type"] for c in written["status"]["conditions"]] == ["ModelAvailable"]
     assert reported_value(await kube.get(DEVICES, "counter-instance", NS), "count") is None

@@ -12,6 +12,7 @@ from cloudhub.devices import (
     merge_reported,
     status_with_rejections,
 )
+from cloudhub.devices.twin import desired_version, model_revision
 from protocol.devices import (
     ObservedDesired,
     ReportedValue,
@@ -61,8 +62,23 @@ def test_desired_state_carries_generation_uid_and_typed_values() -> None:
     evaluation = evaluate_desired(device, MODEL)
     assert evaluation.rejections == ()
     state = evaluation.state
-    assert (state.uid, state.version, state.namespace, state.name) == ("u-1", 4, "default", "t1")
+    assert (state.uid, state.namespace, state.name) == ("u-1", "default", "t1")
+    assert state.version == desired_version(4, 0)
     assert state.properties == {"setpoint": 22.0, "mode": "eco", "blob": b"\x01\x02"}
+
+
+def test_desired_versions_grow_with_the_generation_then_the_model() -> None:
+    # A spec change outranks any model revision; within a generation a newer model
+    # (changed, or deleted and created again: a later resourceVersion) outranks an older.
+    assert desired_version(4, 10**9) < desired_version(5, 1)
+    assert desired_version(4, 7) < desired_version(4, 8)
+    device = parse_device(device_doc({"setpoint": "22"}))
+    older = evaluate_desired(device, MODEL, model_revision=41).state.version
+    newer = evaluate_desired(device, MODEL, model_revision=57).state.version
+    assert older < newer
+    assert model_revision({"metadata": {"resourceVersion": "57"}}) == 57
+    assert model_revision({"metadata": {"resourceVersion": "opaque"}}) == 0
+    assert model_revision(None) == 0
 
 
 def test_invalid_desired_values_are_rejected_not_sent() -> None:

@@ -9,6 +9,7 @@ import time
 
 from cloudhub.devices.extension import devices_extension
 from cloudhub.devices.settings import DevicesSettings
+from cloudhub.devices.twin import desired_version, model_revision
 from cloudhub.kube import DEVICEMODELS, DEVICES, KubeClient
 from protocol.errors import ErrorCode
 from protocol.messages import ObjectRef, TwinReported
@@ -56,14 +57,18 @@ async def test_devices_desired_and_reported_through_the_hub(
         ("DeviceModel", "vled-01"),
         ("Device", "vled-instance-01"),
     }
-    # the full desired state, typed per the model, version = generation, after the upsert
+    # the full desired state, typed per the model, its version from the generation and the
+    # model's resourceVersion, after the upsert
     # (SimAgent keeps a twin_desired only for a Device it already holds, as the edge does)
     assert agent.desired[uid].properties == {"status": 1}
-    assert agent.desired[uid].version == vled["metadata"]["generation"]
+    revision = model_revision(await kube.get(DEVICEMODELS, "vled-01", namespace))
+    assert agent.desired[uid].version == desired_version(vled["metadata"]["generation"], revision)
 
     # a spec change: the new desired state
     await update_desired(kube, namespace, "vled-instance-01", {"status": "0"})
-    await agent.wait_for(lambda: agent.desired[uid].version == 2, DEADLINE)
+    await agent.wait_for(
+        lambda: agent.desired[uid].version == desired_version(2, revision), DEADLINE
+    )
     assert agent.desired[uid].properties == {"status": 0}
 
     # a report reaches the status, and is acknowledged once written
@@ -109,7 +114,9 @@ async def test_devices_desired_and_reported_through_the_hub(
 
     # a desired value the model refuses: shown as rejected, not sent
     await update_desired(kube, namespace, "vled-instance-01", {"status": "bright"})
-    await agent.wait_for(lambda: agent.desired[uid].version == 3, DEADLINE)
+    await agent.wait_for(
+        lambda: agent.desired[uid].version == desired_version(3, revision), DEADLINE
+    )
     assert agent.desired[uid].properties == {}
 
     async def rejected() -> bool:
@@ -152,7 +159,10 @@ async def test_reconnect_sends_the_full_desired_state_after_the_objects(
     await back.wait_for(lambda: back.synced and new_uid in back.desired, DEADLINE)
     assert uid not in back.store  # the old device was deleted by the sync
     assert back.desired[new_uid].properties == {"status": 0}
-    assert back.desired[new_uid].version == again["metadata"]["generation"]
+    revision = model_revision(await kube.get(DEVICEMODELS, "vled-01", namespace))
+    assert back.desired[new_uid].version == desired_version(
+        again["metadata"]["generation"], revision
+    )
 
 
 def test_packaged_crds_are_the_deployed_ones() -> None:

@@ -118,8 +118,10 @@ async def test_no_answer_is_unavailable_and_retryable(tmp_path: pathlib.Path) ->
 
 
 async def test_an_unusable_kubeconfig_is_a_config_error(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(ConfigError, match="cannot use kubeconfig"):
+    with pytest.raises(ConfigError, match=r"kubeconfig '.*missing' does not exist"):
         await KubeClient.from_kubeconfig(str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="is not a file"):
+        await KubeClient.from_kubeconfig(str(tmp_path))
     (tmp_path / "bad").write_text("not: [a kubeconfig")
     with pytest.raises(ConfigError):
         await KubeClient.from_kubeconfig(str(tmp_path / "bad"))

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
+from cloudhub.kube import NAMESPACES
 from cloudhub.pki import TokenDeleted, TokenStore
 from cloudhub.pki.cli import cli, parse_duration
 from tests.cloudhub.pki.conftest import NAMESPACE, PYTHON, Cluster, join_address, python_env
@@ -104,6 +105,43 @@ async def test_bad_usage_and_no_hub(cluster: Cluster) -> None:
     assert bad_name.returncode == 2 and "DNS-1123" in bad_name.stderr
     no_hub = await cloudhub(cluster, "token", "create")
     assert no_hub.returncode == 1 and "start the hub first" in no_hub.stderr
+
+
+async def test_a_namespace_with_no_hub_is_named_not_listed_as_empty(
+    start_hub, cluster: Cluster
+) -> None:
+    await start_hub()
+    await cluster.client.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}
+    )
+    for args in (
+        ("token", "list"),
+        ("token", "list", "--all"),
+        ("token", "delete", "abcdef"),
+        ("token", "create"),
+        ("node", "revoke", "pi-1"),
+    ):
+        wrong = await cloudhub(cluster, *args, "-n", "wrong")
+        assert wrong.returncode == 1, (args, wrong.stdout)
+        assert "namespace 'wrong' does not exist" in wrong.stderr, (args, wrong.stderr)
+        assert "TOKEN ID" not in wrong.stdout
+        other = await cloudhub(cluster, *args, "-n", "apps")
+        assert other.returncode == 1, (args, other.stdout)
+        assert "no hub in namespace 'apps'" in other.stderr, (args, other.stderr)
+    right = await cloudhub(cluster, "token", "list", "-n", NAMESPACE)
+    assert right.returncode == 0 and right.stdout.startswith("TOKEN ID"), right.stderr
+
+
+def test_a_missing_kubeconfig_file_is_named(tmp_path) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    result = CliRunner().invoke(cli, ["token", "list", "--kubeconfig", str(missing)])
+    assert result.exit_code == 2
+    assert f"kubeconfig '{missing}' does not exist" in result.stderr
+    assert "current-context" not in result.stderr
+    result = CliRunner().invoke(
+        cli, ["token", "list"], env={"KUBECONFIG": f"{missing}:{tmp_path / 'neither'}"}
+    )
+    assert result.exit_code == 2 and "does not exist" in result.stderr, result.stderr
 
 
 async def test_node_revoke_closes_the_session(start_hub, cluster: Cluster, tmp_path) -> None:

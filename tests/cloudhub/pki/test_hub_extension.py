@@ -263,3 +263,43 @@ async def test_hub_on_its_embedded_api_makes_namespace_and_ca(tmp_path: pathlib.
         assert extension.pki is not None and extension.pki.ca.origin == "loaded"
         link = await EdgeNode(edge.node, hub).dial("websocket")
         await link.close()
+
+
+async def test_a_revoked_node_is_told_by_warnings_on_its_node(
+    make_hub, cluster: Cluster, tmp_path: pathlib.Path
+) -> None:
+    # `kubectl describe node` must say the node is gone because it was revoked, not only
+    # "Normal EdgeDisconnected" (issue 15 item 16).
+    hub, ext = await make_hub()
+    edge = await EdgeNode.join(tmp_path, hub, ext, "pi-revoked")
+    attached = asyncio.Event()
+    hub.registry.on_connect.append(lambda session: attached.set())
+    edge.link = await edge.dial("websocket")
+    reader = asyncio.create_task(edge.read())
+    await asyncio.wait_for(attached.wait(), 20)
+    assert await CertificateRegistry(cluster.client, NAMESPACE).revoke("pi-revoked", "stolen")
+    await asyncio.wait_for(reader, 10)
+    await edge.link.close()
+    with pytest.raises(SessionRejected, match="revoked"):
+        while True:  # the revocation reaches the peer check within a moment
+            link = await edge.dial("quic")
+            await link.close()
+            await asyncio.sleep(0.05)
+
+    async def node_events() -> dict[str, dict]:
+        items, _ = await cluster.client.list(EVENTS, "default")
+        return {e["reason"]: e for e in items if e["involvedObject"]["name"] == "pi-revoked"}
+
+    deadline = time.monotonic() + 20
+    wanted = {"CertificateRevoked", "EdgeDisconnected", "SessionRefused"}
+    while not wanted <= (events := await node_events()).keys():
+        assert time.monotonic() < deadline, sorted(events)
+        await asyncio.sleep(0.1)
+    assert events["CertificateRevoked"]["type"] == "Warning"
+    assert "joins again with a new bootstrap token" in events["CertificateRevoked"]["message"]
+    disconnected = events["EdgeDisconnected"]
+    assert disconnected["type"] == "Warning", disconnected
+    assert "UNAUTHORIZED: certificate revoked" in disconnected["message"]
+    refused = events["SessionRefused"]
+    assert refused["type"] == "Warning" and "revoked" in refused["message"]
+    assert refused["message"].startswith("quic session refused: ")
