@@ -65,8 +65,8 @@ from cloudhub.pods.writer import PodReportWriter
 from cloudhub.settings import HubSettings
 from protocol.errors import CloseCode, ErrorCode, TransportError
 from protocol.pki import PKIError
+from protocol.tasks import TaskScope
 from protocol.transport import TLSCredentials, serve_quic, serve_websocket
-from protocol.transport._tasks import TaskScope
 
 __all__ = ["Extension", "Hub"]
 
@@ -367,8 +367,8 @@ class Hub:
         await self._failed.wait()
         raise HubError(f"a hub task failed: {self._failure!r}") from self._failure
 
-    def _task_failed(self, exc: BaseException) -> None:
-        log.error("hub task failed", exc_info=exc)
+    def _task_failed(self, task: asyncio.Task[Any], exc: BaseException) -> None:
+        log.error("hub task %s failed", task.get_name(), exc_info=exc)
         self._failure = exc
         self._failed.set()
 

@@ -19,8 +19,8 @@ from cloudhub.devices.settings import DevicesSettings  # hook-up (device twins)
 from cloudhub.metrics.settings import HubMetricsSettings  # hook-up (metrics)
 from cloudhub.pki.settings import PKISettings  # hook-up (certs)
 from cloudhub.placement.settings import PlacementSettings  # hook-up (placement)
+from protocol.config import SessionConfig
 from protocol.errors import SettingsError
-from protocol.session import SessionConfig
 from protocol.settings import load_settings
 
 __all__ = [

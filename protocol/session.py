@@ -44,25 +44,32 @@ allow closes the session with ``PROTOCOL_ERROR`` (the peer's misbehaviour).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
-from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, decode_payload, encode
+from protocol.codec import FrameDecoder, decode_payload, encode
+from protocol.config import DEFAULT_CONFIG, SessionConfig
 from protocol.errors import (
     CloseCode,
     DecodeError,
     ErrorCode,
     InvalidMessage,
-    SettingsError,
     StateError,
     UnknownKind,
     UsageError,
     VersionMismatch,
     WindowFull,
 )
+from protocol.events import (
+    Acked,
+    Closed,
+    Established,
+    HelloReceived,
+    MessageReceived,
+    PeerDead,
+    PeerError,
+    SessionEvent,
+)
 from protocol.messages import (
-    MAX_PROTOCOL_VERSION,
     MAX_SEQ,
-    MIN_PROTOCOL_VERSION,
     REGISTRY,
     Ack,
     Close,
@@ -74,19 +81,12 @@ from protocol.messages import (
     Welcome,
 )
 
+# The events and SessionConfig have their own modules (as in aioquic); they stay importable
+# from here for the code that imported them from protocol.session before the split.
 __all__ = [
     "TRANSITIONS",
-    "Acked",
-    "Closed",
-    "Established",
-    "HelloReceived",
-    "MessageReceived",
-    "PeerDead",
-    "PeerError",
     "Role",
     "Session",
-    "SessionConfig",
-    "SessionEvent",
     "SessionState",
     "negotiate_version",
 ]
@@ -225,163 +225,6 @@ def negotiate_version(ours: tuple[int, int], theirs: tuple[int, int]) -> int:
     return high
 
 
-@dataclass(frozen=True, slots=True)
-class SessionConfig:
-    """The tunables of one session. All durations in seconds, sizes in bytes.
-
-    Raises:
-        SettingsError: a value is out of range; ``key`` names it.
-    """
-
-    window: int = 256
-    """Messages (needing an ack) sent and not yet acknowledged before ``send()`` raises
-    ``WindowFull``. 256 x 1 KiB keeps a 100 ms path busy at 2.5 MB/s while bounding what a
-    reconnect may have to resend."""
-    ping_interval: float = 20.0
-    """Client: ping after this long (plus 5%) without sending, or without hearing anything
-    since the last ping or the oldest unacknowledged message. The hub's
-    ``welcome.heartbeat_interval`` overrides it. 20 s (21 with the slack) stays below the
-    30 s idle timeout of common NAT UDP mappings, so QUIC paths stay open."""
-    liveness_timeout: float = 60.0
-    """Declare the peer dead after this long without receiving a byte (3 ping intervals:
-    two lost pings are tolerated)."""
-    ack_delay: float = 0.05
-    """Acknowledge received messages at most this long after the first unacknowledged one."""
-    ack_every: int = 64
-    """... or as soon as this many are unacknowledged (a quarter of the default window, so a
-    fast sender never stalls on a full window)."""
-    close_timeout: float = 5.0
-    """How long ``close()`` waits for the peer's ``close`` before giving up."""
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
-    """The largest frame payload accepted and sent (4 MiB)."""
-    min_version: int = MIN_PROTOCOL_VERSION
-    """The oldest protocol version we speak (the server negotiates from this range)."""
-    max_version: int = MAX_PROTOCOL_VERSION
-    """The newest protocol version we speak."""
-    manual_ack: bool = False
-    """Acknowledge only what the application has released with ``Session.release()``
-    instead of everything delivered. The hub sets it so that an edge message is acked only
-    once its effect is durable in the Kubernetes API: until then it stays unacknowledged
-    on the edge and is resent after a reconnect (store-and-forward)."""
-
-    def __post_init__(self) -> None:
-        _positive_int(self, "window")
-        _positive_int(self, "ack_every")
-        _positive_int(self, "max_frame_size")
-        _positive_int(self, "min_version")
-        _positive_int(self, "max_version")
-        for key in ("ping_interval", "liveness_timeout", "ack_delay", "close_timeout"):
-            value = getattr(self, key)
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
-                raise SettingsError(key, "a number of seconds", value)
-            if not 0 < value < float("inf"):
-                raise SettingsError(key, "> 0 seconds", value)
-        if self.liveness_timeout <= self.ping_interval:
-            raise SettingsError(
-                "liveness_timeout",
-                f"> ping_interval ({self.ping_interval} s)",
-                self.liveness_timeout,
-            )
-        if self.max_frame_size > 2**32 - 1:
-            raise SettingsError("max_frame_size", "<= 2**32 - 1 bytes", self.max_frame_size)
-        if self.max_version < self.min_version:
-            raise SettingsError(
-                "max_version", f">= min_version ({self.min_version})", self.max_version
-            )
-        if not isinstance(self.manual_ack, bool):
-            raise SettingsError("manual_ack", "a bool", self.manual_ack)
-
-
-def _positive_int(config: SessionConfig, key: str) -> None:
-    value = getattr(config, key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SettingsError(key, "an int >= 1", value)
-
-
-_DEFAULT_CONFIG = SessionConfig()  # immutable, so shared by the 10,000 sessions of a hub
-
-
-# --- events ------------------------------------------------------------------------------------
-
-
-class SessionEvent:
-    """Base of what ``Session.events_received()`` returns.
-
-    Events are slotted dataclasses, like aioquic's; they are not frozen because one is made
-    per received message and a frozen dataclass costs twice as much to build.
-    """
-
-    __slots__ = ()
-
-
-@dataclass(slots=True)
-class HelloReceived(SessionEvent):
-    """Server: a client said hello. Answer with ``accept(welcome)`` or ``reject()``."""
-
-    hello: Hello
-    """The client's hello (node name, versions, capabilities, inventory, node info)."""
-    version: int
-    """The negotiated protocol version; put it in the welcome."""
-
-
-@dataclass(slots=True)
-class Established(SessionEvent):
-    """Client: the hub accepted; the session is open and pending messages were resent."""
-
-    welcome: Welcome
-    """The hub's welcome (version, hub time, session id, heartbeat interval)."""
-
-
-@dataclass(slots=True)
-class MessageReceived(SessionEvent):
-    """An application message arrived (delivered once per seq)."""
-
-    seq: int | None
-    """Its sequence number (persist it as "received up to" on the hub), or ``None`` for
-    kinds that need no ack."""
-    message: Message
-    """The message."""
-
-
-@dataclass(slots=True)
-class Acked(SessionEvent):
-    """The peer has everything we numbered up to ``up_to``: drop it from the outbox."""
-
-    up_to: int
-    """The highest acknowledged seq (cumulative)."""
-
-
-@dataclass(slots=True)
-class PeerError(SessionEvent):
-    """The peer reported a problem with one of our messages; the session goes on."""
-
-    error: Error
-    """The error message (code, text, ``in_reply_to`` seq)."""
-
-
-@dataclass(slots=True)
-class PeerDead(SessionEvent):
-    """Nothing arrived within ``liveness_timeout``; a ``Closed(PEER_DEAD)`` follows."""
-
-    silent_for: float
-    """Seconds since the last byte arrived."""
-
-
-@dataclass(slots=True)
-class Closed(SessionEvent):
-    """The session is over (always the last event). Flush ``data_to_send()``, then close
-    the transport."""
-
-    code: CloseCode
-    """Why (ours if we closed, the peer's if it did)."""
-    reason: str
-    """Human-readable detail."""
-    by_peer: bool
-    """True if the peer closed, vanished or went silent; False if we closed."""
-    retry_after: float | None = None
-    """Seconds the peer asked us to wait before reconnecting, or ``None``."""
-
-
 # --- the session -------------------------------------------------------------------------------
 
 
@@ -439,7 +282,7 @@ class Session:
         if not (valid and 1 <= next_seq <= MAX_SEQ):
             raise UsageError(f"next_seq must be in 1..2**64-1, got {next_seq!r}")
         self.role = role
-        self.config = config = config if config is not None else _DEFAULT_CONFIG
+        self.config = config = config if config is not None else DEFAULT_CONFIG
         self._is_client = role is Role.CLIENT
         self._kinds_in = _KINDS_IN[role]
         self._state = SessionState.IDLE

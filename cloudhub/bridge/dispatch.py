@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
 from protocol.messages import Message
-from protocol.transport._tasks import TaskScope
+from protocol.tasks import TaskScope
 
 if TYPE_CHECKING:
     from cloudhub.bridge.session import NodeSession

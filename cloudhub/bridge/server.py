@@ -29,8 +29,8 @@ from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
 from cloudhub.observability.metrics import HubMetrics
 from protocol.errors import CloseCode, ErrorCode
+from protocol.events import Closed, MessageReceived, PeerError
 from protocol.messages import Message, Welcome
-from protocol.session import Closed, MessageReceived, PeerError
 from protocol.transport import Link
 
 __all__ = ["EdgeServer", "PeerCheck"]

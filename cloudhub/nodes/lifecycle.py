@@ -35,7 +35,7 @@ from cloudhub.nodes import model
 from cloudhub.observability.metrics import HubMetrics
 from cloudhub.settings import NodeSettings
 from protocol.errors import CloseCode
-from protocol.transport._tasks import TaskScope
+from protocol.tasks import TaskScope
 
 __all__ = ["NodeLifecycle"]
 

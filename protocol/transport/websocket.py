@@ -50,8 +50,10 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
+from protocol.config import SessionConfig
 from protocol.errors import CloseCode
-from protocol.session import Established, Role, Session, SessionConfig
+from protocol.events import Established
+from protocol.session import Role, Session
 from protocol.transport.errors import (
     CertificateRejected,
     ConnectFailed,

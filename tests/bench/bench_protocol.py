@@ -51,8 +51,8 @@ import types
 from collections.abc import Awaitable, Callable
 
 from protocol import pki
+from protocol.events import MessageReceived
 from protocol.messages import PROTOCOL_VERSION, Hello, KubeEvent, ObjectRef
-from protocol.session import MessageReceived
 from protocol.transport import Link, TLSCredentials, connect_quic, connect_websocket
 from protocol.transport.tls import client_ssl_context
 from tests.bench.bare_echo import BareQuicClient, BareWebSocketClient

@@ -21,6 +21,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
     ("module", "line", "expected"),
     [
         ("session.py", "import time\n", "protocol.session is not allowed to import time"),
+        ("events.py", "import os\n", "protocol.events is not allowed to import os"),
+        (
+            "config.py",
+            "import protocol.sneaky\n",
+            "protocol.config is not allowed to import asyncio",
+        ),
         (
             "codec.py",
             "import protocol.sneaky\n",

@@ -23,6 +23,7 @@ from cloudhub.bridge import (
     SessionRegistry,
 )
 from protocol.codec import FrameDecoder, encode
+from protocol.config import SessionConfig
 from protocol.errors import CloseCode, ErrorCode
 from protocol.messages import (
     Ack,
@@ -35,7 +36,7 @@ from protocol.messages import (
     SyncDone,
     Welcome,
 )
-from protocol.session import Role, Session, SessionConfig
+from protocol.session import Role, Session
 from protocol.transport import Link
 
 CONFIG = SessionConfig(manual_ack=True, ack_delay=0.01, close_timeout=0.2)

@@ -17,8 +17,8 @@ from cloudhub.pki import CertificateRegistry
 from edgeagent.certs import CertificateExpired, CertificateRenewer
 from edgeagent.store import Store
 from protocol.errors import CloseCode
+from protocol.events import Closed, MessageReceived
 from protocol.messages import CertRenewResponse, KubeEvent, ObjectRef
-from protocol.session import Closed, MessageReceived
 from protocol.transport import (
     ConnectFailed,
     Link,

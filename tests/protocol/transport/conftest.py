@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from protocol.config import SessionConfig
 from protocol.messages import PROTOCOL_VERSION, Hello, Welcome
-from protocol.session import SessionConfig
 from protocol.transport import Link, serve_quic, serve_websocket
 from tests.testpki import TestPKI, make_test_pki
 

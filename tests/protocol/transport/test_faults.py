@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import pytest
 
 from protocol import pki
+from protocol.config import SessionConfig
 from protocol.errors import ConnectionClosed
+from protocol.events import PeerDead
 from protocol.messages import KubeEvent, ObjectRef
-from protocol.session import PeerDead, SessionConfig
 from protocol.transport import Link, connect_quic, connect_websocket
 from tests import netns
 from tests.protocol.transport.conftest import TRANSPORTS, hello

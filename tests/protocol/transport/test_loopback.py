@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from protocol.errors import CloseCode, ConnectionClosed
+from protocol.events import Acked, Closed, MessageReceived
 from protocol.messages import KubeEvent, ObjectRef, TwinDesired
-from protocol.session import Acked, Closed, MessageReceived
 from protocol.transport import (
     CertificateRejected,
     ConnectFailed,

@@ -23,8 +23,8 @@ from websockets.uri import parse_uri
 
 from protocol.codec import FrameDecoder, encode
 from protocol.errors import CloseCode
+from protocol.events import Closed, MessageReceived
 from protocol.messages import KubeEvent, ObjectRef, ObjectUpsert, Ping, Pong, Welcome
-from protocol.session import Closed, MessageReceived
 from protocol.transport import (
     ConnectFailed,
     HandshakeTimeout,
