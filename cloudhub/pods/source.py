@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from cloudhub.bridge.objects import NodeObjects
 from cloudhub.kube import Informer
-from cloudhub.pods.refs import CONFIGMAP, SECRET, pod_references, reference_keys
+from protocol.podrefs import CONFIGMAP, SECRET, pod_references, reference_key, reference_keys
 
 __all__ = ["BY_NODE", "BY_REFERENCE", "POD_INDEXERS", "PodSource", "strip_object"]
 
@@ -88,7 +88,7 @@ class PodSource:
     def _on_referenced(self, kind: str):
         def handler(event: str, obj: dict, old: dict | None) -> None:
             meta = obj.get("metadata") or {}
-            key = f"{kind}/{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+            key = reference_key(kind, meta.get("namespace") or "", meta.get("name") or "")
             pods = self.pods.by_index(BY_REFERENCE, key)
             if pods:
                 self._objects.changed({n for p in pods for n in _node_of(p)})
