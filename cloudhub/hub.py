@@ -103,7 +103,7 @@ class Hub:
         )
         self.on_node_deleted: list[Callable[[str], None]] = []
         self.identity = f"{socket.gethostname()}-{os.getpid()}"
-        self.credentials = credentials  # hook-up (certs): an extension may set it
+        self.credentials = credentials  # the PKI extension may set it
         self._extensions = list(extensions or ())
         self._informers: list[Informer] = []
         self._scope = TaskScope(on_failure=self._task_failed)
