@@ -34,7 +34,7 @@ from cloudhub.standalone.errors import ConfigurationError, StandaloneError, Stor
 from cloudhub.standalone.handlers import APIHandler
 from cloudhub.standalone.persistence import MemoryBackend, SQLiteBackend, StorageBackend
 from cloudhub.standalone.pki import ServerPKI, ensure_pki, write_kubeconfig
-from cloudhub.standalone.registry import Registry
+from cloudhub.standalone.rest import Registry
 from cloudhub.standalone.settings import APIServerSettings
 from cloudhub.standalone.store import Store
 
