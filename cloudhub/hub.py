@@ -54,13 +54,14 @@ from cloudhub.kube import (
     KubeClient,
     ResourceType,
     TokenBucket,
+    strip_object,
 )
 from cloudhub.nodes.lifecycle import NodeLifecycle
 from cloudhub.nodes.model import EDGE_ROLE_LABEL, slim_node
 from cloudhub.observability.http import HealthServer
 from cloudhub.observability.metrics import HubMetrics
 from cloudhub.pods.handlers import PodHandlers
-from cloudhub.pods.source import POD_INDEXERS, PodSource, strip_object
+from cloudhub.pods.source import POD_INDEXERS, PodSource
 from cloudhub.pods.writer import PodReportWriter
 from cloudhub.settings import HubSettings
 from protocol.errors import CloseCode, ErrorCode, TransportError

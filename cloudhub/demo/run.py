@@ -38,8 +38,9 @@ from typing import Any
 
 from cloudhub.demo import manifests
 from cloudhub.demo.errors import DemoError
-from cloudhub.demo.processes import AgentProcess, HubProcess, free_port, sweep
+from cloudhub.demo.processes import AgentProcess, HubProcess
 from cloudhub.demo.relay import Relay
+from cloudhub.devtools.fleet import free_port, sweep
 from cloudhub.errors import ConfigError, HubError, KubeAPIError, KubeConflict
 from cloudhub.kube import CONFIGMAPS, CRDS, NODES, PODS, SECRETS, KubeClient, ResourceType
 
@@ -297,7 +298,7 @@ class Demo:
             check.ok("process runtime")
             self.event("runtime: process (asked for)")
             return None
-        from cloudhub.demo.engine import EngineUnavailable, start_engine
+        from cloudhub.devtools.engine import EngineUnavailable, start_engine
 
         self.event("runtime: starting a private podman engine (Docker API)…")
         try:
@@ -904,7 +905,7 @@ class Demo:
         for relay in self.relays.values():
             await relay.aclose()
         if self.engine is not None:
-            from cloudhub.demo.engine import stop_engine
+            from cloudhub.devtools.engine import stop_engine
 
             await asyncio.to_thread(stop_engine, self.engine)
         await asyncio.to_thread(sweep, self.root)

@@ -44,8 +44,7 @@ from cloudhub.devices.settings import DevicesSettings
 from cloudhub.devices.status import DeviceStatusWriter
 from cloudhub.devices.twin import evaluate_desired, status_with_rejections
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
-from cloudhub.kube import CRDS, DEVICEMODELS, DEVICES, Informer, TokenBucket, retrying
-from cloudhub.pods.source import strip_object
+from cloudhub.kube import CRDS, DEVICEMODELS, DEVICES, Informer, TokenBucket, retrying, strip_object
 from protocol.devices import (
     Device,
     DeviceModel,

@@ -14,7 +14,7 @@ from cloudhub.bridge.objects import NodeObjects
 from cloudhub.kube import Informer
 from protocol.podrefs import CONFIGMAP, SECRET, pod_references, reference_key, reference_keys
 
-__all__ = ["BY_NODE", "BY_REFERENCE", "POD_INDEXERS", "PodSource", "strip_object"]
+__all__ = ["BY_NODE", "BY_REFERENCE", "POD_INDEXERS", "PodSource"]
 
 BY_NODE = "node"
 BY_REFERENCE = "references"
@@ -27,15 +27,6 @@ def _node_of(pod: dict) -> list[str]:
 
 POD_INDEXERS = {BY_NODE: _node_of, BY_REFERENCE: reference_keys}
 """The indexers the pod informer must be built with."""
-
-
-def strip_object(obj: dict) -> dict:
-    """Informer transform: drop ``managedFields`` (server-side apply bookkeeping that no
-    edge needs and that often outweighs the object itself)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    return obj
 
 
 class PodSource:

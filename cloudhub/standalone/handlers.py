@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from cloudhub.aggregation import AggregatedAPI, AggregatedRequest
 from cloudhub.standalone import bodies, discovery, errors, openapi, patch, protobuf, tables
-from cloudhub.standalone.aggregation import AggregatedAPI, AggregatedRequest
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions

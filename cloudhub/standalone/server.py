@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cloudhub.standalone.aggregation import AggregatedAPI
+from cloudhub.aggregation import AggregatedAPI
 from cloudhub.standalone.controllers import Controllers
 from cloudhub.standalone.errors import ConfigurationError, StandaloneError, StorageError
 from cloudhub.standalone.handlers import APIHandler

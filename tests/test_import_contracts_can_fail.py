@@ -1,8 +1,10 @@
-"""The import-linter contract that keeps the protocol core sans-I/O can actually fail.
+"""The import-linter contracts can actually fail.
 
-tests/test_lint.py checks that the contracts hold; this checks that the sans-I/O one would
-catch a regression: in a copy of the packages, an ``import time`` slipped into the session
-and an ``asyncio`` import reached indirectly from the codec must both break it.
+tests/test_lint.py checks that the contracts hold; this checks that they would catch a
+regression: in a copy of the packages, an ``import time`` slipped into the session, an
+``asyncio`` import reached indirectly from the codec, the bridge importing the hub, a
+feature importing the embedded API and a second SQLite user in the hub must each break
+the contract named for it.
 """
 
 from __future__ import annotations
@@ -14,25 +16,40 @@ import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
     ("module", "line", "expected"),
     [
-        ("session.py", "import time\n", "protocol.session is not allowed to import time"),
-        ("events.py", "import os\n", "protocol.events is not allowed to import os"),
+        ("protocol/session.py", "import time\n", "protocol.session is not allowed to import time"),
+        ("protocol/events.py", "import os\n", "protocol.events is not allowed to import os"),
         (
-            "config.py",
+            "protocol/config.py",
             "import protocol.sneaky\n",
             "protocol.config is not allowed to import asyncio",
         ),
         (
-            "codec.py",
+            "protocol/codec.py",
             "import protocol.sneaky\n",
             "protocol.codec is not allowed to import asyncio",
         ),
-        ("backoff.py", "from random import uniform\n", "is not allowed to import random"),
+        ("protocol/backoff.py", "from random import uniform\n", "is not allowed to import random"),
+        (
+            "cloudhub/bridge/outbox.py",
+            "import cloudhub.hub\n",
+            "cloudhub.bridge.outbox -> cloudhub.hub",
+        ),
+        (
+            "cloudhub/metrics/store.py",
+            "import cloudhub.standalone.store\n",
+            "cloudhub.metrics is not allowed to import cloudhub.standalone",
+        ),
+        (
+            "cloudhub/events.py",
+            "import sqlite3\n",
+            "cloudhub.events -> sqlite3",
+        ),
     ],
 )
 def test_the_sans_io_contract_catches_a_forbidden_import(
@@ -46,7 +63,7 @@ def test_the_sans_io_contract_catches_a_forbidden_import(
             ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     (tmp_path / "protocol" / "sneaky.py").write_text("import asyncio\n")
-    target = tmp_path / "protocol" / module
+    target = tmp_path / module
     target.write_text(line + target.read_text())
     proc = subprocess.run(
         [lint_imports, "--no-cache"],
