@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from protocol.messages import ObjectRef
 
-__all__ = ["Lookup", "NodeObjects", "ObjectSource", "object_ref", "object_uid"]
+__all__ = ["HeldBy", "Lookup", "NodeObjects", "ObjectSource", "object_ref", "object_uid"]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 ObjectSource = Callable[[str], Iterable[dict]]
 #: ``lookup(namespace, name) -> the cached object or None`` for one kind.
 Lookup = Callable[[str, str], "dict | None"]
+#: ``held_by(node, obj) -> whether obj is in node's desired set``, from an index.
+HeldBy = Callable[[str, dict], bool]
 
 
 def object_uid(obj: dict) -> str:
@@ -56,6 +58,7 @@ class NodeObjects:
     def __init__(self) -> None:
         self._sources: list[tuple[str, ObjectSource]] = []
         self._lookups: dict[str, Lookup] = {}
+        self._held_by: dict[str, HeldBy] = {}
         self._listeners: list[Callable[[Iterable[str]], None]] = []
 
     def add_source(self, name: str, source: ObjectSource) -> None:
@@ -68,10 +71,14 @@ class NodeObjects:
         """
         self._sources.append((name, source))
 
-    def add_kind(self, kind: str, lookup: Lookup) -> None:
+    def add_kind(self, kind: str, lookup: Lookup, *, held_by: HeldBy | None = None) -> None:
         """Say how to find a cached object of ``kind`` by namespace and name (for
-        authorization of messages that name one)."""
+        authorization of messages that name one), and, with ``held_by``, how to tell from
+        an index whether a node holds one, so that :meth:`holds` needs no rebuild of the
+        node's desired set (it must agree with the sources)."""
         self._lookups[kind] = lookup
+        if held_by is not None:
+            self._held_by[kind] = held_by
 
     def add_listener(self, listener: Callable[[Iterable[str]], None]) -> None:
         """Call ``listener(nodes)`` whenever the desired sets of ``nodes`` may have changed."""
@@ -97,6 +104,15 @@ class NodeObjects:
             except Exception:  # a broken source must not stop the others
                 log.exception("object source %s failed", name, extra={"node": node})
         return out
+
+    def holds(self, node: str, kind: str, obj: dict) -> bool:
+        """Whether ``obj``, of ``kind`` (from :meth:`lookup`), is in ``node``'s desired set:
+        one index lookup for kinds registered with ``held_by`` (pods, their ConfigMaps and
+        Secrets), else a rebuild of the set (O(objects of the node))."""
+        held_by = self._held_by.get(kind)
+        if held_by is not None:
+            return held_by(node, obj)
+        return object_uid(obj) in self.desired(node)
 
     def lookup(self, ref: ObjectRef) -> dict | None:
         """The cached object ``ref`` names if its uid matches, else ``None`` (unknown kind,

@@ -46,9 +46,13 @@ class PodSource:
         self._objects = objects
         objects.add_source("pod-references", self.references_of)
         objects.add_source("pods", self.pods_of)
-        objects.add_kind("Pod", lambda ns, name: pods.get(name, ns))
-        objects.add_kind(CONFIGMAP, lambda ns, name: configmaps.get(name, ns))
-        objects.add_kind(SECRET, lambda ns, name: secrets.get(name, ns))
+        objects.add_kind("Pod", lambda ns, name: pods.get(name, ns), held_by=self._holds_pod)
+        for kind, informer in self._by_kind.items():
+            objects.add_kind(
+                kind,
+                lambda ns, name, informer=informer: informer.get(name, ns),
+                held_by=self._held_by_reference(kind),
+            )
         pods.add_handler(self._on_pod)
         configmaps.add_handler(self._on_referenced(CONFIGMAP))
         secrets.add_handler(self._on_referenced(SECRET))
@@ -67,6 +71,23 @@ class PodSource:
                 obj = self._by_kind[kind].get(name, namespace)
                 if obj is not None:
                     yield obj
+
+    # -- ownership, from the indexes (node authorization) -----------------------------------
+
+    @staticmethod
+    def _holds_pod(node: str, pod: dict) -> bool:
+        """A pod is the node's when it is bound to it (what :meth:`pods_of` returns)."""
+        return node in _node_of(pod)
+
+    def _held_by_reference(self, kind: str):
+        def held_by(node: str, obj: dict) -> bool:
+            """A ConfigMap or Secret is the node's when one of its pods references it (what
+            :meth:`references_of` returns): one lookup in the by-reference index."""
+            meta = obj.get("metadata") or {}
+            key = reference_key(kind, meta.get("namespace") or "", meta.get("name") or "")
+            return any(node in _node_of(pod) for pod in self.pods.by_index(BY_REFERENCE, key))
+
+        return held_by
 
     # -- informer handlers ----------------------------------------------------------------
 

@@ -223,6 +223,36 @@ async def test_authorizer_allows_own_objects_only() -> None:
     assert off.check("edge-1", ObjectRef("Pod", "ns", "theirs", "u-theirs")) is Decision.ALLOWED
 
 
+async def test_authorizing_an_indexed_kind_does_not_rebuild_the_desired_set() -> None:
+    """Status up, review A2 step 13: a pod_status is authorized by one index lookup
+    (``held_by``), not by rebuilding the node's whole desired set per message."""
+    pods = {
+        ("ns", "mine"): {**obj("Pod", "mine", "u-mine", "1"), "spec": {"nodeName": "edge-1"}},
+        ("ns", "theirs"): {**obj("Pod", "theirs", "u-theirs", "1"), "spec": {"nodeName": "x"}},
+    }
+    built: list[str] = []
+
+    def source(node: str) -> list[dict]:
+        built.append(node)
+        return [p for p in pods.values() if p["spec"]["nodeName"] == node]
+
+    objects = NodeObjects()
+    objects.add_source("pods", source)
+    objects.add_kind(
+        "Pod",
+        lambda ns, name: pods.get((ns, name)),
+        held_by=lambda node, pod: pod["spec"]["nodeName"] == node,
+    )
+    objects.add_kind("Device", lambda ns, name: pods.get((ns, name)))  # no index: rebuilds
+    authz = NodeAuthorizer(objects)
+    for _ in range(100):
+        assert authz.check("edge-1", ObjectRef("Pod", "ns", "mine", "u-mine")) is Decision.ALLOWED
+    assert authz.check("edge-1", ObjectRef("Pod", "ns", "theirs", "u-theirs")) is Decision.FORBIDDEN
+    assert built == []
+    assert authz.check("edge-1", ObjectRef("Device", "ns", "mine", "u-mine")) is Decision.ALLOWED
+    assert built == ["edge-1"]  # a kind without an index still gets the exact answer
+
+
 async def test_registry_supersedes_and_a_stale_detach_leaves_the_new_session() -> None:
     objects = NodeObjects()
     registry = SessionRegistry()
