@@ -75,7 +75,7 @@ class EdgeServer:
         self._on_refused = on_refused
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-{int(time.time()) & 0xFFFFFF:x}"
-        objects.add_listener(registry.refresh)
+        objects.add_listener(registry.refresh, wants=registry.connected)
 
     async def handle(self, link: Link) -> None:
         """The transports' handler: one session from hello to close."""

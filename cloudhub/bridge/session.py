@@ -121,15 +121,17 @@ class NodeSession:
         self._synced = True
         return queued
 
-    def refresh(self) -> int:
+    def refresh(self, desired: dict[str, dict] | None = None) -> int:
         """Queue the difference between the desired set and what the node holds (called
-        when an informer change concerns this node). Returns how many were queued."""
+        when an informer change concerns this node, with the new set; ``None``: compute
+        it here). Returns how many were queued."""
         if not self._synced or self.link.closed:
             return 0
-        return self._diff()[0]
+        return self._diff(desired)[0]
 
-    def _diff(self) -> tuple[int, int]:
-        desired = self.objects.desired(self.node)
+    def _diff(self, desired: dict[str, dict] | None = None) -> tuple[int, int]:
+        if desired is None:
+            desired = self.objects.desired(self.node)
         held = self.held
         queued = 0
         for uid in [u for u in held if u not in desired]:

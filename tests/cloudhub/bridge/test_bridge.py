@@ -253,6 +253,29 @@ async def test_authorizing_an_indexed_kind_does_not_rebuild_the_desired_set() ->
     assert built == ["edge-1"]  # a kind without an index still gets the exact answer
 
 
+def test_a_change_hands_each_connected_node_its_desired_set_computed_once() -> None:
+    """Pod down, review A1: the session no longer pulls the desired set back through the
+    sources; it comes with the announcement, computed once per node and change, and not
+    at all for nodes without a session."""
+    built: list[str] = []
+
+    def source(node: str) -> list[dict]:
+        built.append(node)
+        return [obj("Pod", f"p-{node}", f"u-{node}", "1")]
+
+    objects = NodeObjects()
+    objects.add_source("pods", source)
+    got: list[tuple[str, list[str]]] = []
+    for _ in range(2):  # two listeners share one computation
+        objects.add_listener(
+            lambda node, desired: got.append((node, list(desired))),
+            wants=lambda node: node == "edge-1",
+        )
+    objects.changed(["edge-1", "edge-2", "edge-1", ""])
+    assert built == ["edge-1"]
+    assert got == [("edge-1", ["u-edge-1"]), ("edge-1", ["u-edge-1"])]
+
+
 async def test_registry_supersedes_and_a_stale_detach_leaves_the_new_session() -> None:
     objects = NodeObjects()
     registry = SessionRegistry()
