@@ -102,11 +102,11 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 
 
 async def _serve(settings: HubSettings) -> int:
-    from cloudhub.devices.extension import devices_extension  # hook-up (device twins)
+    from cloudhub.devices.extension import devices_extension
     from cloudhub.hub import Hub
-    from cloudhub.metrics.extension import metrics_extension  # hook-up (metrics)
-    from cloudhub.pki.extension import pki_extension  # hook-up (certs)
-    from cloudhub.placement.extension import placement_extension  # hook-up (placement)
+    from cloudhub.metrics.extension import metrics_extension
+    from cloudhub.pki.extension import pki_extension
+    from cloudhub.placement.extension import placement_extension
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -169,7 +169,7 @@ async def _serve(settings: HubSettings) -> int:
     return 0
 
 
-from cloudhub.pki.cli import node, token  # noqa: E402  hook-up (certs): token and node commands
+from cloudhub.pki.cli import node, token  # noqa: E402  token and node commands
 
 main.add_command(token)
 main.add_command(node)
@@ -178,7 +178,7 @@ from cloudhub.demo.cli import demo  # noqa: E402  the whole fleet on one machine
 
 main.add_command(demo)
 
-from cloudhub.placement.cli import placement  # noqa: E402  hook-up (placement): import, explain
+from cloudhub.placement.cli import placement  # noqa: E402  import, explain
 
 main.add_command(placement)
 

@@ -38,7 +38,7 @@ from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
 from protocol.errors import ErrorCode
 from protocol.messages import KubeEvent
-from protocol.transport._tasks import TaskScope
+from protocol.tasks import TaskScope
 
 __all__ = ["EventRecorder"]
 

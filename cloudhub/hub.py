@@ -56,18 +56,19 @@ from cloudhub.kube import (
     KubeClient,
     ResourceType,
     TokenBucket,
+    strip_object,
 )
 from cloudhub.nodes.lifecycle import NodeLifecycle
 from cloudhub.nodes.model import EDGE_ROLE_LABEL, slim_node
 from cloudhub.observability.http import HealthServer
 from cloudhub.observability.metrics import HubMetrics
 from cloudhub.pods.handlers import PodHandlers
-from cloudhub.pods.source import POD_INDEXERS, PodSource, strip_object
+from cloudhub.pods.source import POD_INDEXERS, PodSource
 from cloudhub.pods.writer import PodReportWriter
 from cloudhub.settings import HubSettings
 from protocol.errors import CloseCode, ErrorCode
+from protocol.tasks import TaskScope
 from protocol.transport import TLSCredentials, serve_quic, serve_websocket
-from protocol.transport._tasks import TaskScope
 
 __all__ = ["Extension", "Hub"]
 
@@ -104,7 +105,7 @@ class Hub:
         )
         self.on_node_deleted: list[Callable[[str], None]] = []
         self.identity = f"{socket.gethostname()}-{os.getpid()}"
-        self.credentials = credentials  # hook-up (certs): an extension may set it
+        self.credentials = credentials  # the PKI extension may set it
         self.credentials_source: Callable[[], TLSCredentials] | None = None
         """Where the listeners' credentials come from while the hub runs (an extension
         sets it: the PKI's reissuing ``serving_credentials``); without it ``credentials``
@@ -402,8 +403,8 @@ class Hub:
         await self._failed.wait()
         raise HubError(f"a hub task failed: {self._failure!r}") from self._failure
 
-    def _task_failed(self, exc: BaseException) -> None:
-        log.error("hub task failed", exc_info=exc)
+    def _task_failed(self, task: asyncio.Task[Any], exc: BaseException) -> None:
+        log.error("hub task %s failed", task.get_name(), exc_info=exc)
         self._failure = exc
         self._failed.set()
 

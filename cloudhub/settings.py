@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cloudhub.devices.settings import DevicesSettings  # hook-up (device twins)
-from cloudhub.metrics.settings import HubMetricsSettings  # hook-up (metrics)
-from cloudhub.pki.settings import PKISettings  # hook-up (certs)
-from cloudhub.placement.settings import PlacementSettings  # hook-up (placement)
+from cloudhub.devices.settings import DevicesSettings
+from cloudhub.metrics.settings import HubMetricsSettings
+from cloudhub.pki.settings import PKISettings
+from cloudhub.placement.settings import PlacementSettings
+from protocol.config import SessionConfig
 from protocol.errors import SettingsError
-from protocol.session import SessionConfig
 from protocol.settings import load_settings
 
 __all__ = [
@@ -398,10 +398,10 @@ class HubSettings:
     session: SessionSettings = field(default_factory=SessionSettings)
     authorization: AuthorizationSettings = field(default_factory=AuthorizationSettings)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
-    pki: PKISettings = field(default_factory=PKISettings)  # hook-up (certs)
-    devices: DevicesSettings = field(default_factory=DevicesSettings)  # hook-up (device twins)
-    metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)  # hook-up (metrics)
-    placement: PlacementSettings = field(default_factory=PlacementSettings)  # hook-up
+    pki: PKISettings = field(default_factory=PKISettings)
+    devices: DevicesSettings = field(default_factory=DevicesSettings)
+    metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
 
 
 def load_hub_settings(

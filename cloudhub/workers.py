@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from protocol.transport._tasks import TaskScope
+from protocol.tasks import TaskScope
 
 __all__ = ["next_item", "run_workers"]
 

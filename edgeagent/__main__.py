@@ -199,7 +199,7 @@ def status(config: str | None, state_dir: str | None, sets: tuple[str, ...], as_
         click.echo(render(report))
 
 
-from edgeagent.join import join  # noqa: E402  (hook-up: the certs branch's join command)
+from edgeagent.join import join  # noqa: E402
 
 main.add_command(join)
 

@@ -1,8 +1,11 @@
-"""A small owner for background tasks (Python 3.10 has no ``asyncio.TaskGroup``).
+"""The agent's task owner and one waiting helper.
 
 Every task the agent starts belongs to a :class:`TaskSet` whose owner cancels and awaits
-them all (STYLE.md §8). Unlike a TaskGroup, one task failing does not cancel its
-siblings: a pod worker's bug must not stop the other pods. Failures are logged.
+them all (STYLE.md §8). A ``TaskSet`` is the shared :class:`protocol.tasks.TaskScope` with
+the agent's defaults: one task failing does not cancel its siblings (a pod worker's bug
+must not stop the other pods), failures are logged, and the set can be emptied with
+:meth:`TaskSet.close` and used again (a pod's probers are restarted after its containers
+were stopped).
 """
 
 from __future__ import annotations
@@ -12,41 +15,35 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from protocol.tasks import TaskScope
+
 __all__ = ["TaskSet", "wait_event"]
 
 log = logging.getLogger(__name__)
 
 
-class TaskSet:
-    """Tasks owned together: :meth:`close` cancels and awaits every one still running."""
+def _log_failure(task: asyncio.Task[Any], exc: BaseException) -> None:
+    log.error("task %s failed", task.get_name(), exc_info=exc)
+
+
+class TaskSet(TaskScope):
+    """Tasks owned together, named ``"{name}:{task}"``; :meth:`close` cancels and awaits
+    every one still running.
+
+    Args:
+        name: the owner's name, the prefix of its tasks' names (``"pods"``, ``"pod-1a2b3c4d"``).
+    """
 
     def __init__(self, name: str) -> None:
-        self._name = name
-        self._tasks: set[asyncio.Task[Any]] = set()
+        super().__init__(_log_failure, cancel_siblings=False, name=name)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Start ``coro`` as a task owned by this set."""
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self._name}:{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("task %s failed", task.get_name(), exc_info=task.exception())
-
-    def __len__(self) -> int:
-        return len(self._tasks)
+        return self.create_task(coro, name=name)
 
     async def close(self) -> None:
-        """Cancel every task and wait for all of them to finish."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
+        """Cancel every task and wait for all of them to finish (the set stays usable)."""
+        await self.cancel_all()
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:

@@ -1,14 +1,15 @@
 """EdgeFleet wire protocol: typed messages, the msgpack frame codec, a sans-I/O session.
 
 This package is the contract between ``cloudhub`` and ``edgeagent`` (docs/protocol.md).
-Its core modules (``errors``, ``messages``, ``codec``, ``session``, ``backoff``) do no I/O,
-read no clock and draw no random numbers; the asyncio transports live in
-``protocol.transport`` and are imported from there, not re-exported here, so that importing
-``protocol`` stays cheap on the edge.
+Its core modules (``errors``, ``messages``, ``codec``, ``config``, ``events``, ``states``,
+``session``, ``backoff``) do no I/O, read no clock and draw no random numbers; the asyncio
+transports live in ``protocol.transport`` and are imported from there, not re-exported
+here, so that importing ``protocol`` stays cheap on the edge.
 """
 
 from protocol.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff, is_retryable, retry_delay
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, decode_payload, encode
+from protocol.config import SessionConfig
 from protocol.errors import (
     CloseCode,
     ConnectionClosed,
@@ -25,6 +26,16 @@ from protocol.errors import (
     UsageError,
     VersionMismatch,
     WindowFull,
+)
+from protocol.events import (
+    Acked,
+    Closed,
+    Established,
+    HelloReceived,
+    MessageReceived,
+    PeerDead,
+    PeerError,
+    SessionEvent,
 )
 from protocol.messages import (
     MAX_PROTOCOL_VERSION,
@@ -52,23 +63,9 @@ from protocol.messages import (
     TwinReported,
     Welcome,
 )
-from protocol.session import (
-    TRANSITIONS,
-    Acked,
-    Closed,
-    Established,
-    HelloReceived,
-    MessageReceived,
-    PeerDead,
-    PeerError,
-    Role,
-    Session,
-    SessionConfig,
-    SessionEvent,
-    SessionState,
-    negotiate_version,
-)
+from protocol.session import Session
 from protocol.settings import SettingInfo, describe, load_settings
+from protocol.states import TRANSITIONS, Role, SessionState, negotiate_version
 
 __all__ = [
     "DEFAULT_BASE",

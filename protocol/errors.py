@@ -14,12 +14,17 @@
     │   │   └── UnknownKind             a kind tag this version does not know
     │   └── VersionMismatch             no protocol version both sides speak
     ├── ConnectionClosed                the session ended (raised by transports on use after close)
-    └── TransportError                  raised by the transport adapters (protocol/transport/)
+    ├── TransportError                  raised by the transport adapters (protocol/transport/)
+    ├── PKIError                        a certificate, key or CSR is invalid (protocol.pki)
+    └── DeviceError                     a device document or twin value is bad (protocol.devices)
+        ├── InvalidDocument             a DeviceModel or Device breaks the schema
+        └── InvalidValue                a twin value breaks its model property
 
 The split follows h11 (``LocalProtocolError`` / ``RemoteProtocolError``) and websockets'
 ``exceptions.py``: errors carry attributes (``field``, ``code``, ``state``...), not only text.
-``InvalidMessage`` and ``SettingsError`` also derive from ``ValueError`` and ``StateError``
-from ``RuntimeError`` so that generic handlers keep working.
+``InvalidMessage``, ``SettingsError`` and ``DeviceError`` also derive from ``ValueError`` and
+``StateError`` from ``RuntimeError`` so that generic handlers keep working. ``PKIError`` and
+``DeviceError`` are defined beside the code that raises them.
 
 ``CloseCode`` and ``ErrorCode`` are ``IntEnum`` s: their integer values are on the wire and
 never change meaning; new codes get new numbers.

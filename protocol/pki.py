@@ -125,6 +125,50 @@ def _key_ids(
     )
 
 
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """Signatures only (ECDSA keys neither encipher nor agree keys here); a CA also signs
+    certificates and CRLs (RFC 5280 4.2.1.3)."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _leaf_builder(
+    ca: CertificateAuthority,
+    subject: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    lifetime: float,
+    now: float,
+    eku: x509.ObjectIdentifier,
+) -> x509.CertificateBuilder:
+    """The part every leaf certificate shares: ``subject``'s key signed by ``ca``, valid
+    from ``now - CLOCK_SKEW`` to ``now + lifetime`` (seconds since the epoch), not a CA,
+    signature key usage, the one extended key usage ``eku`` (client or server auth) and
+    the subject and authority key identifiers. The caller adds what is specific (SANs)
+    and signs with ``ca.private_key``."""
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.certificate.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(_utc(now - CLOCK_SKEW))
+        .not_valid_after(_utc(now + lifetime))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(ca=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
+    )
+    return _key_ids(builder, public_key, ca.certificate)
+
+
 def generate_private_key() -> ec.EllipticCurvePrivateKey:
     """Generate a new ECDSA P-256 private key (on the device that will use it).
 
@@ -164,20 +208,7 @@ def generate_ca(name: str, *, lifetime: float, now: float) -> CertificateAuthori
         .not_valid_before(_utc(now - CLOCK_SKEW))
         .not_valid_after(_utc(now + lifetime))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(ski, critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -269,32 +300,9 @@ def sign_node_csr(
     name = _node_name_from_subject(csr.subject, "CSR")
     if node_name is not None and name != node_name:
         raise PKIError(f"CSR is for node {name!r}, expected {node_name!r}")
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(csr.subject)
-        .issuer_name(ca.certificate.subject)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(_utc(now - CLOCK_SKEW))
-        .not_valid_after(_utc(now + lifetime))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+    builder = _leaf_builder(
+        ca, csr.subject, public_key, lifetime, now, ExtendedKeyUsageOID.CLIENT_AUTH
     )
-    builder = _key_ids(builder, public_key, ca.certificate)
     return builder.sign(ca.private_key, hashes.SHA256())
 
 
@@ -336,33 +344,10 @@ def issue_server_certificate(
             raise PKIError(f"invalid IP address {address!r}") from exc
     key = private_key if private_key is not None else generate_private_key()
     common_name = dns_names[0] if dns_names else str(ip_addresses[0])
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(_utc(now - CLOCK_SKEW))
-        .not_valid_after(_utc(now + lifetime))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    )
-    builder = _key_ids(builder, key.public_key(), ca.certificate)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    builder = _leaf_builder(
+        ca, subject, key.public_key(), lifetime, now, ExtendedKeyUsageOID.SERVER_AUTH
+    ).add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return builder.sign(ca.private_key, hashes.SHA256()), key
 
 

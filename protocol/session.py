@@ -10,60 +10,36 @@ the events and the bytes to send, and re-arms one timer::
     transport.write(session.data_to_send())
     deadline = session.get_timer()       # call handle_timer(now) at or after it
 
-Rules (docs/protocol.md, "Session"):
-
-- Handshake: the client (edge) sends ``hello``; the server (hub) picks the highest protocol
-  version in both ranges and reports ``HelloReceived``; the application answers with
-  ``accept(welcome)`` or ``reject(code, reason)``. No common version closes both sides
-  with ``VERSION_MISMATCH`` and a reason naming both ranges.
-- Numbering: kinds with ``needs_ack`` get per-direction sequence numbers. The receiver
-  delivers each seq once (a seq at or below the highest delivered is a duplicate: dropped,
-  still acknowledged) and acks cumulatively after ``ack_every`` messages or ``ack_delay``
-  seconds, whichever comes first; with ``SessionConfig(manual_ack=True)`` (the hub) it
-  acks only what the application has released as processed (``release()``). At most
-  ``window`` messages are unacknowledged; ``send()`` raises ``WindowFull`` beyond that
-  (back-pressure).
-- Resend: the edge passes what it persisted as unacknowledged to ``connect(pending=...)``;
-  after the welcome it drops what ``welcome.received_up_to`` covers and resends the rest
-  with their original seqs. It never reuses a seq the hub has seen.
-- Liveness: the client pings when it has sent nothing for the ping interval, or heard
-  nothing for the ping interval since it last asked for an answer (its last ping, or its
-  oldest message still waiting for an ack), both plus 5%; either side declares the peer dead
-  (``PeerDead``, then ``Closed(PEER_DEAD)``) when nothing arrived for ``liveness_timeout``,
-  without waiting for the transport to notice.
-- Close: ``close()`` sends ``close`` and waits up to ``close_timeout`` for the peer's;
-  pings and pongs in flight never extend that. A protocol violation by the peer sends
-  ``close(PROTOCOL_ERROR | FRAME_TOO_LARGE)`` and ends the session at once.
-- Every session ends with exactly one ``Closed`` event; nothing is sent after ``close``.
-
-The legal state transitions are the one table ``TRANSITIONS`` below; an operation the
-table does not allow raises ``StateError`` (our misuse), a message the table does not
-allow closes the session with ``PROTOCOL_ERROR`` (the peer's misbehaviour).
+The rules (handshake, numbering, resend, liveness, close) and the one table of legal
+transitions are in :mod:`protocol.states`; this module is the engine that applies them.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-
-from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, decode_payload, encode
+from protocol.codec import FrameDecoder, decode_payload, encode
+from protocol.config import DEFAULT_CONFIG, SessionConfig
 from protocol.errors import (
     CloseCode,
     DecodeError,
     ErrorCode,
-    InvalidMessage,
-    SettingsError,
     StateError,
     UnknownKind,
     UsageError,
     VersionMismatch,
     WindowFull,
 )
+from protocol.events import (
+    Acked,
+    Closed,
+    Established,
+    HelloReceived,
+    MessageReceived,
+    PeerDead,
+    PeerError,
+    SessionEvent,
+)
 from protocol.messages import (
-    MAX_PROTOCOL_VERSION,
     MAX_SEQ,
-    MIN_PROTOCOL_VERSION,
-    REGISTRY,
     Ack,
     Close,
     Error,
@@ -73,313 +49,29 @@ from protocol.messages import (
     Pong,
     Welcome,
 )
+from protocol.states import (
+    KINDS_IN,
+    MOVES,
+    REASON_LIMIT,
+    TRANSITIONS,
+    Role,
+    SessionState,
+    close_message,
+    negotiate_version,
+)
 
+# The events, SessionConfig and the states have their own modules (as in aioquic and h11);
+# they stay importable from here for the code that imported them from protocol.session.
 __all__ = [
     "TRANSITIONS",
-    "Acked",
-    "Closed",
-    "Established",
-    "HelloReceived",
-    "MessageReceived",
-    "PeerDead",
-    "PeerError",
     "Role",
     "Session",
-    "SessionConfig",
-    "SessionEvent",
     "SessionState",
     "negotiate_version",
 ]
 
 
-class Role(enum.Enum):
-    """Which end of the session this is."""
-
-    CLIENT = "client"
-    """The edge agent: dials, sends ``hello``, pings."""
-    SERVER = "server"
-    """The cloud hub: accepts, answers ``welcome``, answers pings."""
-
-
-class SessionState(enum.Enum):
-    """Where a session is in its life (see ``TRANSITIONS``)."""
-
-    IDLE = "idle"
-    """Created; the client has not sent ``hello`` / the server has not received it."""
-    HELLO_SENT = "hello_sent"
-    """Client: ``hello`` sent, waiting for ``welcome``."""
-    HELLO_RECEIVED = "hello_received"
-    """Server: ``hello`` received, waiting for the application's ``accept()`` or ``reject()``."""
-    OPEN = "open"
-    """Messages flow both ways."""
-    CLOSING = "closing"
-    """We sent ``close`` and wait (at most ``close_timeout``) for the peer's."""
-    CLOSED = "closed"
-    """Over: nothing is sent or delivered any more."""
-
-
-_S = SessionState
-_CLIENT, _SERVER, _BOTH = (Role.CLIENT,), (Role.SERVER,), (Role.CLIENT, Role.SERVER)
-_TALKING = (_S.HELLO_SENT, _S.HELLO_RECEIVED, _S.OPEN)
-_LIVE = (_S.IDLE, *_TALKING)
-
-# (roles, from states, event, to state). Events named ``recv_*`` come from the peer; the
-# rest are our own calls or timers. Anything not listed is illegal.
-_ROWS: tuple[tuple[tuple[Role, ...], tuple[SessionState, ...], str, SessionState | None], ...] = (
-    # handshake
-    (_CLIENT, (_S.IDLE,), "connect", _S.HELLO_SENT),
-    (_SERVER, (_S.IDLE,), "recv_hello", _S.HELLO_RECEIVED),
-    (_SERVER, (_S.HELLO_RECEIVED,), "accept", _S.OPEN),
-    (_SERVER, (_S.HELLO_RECEIVED,), "reject", _S.CLOSED),
-    (_CLIENT, (_S.HELLO_SENT,), "recv_welcome", _S.OPEN),
-    # the open session; what was in flight when we sent close is still taken in
-    (_BOTH, (_S.OPEN,), "send", None),
-    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_message", None),
-    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_ack", None),
-    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_ping", None),
-    (_BOTH, (_S.OPEN, _S.CLOSING), "recv_pong", None),
-    (_BOTH, (*_TALKING, _S.CLOSING), "recv_error", None),
-    # endings
-    (_BOTH, (_S.IDLE,), "close", _S.CLOSED),
-    (_BOTH, _TALKING, "close", _S.CLOSING),
-    (_BOTH, (_S.CLOSING, _S.CLOSED), "close", None),
-    (_BOTH, (*_LIVE, _S.CLOSING), "recv_close", _S.CLOSED),
-    (_BOTH, (_S.CLOSING,), "close_timeout", _S.CLOSED),
-    (_BOTH, _LIVE, "peer_dead", _S.CLOSED),
-    (_BOTH, (*_LIVE, _S.CLOSING), "protocol_error", _S.CLOSED),
-    (_BOTH, (*_LIVE, _S.CLOSING), "eof", _S.CLOSED),
-)
-
-TRANSITIONS: dict[tuple[Role, SessionState, str], SessionState] = {
-    (role, state, event): (state if to is None else to)
-    for roles, states, event, to in _ROWS
-    for role in roles
-    for state in states
-}
-"""The legal transitions: (role, state, event) -> next state (``None`` in a row: stay)."""
-
-# The same table indexed for the hot path: role -> state -> event -> next state.
-_MOVES: dict[Role, dict[SessionState, dict[str, SessionState]]] = {
-    role: {state: {} for state in SessionState} for role in Role
-}
-for (_role, _state, _event), _next in TRANSITIONS.items():
-    _MOVES[_role][_state][_event] = _next
-
-# Session-managed kinds and the table event a received one is.
-_CONTROL_EVENTS: dict[type[Message], str] = {
-    Hello: "recv_hello",
-    Welcome: "recv_welcome",
-    Ack: "recv_ack",
-    Ping: "recv_ping",
-    Pong: "recv_pong",
-    Error: "recv_error",
-    Close: "recv_close",
-}
-
-# Per role: every kind the peer may send -> the table event a received one is.
-_KINDS_IN: dict[Role, dict[type[Message], str]] = {
-    role: {
-        cls: _CONTROL_EVENTS.get(cls, "recv_message")
-        for cls in REGISTRY.values()
-        if (cls.from_hub if role is Role.CLIENT else cls.from_edge)
-    }
-    for role in Role
-}
-
-_REASON_LIMIT = 1024  # characters of a close reason we put on the wire
 _PING_SLACK = 1.05  # the client's ping rules wait ping_interval x this (see _next_ping_at)
-
-
-_LOCAL_CODES = frozenset({CloseCode.PEER_DEAD, CloseCode.CONNECTION_LOST})
-
-
-def _close_message(code: CloseCode, reason: str, retry_after: float | None) -> Close:
-    """The ``close`` we send, checked before any state changes."""
-    try:
-        code = CloseCode(code)
-    except ValueError:
-        raise InvalidMessage("code", f"{code!r} is not a CloseCode") from None
-    if code in _LOCAL_CODES:
-        raise InvalidMessage("code", f"{code.name} is reported locally, never sent")
-    if not isinstance(reason, str):
-        raise InvalidMessage("reason", f"expected str, got {type(reason).__name__}")
-    return Close(code, reason[:_REASON_LIMIT], retry_after)
-
-
-def negotiate_version(ours: tuple[int, int], theirs: tuple[int, int]) -> int:
-    """Pick the highest protocol version in both inclusive ranges.
-
-    Args:
-        ours: our ``(min, max)`` versions.
-        theirs: the peer's ``(min, max)`` versions.
-
-    Returns:
-        The version to speak.
-
-    Raises:
-        VersionMismatch: the ranges do not overlap; the message names both.
-    """
-    low, high = max(ours[0], theirs[0]), min(ours[1], theirs[1])
-    if low > high:
-        raise VersionMismatch(ours, theirs)
-    return high
-
-
-@dataclass(frozen=True, slots=True)
-class SessionConfig:
-    """The tunables of one session. All durations in seconds, sizes in bytes.
-
-    Raises:
-        SettingsError: a value is out of range; ``key`` names it.
-    """
-
-    window: int = 256
-    """Messages (needing an ack) sent and not yet acknowledged before ``send()`` raises
-    ``WindowFull``. 256 x 1 KiB keeps a 100 ms path busy at 2.5 MB/s while bounding what a
-    reconnect may have to resend."""
-    ping_interval: float = 20.0
-    """Client: ping after this long (plus 5%) without sending, or without hearing anything
-    since the last ping or the oldest unacknowledged message. The hub's
-    ``welcome.heartbeat_interval`` overrides it. 20 s (21 with the slack) stays below the
-    30 s idle timeout of common NAT UDP mappings, so QUIC paths stay open."""
-    liveness_timeout: float = 60.0
-    """Declare the peer dead after this long without receiving a byte (3 ping intervals:
-    two lost pings are tolerated)."""
-    ack_delay: float = 0.05
-    """Acknowledge received messages at most this long after the first unacknowledged one."""
-    ack_every: int = 64
-    """... or as soon as this many are unacknowledged (a quarter of the default window, so a
-    fast sender never stalls on a full window)."""
-    close_timeout: float = 5.0
-    """How long ``close()`` waits for the peer's ``close`` before giving up."""
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
-    """The largest frame payload accepted and sent (4 MiB)."""
-    min_version: int = MIN_PROTOCOL_VERSION
-    """The oldest protocol version we speak (the server negotiates from this range)."""
-    max_version: int = MAX_PROTOCOL_VERSION
-    """The newest protocol version we speak."""
-    manual_ack: bool = False
-    """Acknowledge only what the application has released with ``Session.release()``
-    instead of everything delivered. The hub sets it so that an edge message is acked only
-    once its effect is durable in the Kubernetes API: until then it stays unacknowledged
-    on the edge and is resent after a reconnect (store-and-forward)."""
-
-    def __post_init__(self) -> None:
-        _positive_int(self, "window")
-        _positive_int(self, "ack_every")
-        _positive_int(self, "max_frame_size")
-        _positive_int(self, "min_version")
-        _positive_int(self, "max_version")
-        for key in ("ping_interval", "liveness_timeout", "ack_delay", "close_timeout"):
-            value = getattr(self, key)
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool)):
-                raise SettingsError(key, "a number of seconds", value)
-            if not 0 < value < float("inf"):
-                raise SettingsError(key, "> 0 seconds", value)
-        if self.liveness_timeout <= self.ping_interval:
-            raise SettingsError(
-                "liveness_timeout",
-                f"> ping_interval ({self.ping_interval} s)",
-                self.liveness_timeout,
-            )
-        if self.max_frame_size > 2**32 - 1:
-            raise SettingsError("max_frame_size", "<= 2**32 - 1 bytes", self.max_frame_size)
-        if self.max_version < self.min_version:
-            raise SettingsError(
-                "max_version", f">= min_version ({self.min_version})", self.max_version
-            )
-        if not isinstance(self.manual_ack, bool):
-            raise SettingsError("manual_ack", "a bool", self.manual_ack)
-
-
-def _positive_int(config: SessionConfig, key: str) -> None:
-    value = getattr(config, key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SettingsError(key, "an int >= 1", value)
-
-
-_DEFAULT_CONFIG = SessionConfig()  # immutable, so shared by the 10,000 sessions of a hub
-
-
-# --- events ------------------------------------------------------------------------------------
-
-
-class SessionEvent:
-    """Base of what ``Session.events_received()`` returns.
-
-    Events are slotted dataclasses, like aioquic's; they are not frozen because one is made
-    per received message and a frozen dataclass costs twice as much to build.
-    """
-
-    __slots__ = ()
-
-
-@dataclass(slots=True)
-class HelloReceived(SessionEvent):
-    """Server: a client said hello. Answer with ``accept(welcome)`` or ``reject()``."""
-
-    hello: Hello
-    """The client's hello (node name, versions, capabilities, inventory, node info)."""
-    version: int
-    """The negotiated protocol version; put it in the welcome."""
-
-
-@dataclass(slots=True)
-class Established(SessionEvent):
-    """Client: the hub accepted; the session is open and pending messages were resent."""
-
-    welcome: Welcome
-    """The hub's welcome (version, hub time, session id, heartbeat interval)."""
-
-
-@dataclass(slots=True)
-class MessageReceived(SessionEvent):
-    """An application message arrived (delivered once per seq)."""
-
-    seq: int | None
-    """Its sequence number (persist it as "received up to" on the hub), or ``None`` for
-    kinds that need no ack."""
-    message: Message
-    """The message."""
-
-
-@dataclass(slots=True)
-class Acked(SessionEvent):
-    """The peer has everything we numbered up to ``up_to``: drop it from the outbox."""
-
-    up_to: int
-    """The highest acknowledged seq (cumulative)."""
-
-
-@dataclass(slots=True)
-class PeerError(SessionEvent):
-    """The peer reported a problem with one of our messages; the session goes on."""
-
-    error: Error
-    """The error message (code, text, ``in_reply_to`` seq)."""
-
-
-@dataclass(slots=True)
-class PeerDead(SessionEvent):
-    """Nothing arrived within ``liveness_timeout``; a ``Closed(PEER_DEAD)`` follows."""
-
-    silent_for: float
-    """Seconds since the last byte arrived."""
-
-
-@dataclass(slots=True)
-class Closed(SessionEvent):
-    """The session is over (always the last event). Flush ``data_to_send()``, then close
-    the transport."""
-
-    code: CloseCode
-    """Why (ours if we closed, the peer's if it did)."""
-    reason: str
-    """Human-readable detail."""
-    by_peer: bool
-    """True if the peer closed, vanished or went silent; False if we closed."""
-    retry_after: float | None = None
-    """Seconds the peer asked us to wait before reconnecting, or ``None``."""
 
 
 # --- the session -------------------------------------------------------------------------------
@@ -439,11 +131,11 @@ class Session:
         if not (valid and 1 <= next_seq <= MAX_SEQ):
             raise UsageError(f"next_seq must be in 1..2**64-1, got {next_seq!r}")
         self.role = role
-        self.config = config = config if config is not None else _DEFAULT_CONFIG
+        self.config = config = config if config is not None else DEFAULT_CONFIG
         self._is_client = role is Role.CLIENT
-        self._kinds_in = _KINDS_IN[role]
+        self._kinds_in = KINDS_IN[role]
         self._state = SessionState.IDLE
-        self._moves = _MOVES[role][SessionState.IDLE]
+        self._moves = MOVES[role][SessionState.IDLE]
         self._decoder = FrameDecoder(config.max_frame_size)
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -504,6 +196,12 @@ class Session:
         return self._released_up_to if self.config.manual_ack else self._received_up_to
 
     @property
+    def pings_sent(self) -> int:
+        """How many pings this session has sent (the client's liveness probes; always 0 on
+        the server, which only answers them)."""
+        return self._ping_nonce
+
+    @property
     def bytes_to_send(self) -> int:
         """Bytes waiting in ``data_to_send()`` / ``frames_to_send()`` (a transport that
         defers its writes flushes once this grows large)."""
@@ -521,7 +219,7 @@ class Session:
             raise StateError(self._state, event, self.role)
         if to is not self._state:
             self._state = to
-            self._moves = _MOVES[self.role][to]
+            self._moves = MOVES[self.role][to]
         return to
 
     # --- outputs ---------------------------------------------------------------------------
@@ -702,7 +400,7 @@ class Session:
             InvalidMessage: ``code`` is not a CloseCode one may send (``PEER_DEAD`` and
                 ``CONNECTION_LOST`` are local), or ``reason`` / ``retry_after`` is invalid.
         """
-        close = _close_message(code, reason, retry_after)
+        close = close_message(code, reason, retry_after)
         self._go("reject")
         self._queue(close, None, now)
         self._events.append(Closed(close.code, close.reason, False, retry_after))
@@ -775,7 +473,7 @@ class Session:
             InvalidMessage: ``code`` is not a CloseCode one may send (``PEER_DEAD`` and
                 ``CONNECTION_LOST`` are local), or ``reason`` / ``retry_after`` is invalid.
         """
-        close = _close_message(code, reason, retry_after)
+        close = close_message(code, reason, retry_after)
         state = self._state
         if state is SessionState.OPEN:
             self._flush_ack(now)  # while acks may still be sent
@@ -921,7 +619,7 @@ class Session:
                 self._received_up_to = exc.seq
             if not self.config.manual_ack or self._released_up_to >= exc.seq:
                 self._owe_ack(now)
-        self._queue(Error(ErrorCode.UNKNOWN_KIND, str(exc)[:_REASON_LIMIT], exc.seq), None, now)
+        self._queue(Error(ErrorCode.UNKNOWN_KIND, str(exc)[:REASON_LIMIT], exc.seq), None, now)
 
     def _owe_ack(self, now: float, count: int = 1) -> None:
         self._acks_owed += count
@@ -970,7 +668,7 @@ class Session:
 
     def _fail(self, code: CloseCode, reason: str, now: float) -> None:
         """End the session because the peer broke the contract (or vanished mid-frame)."""
-        reason = reason[:_REASON_LIMIT]
+        reason = reason[:REASON_LIMIT]
         was = self._state
         self._flush_ack(now)
         self._go("protocol_error")

@@ -6,17 +6,38 @@
   (:mod:`tests.environment`): a CI machine that lacks podman, network namespaces, a tmpfs,
   cgroups or the reference kube-apiserver must not pass without testing what needs them.
 - The run ends with the list of skips and their reasons.
+- ``small_fs``: a small tmpfs to fill (1 MiB; another size by indirect parametrization).
+- ``pki_ca``: the one test CA of the run with its hub, node and bad credentials
+  (:mod:`tests.testpki`), made with ``cryptography`` once per session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import pathlib
 
 import pytest
 
+from tests.disk import mount_small_tmpfs
 from tests.environment import NOT_APPLICABLE, in_ci, skip_reason
+from tests.testpki import TestPKI, make_test_pki
 
 _SKIPS: list[tuple[str, str]] = []
+
+
+@pytest.fixture(scope="session")
+def pki_ca() -> TestPKI:
+    """The test CA and the TLS credentials made from it, shared by the whole run (no keys
+    are checked in; a new CA every run)."""
+    return make_test_pki()
+
+
+@pytest.fixture
+def small_fs(tmp_path: pathlib.Path, request: pytest.FixtureRequest):
+    """A tmpfs to fill up at ``tmp_path / "small"``: 1 MiB, or the size given by
+    ``@pytest.mark.parametrize("small_fs", ["2m"], indirect=True)`` (root only)."""
+    with mount_small_tmpfs(tmp_path / "small", getattr(request, "param", "1m")) as mount:
+        yield mount
 
 
 @pytest.fixture(autouse=True)

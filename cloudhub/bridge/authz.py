@@ -42,14 +42,16 @@ class NodeAuthorizer:
         self.enabled = enabled
 
     def check(self, node: str, ref: ObjectRef) -> Decision:
-        """Decide for ``ref`` named by ``node`` (cache lookups only, no API call)."""
+        """Decide for ``ref`` named by ``node`` (cache and index lookups only: no API call,
+        and for pods, ConfigMaps and Secrets no rebuild of the node's desired set)."""
         if ref.kind == "Node":
             # The Node object may not exist yet (registration runs after the welcome).
             if ref.name == node or not self.enabled:
                 return Decision.ALLOWED
             return Decision.FORBIDDEN
-        if self.objects.lookup(ref) is None:
+        obj = self.objects.lookup(ref)
+        if obj is None:
             return Decision.NOT_FOUND
-        if not self.enabled or ref.uid in self.objects.desired(node):
+        if not self.enabled or self.objects.holds(node, ref.kind, obj):
             return Decision.ALLOWED
         return Decision.FORBIDDEN

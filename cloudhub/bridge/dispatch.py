@@ -23,14 +23,12 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cloudhub.bridge.session import NodeSession
 from protocol.errors import ErrorCode
 from protocol.messages import Message
-from protocol.transport._tasks import TaskScope
-
-if TYPE_CHECKING:
-    from cloudhub.bridge.session import NodeSession
+from protocol.tasks import TaskScope
 
 __all__ = ["Dispatcher", "Handler", "Inbound"]
 

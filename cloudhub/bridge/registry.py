@@ -17,7 +17,7 @@ goes out after the objects it refers to (device twins send ``twin_desired`` here
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from cloudhub.bridge.session import NodeSession
 from protocol.errors import CloseCode
@@ -112,13 +112,15 @@ class SessionRegistry:
         acked, received = self._seqs.get(session.node, (0, 0))
         self._seqs[session.node] = (max(acked, s.acked_up_to), max(received, s.received_up_to))
 
-    def refresh(self, nodes: Iterable[str]) -> None:
-        """Re-diff the desired sets of the connected ones among ``nodes``."""
-        sessions = self._sessions
-        for node in nodes:
-            session = sessions.get(node)
-            if session is not None:
-                session.refresh()
+    def connected(self, node: str) -> bool:
+        """Whether ``node`` has a current session."""
+        return node in self._sessions
+
+    def refresh(self, node: str, desired: dict[str, dict]) -> None:
+        """``NodeObjects`` listener: diff the node's new desired set in its session."""
+        session = self._sessions.get(node)
+        if session is not None:
+            session.refresh(desired)
 
     def close_node(self, node: str, code: CloseCode, reason: str) -> bool:
         """Close the node's current session, if any (e.g. its Node was deleted)."""

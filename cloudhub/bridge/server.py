@@ -29,8 +29,8 @@ from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
 from cloudhub.observability.metrics import HubMetrics
 from protocol.errors import CloseCode, ErrorCode
+from protocol.events import Closed, MessageReceived, PeerError
 from protocol.messages import Message, Welcome
-from protocol.session import Closed, MessageReceived, PeerError
 from protocol.transport import Link
 
 __all__ = ["EdgeServer", "PeerCheck"]
@@ -78,7 +78,7 @@ class EdgeServer:
         self._on_refused = on_refused
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-{int(time.time()) & 0xFFFFFF:x}"
-        objects.add_listener(registry.refresh)
+        objects.add_listener(registry.refresh, wants=registry.connected)
 
     async def handle(self, link: Link) -> None:
         """The transports' handler: one session from hello to close."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cloudhub.bridge.acks import AckTracker
 from cloudhub.bridge.objects import NodeObjects, object_ref
@@ -26,12 +26,19 @@ from protocol.errors import CloseCode, ErrorCode, InvalidMessage
 from protocol.messages import Error, Message, ObjectDelete, ObjectRef, ObjectUpsert, SyncDone
 from protocol.transport import Link
 
-if TYPE_CHECKING:
-    from cloudhub.bridge.dispatch import Inbound
-
-__all__ = ["UNKNOWN_KIND", "NodeSession"]
+__all__ = ["UNKNOWN_KIND", "Answerable", "NodeSession"]
 
 log = logging.getLogger(__name__)
+
+
+class Answerable(Protocol):
+    """What the session needs of an edge message it answers or refuses: its seq.
+    :class:`cloudhub.bridge.dispatch.Inbound` is one; the dispatcher sits above the
+    session and imports it, never the reverse."""
+
+    @property
+    def seq(self) -> int | None: ...
+
 
 UNKNOWN_KIND = "Unknown"
 """The kind in an ``object_delete`` for an object the hub no longer knows anything about
@@ -72,7 +79,7 @@ class NodeSession:
         session_id: str,
         objects: NodeObjects,
         *,
-        on_refused: Callable[[Inbound, ErrorCode, str], None] | None = None,
+        on_refused: Callable[[Answerable, ErrorCode, str], None] | None = None,
         on_sent: Callable[[Message], None] | None = None,
     ) -> None:
         self.node = node
@@ -114,15 +121,17 @@ class NodeSession:
         self._synced = True
         return queued
 
-    def refresh(self) -> int:
+    def refresh(self, desired: dict[str, dict] | None = None) -> int:
         """Queue the difference between the desired set and what the node holds (called
-        when an informer change concerns this node). Returns how many were queued."""
+        when an informer change concerns this node, with the new set; ``None``: compute
+        it here). Returns how many were queued."""
         if not self._synced or self.link.closed:
             return 0
-        return self._diff()[0]
+        return self._diff(desired)[0]
 
-    def _diff(self) -> tuple[int, int]:
-        desired = self.objects.desired(self.node)
+    def _diff(self, desired: dict[str, dict] | None = None) -> tuple[int, int]:
+        if desired is None:
+            desired = self.objects.desired(self.node)
         held = self.held
         queued = 0
         for uid in [u for u in held if u not in desired]:
@@ -153,11 +162,11 @@ class NodeSession:
 
     # -- up: refusals -----------------------------------------------------------------------
 
-    def send_error(self, inbound: Inbound, code: ErrorCode, text: str) -> None:
+    def send_error(self, inbound: Answerable, code: ErrorCode, text: str) -> None:
         """Answer ``inbound`` with an ``error`` (information for the edge, e.g. NOT_FOUND)."""
         self.outbox.put(Error(code=code, message=text[:1024], in_reply_to=inbound.seq))
 
-    def refuse(self, inbound: Inbound, code: ErrorCode, text: str) -> None:
+    def refuse(self, inbound: Answerable, code: ErrorCode, text: str) -> None:
         """Answer ``inbound`` with an ``error`` and report the refusal (see
         :meth:`cloudhub.bridge.dispatch.Inbound.refuse`, which callers use)."""
         self.send_error(inbound, code, text)

@@ -1,21 +1,16 @@
 """The demo's processes: the hub (``cloudhub serve``), agents (``edgeagent join`` then
 ``edgeagent run``) and mappers, each a child process with its log in the demo directory.
 
-They run in the demo directory (their working directory), so that :func:`sweep` can find
-every process the demo started, and every process those started (the process runtime's
-pods), and end them by pid at the end.
+They run in the demo directory (their working directory), so that
+:func:`cloudhub.devtools.fleet.sweep` can find every process the demo started, and every
+process those started (the process runtime's pods), and end them by pid at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import pathlib
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -23,14 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudhub.demo.errors import DemoError
+from cloudhub.devtools.fleet import FAST_AGENT_SETS, Child, child_env, docker_agent_args, free_port
 
-__all__ = [
-    "AgentProcess",
-    "Child",
-    "HubProcess",
-    "free_port",
-    "sweep",
-]
+__all__ = ["AGENT_SETS", "HUB_FLAGS", "AgentProcess", "HubProcess"]
 
 #: Hub settings of the demo: loopback only, heartbeats and grace periods short enough that
 #: an outage is seen within seconds (seconds; production defaults in docs/hub.md).
@@ -46,92 +36,14 @@ HUB_FLAGS = {
     "observability-log-level": "info",
 }
 
-#: Agent settings of the demo (``--set``): quick commits, back-offs and metrics.
+#: Agent settings of the demo (``--set``): the fleet's quick ones, an outage seen within
+#: 4 s, and metrics every 2 s.
 AGENT_SETS = (
-    "store.commit_delay=0.1",
-    "node_ip=127.0.0.1",
-    "pods.backoff_initial=0.4",
-    "pods.backoff_max=3",
-    "pods.resync_period=2",
-    "pods.default_grace_period=5",
-    "hub.backoff_base=0.2",
-    "hub.backoff_cap=1",
-    "hub.healthy_after=1",
-    "hub.quic_handshake_timeout=3",
-    "hub.quic_retry_first=1",
+    *FAST_AGENT_SETS,
     "hub.liveness_timeout=4",
     "metrics.sample_interval_s=2",
     "metrics.batch_interval_s=2",
 )
-
-
-def free_port() -> int:
-    """A loopback port free for both TCP and UDP (a session port carries both)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise DemoError("no loopback port free for both TCP and UDP")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(pathlib.Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("NOTIFY_SOCKET", None)
-    return env
-
-
-@dataclass
-class Child:
-    """One child process with its log file."""
-
-    name: str
-    args: list[str]
-    cwd: pathlib.Path
-    log_path: pathlib.Path
-    proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.args,
-                env=_env(),
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    async def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds."""
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(proc.wait, timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
 
 
 class HubProcess(Child):
@@ -261,7 +173,7 @@ class AgentProcess:
             labels,
             "--config",
             str(self.config),
-            env=_env(),
+            env=child_env(),
             cwd=self.root,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -290,10 +202,10 @@ class AgentProcess:
         for item in AGENT_SETS:
             args += ["--set", item]
         if self.docker:
-            args += ["--runtime", "docker", "--docker-url", self.docker["url"]]
-            for key in ("network", "sandbox_image"):
-                args += ["--set", f"runtime.docker.{key}={self.docker[key]}"]
-            args += ["--set", "runtime.docker.sandbox_command=sleep,2147483647"]
+            args += ["--runtime", "docker"]
+            args += docker_agent_args(
+                self.docker["url"], self.docker["network"], self.docker["sandbox_image"]
+            )
         else:
             args += ["--runtime", "process"]
         agent = Child(f"{self.node}/agent", args, self.root, self.dir / "agent.log")
@@ -345,7 +257,7 @@ class AgentProcess:
             "--json",
             "--config",
             str(self.config),
-            env=_env(),
+            env=child_env(),
             cwd=self.root,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -361,40 +273,3 @@ class AgentProcess:
 
     async def stop(self) -> None:
         await asyncio.gather(*(child.stop() for child in reversed(self.children)))
-
-
-def _under(pid: int, root: str) -> bool:
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return False
-    return cwd == root or cwd.startswith(root + os.sep)
-
-
-def sweep(root: pathlib.Path, timeout: float = 5.0) -> list[int]:
-    """End every process whose working directory is inside ``root``: what the demo
-    started and what those started (the process runtime's pods run in their container
-    directory below an agent's state directory). SIGTERM, then SIGKILL after ``timeout``.
-
-    Returns:
-        The pids that were still running and were signalled.
-    """
-    resolved = str(root.resolve())
-    me = os.getpid()
-    found = [
-        int(p)
-        for p in os.listdir("/proc")
-        if p.isdigit() and int(p) != me and _under(int(p), resolved)
-    ]
-    for pid in found:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    alive = list(found)
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = [pid for pid in alive if _under(pid, resolved)]
-    for pid in alive:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    return found

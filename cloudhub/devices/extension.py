@@ -56,8 +56,7 @@ from cloudhub.devices.twin import (
     status_with_rejections,
 )
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
-from cloudhub.kube import CRDS, DEVICEMODELS, DEVICES, Informer, TokenBucket, retrying
-from cloudhub.pods.source import strip_object
+from cloudhub.kube import CRDS, DEVICEMODELS, DEVICES, Informer, TokenBucket, retrying, strip_object
 from protocol.devices import (
     Device,
     DeviceModel,

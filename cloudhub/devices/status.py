@@ -36,7 +36,7 @@ from cloudhub.kube import DEVICES, Informer, KubeClient, TokenBucket
 from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
 from protocol.devices import InvalidDocument, ReportedValue, parse_device
-from protocol.transport._tasks import TaskScope
+from protocol.tasks import TaskScope
 
 __all__ = ["DeviceStatusWriter", "Outcome"]
 

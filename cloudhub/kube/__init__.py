@@ -1,7 +1,7 @@
 """The hub's only door to the Kubernetes API (kubernetes_asyncio is imported nowhere else)."""
 
 from cloudhub.kube.client import KubeClient, RequestObserver
-from cloudhub.kube.informer import EventHandler, Indexer, Informer, object_key
+from cloudhub.kube.informer import EventHandler, Indexer, Informer, object_key, strip_object
 from cloudhub.kube.ratelimit import TokenBucket
 from cloudhub.kube.resources import (
     CONFIGMAPS,
@@ -46,5 +46,6 @@ __all__ = [
     "parse_time",
     "retrying",
     "rfc3339",
+    "strip_object",
     "update_with_retry",
 ]

@@ -29,7 +29,7 @@ from cloudhub.kube.client import KubeClient
 from cloudhub.kube.resources import ResourceType
 from protocol.backoff import backoff
 
-__all__ = ["EventHandler", "Indexer", "Informer", "object_key"]
+__all__ = ["EventHandler", "Indexer", "Informer", "object_key", "strip_object"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,15 @@ def object_key(obj: dict) -> tuple[str, str]:
     """``(namespace, name)`` of a raw object; namespace is ``""`` for cluster-scoped ones."""
     meta = obj.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
+
+
+def strip_object(obj: dict) -> dict:
+    """Informer transform: drop ``managedFields`` (server-side apply bookkeeping that no
+    edge needs and that often outweighs the object itself)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return obj
 
 
 class Informer:

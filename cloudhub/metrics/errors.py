@@ -1,20 +1,21 @@
-"""Errors of the hub's metrics package.
+"""Errors of the hub's metrics package, a branch of the hub's tree (``cloudhub.errors``).
 
 ::
 
-    MetricsError              root: catch this to catch everything from cloudhub.metrics
-    ├── BatchRejected         the edge sent a metrics body that does not decode (peer misbehaved)
-    └── MetricsNotFound       no metrics for the node or pod asked for (an HTTP 404)
+    HubError                  the hub's root
+    └── MetricsError          catch this to catch everything from cloudhub.metrics
+        ├── BatchRejected     the edge sent a metrics body that does not decode (peer misbehaved)
+        └── MetricsNotFound   no metrics for the node or pod asked for (an HTTP 404)
 """
 
-# TODO(hub merge): derive MetricsError from cloudhub.errors' root once it exists.
-
 from __future__ import annotations
+
+from cloudhub.errors import HubError
 
 __all__ = ["BatchRejected", "MetricsError", "MetricsNotFound"]
 
 
-class MetricsError(Exception):
+class MetricsError(HubError):
     """Root of the errors raised by ``cloudhub.metrics``."""
 
 

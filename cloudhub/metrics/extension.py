@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from cloudhub.aggregation import AggregatedRequest, AggregatedResource
 from cloudhub.metrics.conditions import PressureState, evaluate_pressure, node_usage
 from cloudhub.metrics.errors import BatchRejected, MetricsNotFound
 from cloudhub.metrics.exposition import EdgeMetricsExposition
@@ -43,7 +44,6 @@ from protocol.metrics_codec import MetricsBodyError, from_samples_field
 if TYPE_CHECKING:
     from cloudhub.bridge.dispatch import Inbound
     from cloudhub.hub import Hub
-    from cloudhub.standalone import AggregatedRequest
 
 __all__ = ["MetricsExtension", "ResourceMetricsGroup", "metrics_extension"]
 
@@ -175,7 +175,7 @@ class MetricsExtension:
 
 
 class ResourceMetricsGroup:
-    """``metrics.k8s.io/v1beta1`` on the embedded API (``cloudhub.standalone.AggregatedAPI``):
+    """``metrics.k8s.io/v1beta1`` on the embedded API (``cloudhub.aggregation.AggregatedAPI``):
     NodeMetrics (``nodes``) and PodMetrics (``pods``) of edge nodes, as metrics-server
     serves them; ``labelSelector`` filters by the Node's or the pod's labels."""
 
@@ -183,8 +183,6 @@ class ResourceMetricsGroup:
     version = "v1beta1"
 
     def __init__(self, extension: MetricsExtension, hub: Hub) -> None:
-        from cloudhub.standalone import AggregatedResource
-
         self.resources = (
             AggregatedResource("nodes", "", "NodeMetrics", namespaced=False),
             AggregatedResource("pods", "", "PodMetrics", namespaced=True),

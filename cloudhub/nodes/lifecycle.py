@@ -36,7 +36,7 @@ from cloudhub.observability.metrics import HubMetrics
 from cloudhub.settings import NodeSettings
 from protocol.errors import CloseCode
 from protocol.session import Closed
-from protocol.transport._tasks import TaskScope
+from protocol.tasks import TaskScope
 
 __all__ = ["NodeLifecycle", "disconnect_event"]
 

@@ -18,6 +18,9 @@ step by step::
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from cryptography import x509
 
 from cloudhub.kube import Informer, KubeClient
@@ -39,14 +42,21 @@ class HubPKI:
     Args:
         client: the hub's API client.
         settings: the PKI settings.
+        clock: the wall clock the tokens, the certificate records and the signer read,
+            seconds since the epoch (``time.time``). The TLS handshakes always use the
+            system's.
     """
 
-    def __init__(self, client: KubeClient, settings: PKISettings) -> None:
+    def __init__(
+        self, client: KubeClient, settings: PKISettings, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.settings = settings
         self.ca = CAManager(client, settings)
-        self.tokens = TokenStore(client, settings.namespace, retention=settings.token_retention)
-        self.registry = CertificateRegistry(client, settings.namespace)
-        self.signer = NodeSigner(client, settings, self.ca, self.tokens, self.registry)
+        self.tokens = TokenStore(
+            client, settings.namespace, retention=settings.token_retention, clock=clock
+        )
+        self.registry = CertificateRegistry(client, settings.namespace, clock=clock)
+        self.signer = NodeSigner(client, settings, self.ca, self.tokens, self.registry, clock=clock)
         self.join_server = JoinServer(settings, self.ca, self.tokens, self.signer)
         self._started: list = []
 

@@ -151,10 +151,15 @@ class CertificateRegistry:
     Args:
         client: the hub's API client.
         namespace: the hub's namespace (where records live).
+        clock: the wall clock, seconds since the epoch (``time.time``; a test passes one it
+            can move, so expiry is reached without waiting for it).
     """
 
-    def __init__(self, client: KubeClient, namespace: str) -> None:
+    def __init__(
+        self, client: KubeClient, namespace: str, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.client = client
+        self._clock = clock
         self.namespace = namespace
         self._revoked: dict[int, tuple[str, float, str]] = {}
         self._revoked_by_node: dict[str, frozenset[int]] = {}
@@ -256,7 +261,7 @@ class CertificateRegistry:
             raise CertificateRevoked(node, certificate.serial_number, at, why)
 
     def _apply(self, node: str, entries: Iterable[IssuedCertificate]) -> None:
-        now = time.time()
+        now = self._clock()
         revoked = {e.serial: e for e in entries if e.revoked_at is not None and now < e.not_after}
         before = self._revoked_by_node.get(node, frozenset())
         for serial in before - revoked.keys():
@@ -326,7 +331,7 @@ class CertificateRegistry:
         )
         nodes, _ = await retrying(lambda: self.client.list(NODES), what="list Nodes")
         present = {(n.get("metadata") or {}).get("name") for n in nodes}
-        now = time.time()
+        now = self._clock()
         for record in items:
             node = _node_of(record)
             if node and node not in present and any(e.valid(now) for e in _entries(record)):
@@ -374,7 +379,7 @@ class CertificateRegistry:
         entry = IssuedCertificate(
             serial=certificate.serial_number,
             not_after=certificate.not_valid_after_utc.timestamp(),
-            issued_at=time.time(),
+            issued_at=self._clock(),
             key_pin=key_pin(certificate.public_key()),
             via=via,
         )
@@ -402,7 +407,7 @@ class CertificateRegistry:
         Returns:
             The serial numbers newly revoked (empty if none were valid).
         """
-        now = time.time()
+        now = self._clock()
         newly: list[int] = []
 
         def mutate(entries: list[IssuedCertificate]) -> list[IssuedCertificate] | None:
@@ -460,7 +465,7 @@ class CertificateRegistry:
     def _body(
         self, node: str, name: str, entries: list[IssuedCertificate], current: dict | None
     ) -> dict:
-        now = time.time()
+        now = self._clock()
         kept = [e for e in entries if now < e.not_after + _KEEP_EXPIRED]
         revoked = any(e.revoked_at is not None and now < e.not_after for e in kept)
         labels = {RECORD_LABEL: "true", "app.kubernetes.io/managed-by": "cloudhub"}

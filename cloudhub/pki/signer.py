@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -89,6 +89,8 @@ class NodeSigner:
         ca: the started CA manager.
         tokens: the bootstrap token store.
         registry: the started certificate registry.
+        clock: the wall clock, seconds since the epoch (``time.time``; a test passes one it
+            can move, so expiry is reached without waiting for it).
     """
 
     def __init__(
@@ -98,8 +100,11 @@ class NodeSigner:
         ca: CAManager,
         tokens: TokenStore,
         registry: CertificateRegistry,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
+        self._clock = clock
         self.settings = settings
         self.ca = ca
         self.tokens = tokens
@@ -151,7 +156,7 @@ class NodeSigner:
                     f"with 'cloudhub token create --labels {key}=...'"
                 )
         merged = {**asked, **stored.labels}
-        now = time.time()
+        now = self._clock()
         if stored.node_name != node_name:
             for held in await self.registry.certificates(node_name):
                 if held.valid(now) and held.key_pin != pin:
@@ -203,7 +208,7 @@ class NodeSigner:
     async def _ensure_node(self, node_name: str, labels: Mapping[str, str]) -> None:
         # The edge role label makes it an edge node from birth, as the hub registers them.
         labels = {**labels, EDGE_ROLE_LABEL: ""}
-        annotations = {JOINED_AT_ANNOTATION: format_time(time.time())}
+        annotations = {JOINED_AT_ANNOTATION: format_time(self._clock())}
         body = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -253,7 +258,7 @@ class NodeSigner:
             log.warning("refused certificate renewal for node %s: %s", node_name, why)
             return CertRenewResponse(request_id=request.request_id, error=why)
 
-        now = time.time()
+        now = self._clock()
         if peer_certificate is not None:
             try:
                 self.registry.check(peer_certificate)

@@ -42,7 +42,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cloudhub.errors import KubeConflict, KubeNotFound
@@ -230,10 +230,20 @@ class TokenStore:
         client: the hub's API client.
         namespace: the hub's namespace.
         retention: seconds an unusable token is kept before :meth:`prune` deletes it.
+        clock: the wall clock, seconds since the epoch (``time.time``; a test passes one it
+            can move, so expiry is reached without waiting for it).
     """
 
-    def __init__(self, client: KubeClient, namespace: str, *, retention: float) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        *,
+        retention: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.client = client
+        self._clock = clock
         self.namespace = namespace
         self.retention = retention
 
@@ -266,7 +276,7 @@ class TokenStore:
         """
         if ttl is not None and not ttl > 0:
             raise ValueError(f"token ttl must be > 0 seconds (or None for no expiry), got {ttl}")
-        now = time.time()
+        now = self._clock()
         for _ in range(8):
             token_id = "".join(secrets.choice(_ALPHABET) for _ in range(6))
             secret = "".join(secrets.choice(_ALPHABET) for _ in range(16))
@@ -312,7 +322,7 @@ class TokenStore:
             lambda: self.client.list(SECRETS, self.namespace, label_selector=f"{TOKEN_LABEL}=true"),
             what="list bootstrap tokens",
         )
-        now = time.time()
+        now = self._clock()
         tokens = [_from_secret(s) for s in items if s.get("type") == SECRET_TYPE]
         if not include_inactive:
             tokens = [t for t in tokens if t.state(now) == "valid"]
@@ -353,7 +363,7 @@ class TokenStore:
         """
         token_id = token.split(".", 1)[0].strip()
         await self.get(token_id)
-        now = time.time()
+        now = self._clock()
 
         def mark(secret: dict) -> dict | None:
             if _data(secret).get("deleted-at"):
@@ -411,7 +421,7 @@ class TokenStore:
                 token_id=token_id,
             )
         stored = _from_secret(stored_secret)
-        now = time.time()
+        now = self._clock()
         state = stored.state(now)
         if state == "deleted":
             raise TokenDeleted(
@@ -446,7 +456,7 @@ class TokenStore:
         """
         if not stored.single_use:
             return
-        now = time.time()
+        now = self._clock()
 
         def mark(secret: dict) -> dict | None:
             current = _from_secret(secret)
@@ -479,7 +489,7 @@ class TokenStore:
         Returns:
             The ids deleted.
         """
-        now = time.time()
+        now = self._clock()
         gone: list[str] = []
         for stored in await self.list():
             since = stored.inactive_since(now)

@@ -1,8 +1,7 @@
 """Pods down, status up: what edges are sent about pods and how their reports are written."""
 
 from cloudhub.pods.handlers import PodHandlers
-from cloudhub.pods.refs import pod_references, reference_keys
-from cloudhub.pods.source import POD_INDEXERS, PodSource, strip_object
+from cloudhub.pods.source import POD_INDEXERS, PodSource
 from cloudhub.pods.status import EDGE_OWNED_FIELDS, merge_status
 from cloudhub.pods.writer import PodReportWriter
 
@@ -13,7 +12,4 @@ __all__ = [
     "PodReportWriter",
     "PodSource",
     "merge_status",
-    "pod_references",
-    "reference_keys",
-    "strip_object",
 ]

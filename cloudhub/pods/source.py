@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 from cloudhub.bridge.objects import NodeObjects
 from cloudhub.kube import Informer
-from cloudhub.pods.refs import CONFIGMAP, SECRET, pod_references, reference_keys
+from protocol.podrefs import CONFIGMAP, SECRET, pod_references, reference_key, reference_keys
 
-__all__ = ["BY_NODE", "BY_REFERENCE", "POD_INDEXERS", "PodSource", "strip_object"]
+__all__ = ["BY_NODE", "BY_REFERENCE", "POD_INDEXERS", "PodSource"]
 
 BY_NODE = "node"
 BY_REFERENCE = "references"
@@ -27,15 +27,6 @@ def _node_of(pod: dict) -> list[str]:
 
 POD_INDEXERS = {BY_NODE: _node_of, BY_REFERENCE: reference_keys}
 """The indexers the pod informer must be built with."""
-
-
-def strip_object(obj: dict) -> dict:
-    """Informer transform: drop ``managedFields`` (server-side apply bookkeeping that no
-    edge needs and that often outweighs the object itself)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict) and "managedFields" in meta:
-        obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    return obj
 
 
 class PodSource:
@@ -55,9 +46,13 @@ class PodSource:
         self._objects = objects
         objects.add_source("pod-references", self.references_of)
         objects.add_source("pods", self.pods_of)
-        objects.add_kind("Pod", lambda ns, name: pods.get(name, ns))
-        objects.add_kind(CONFIGMAP, lambda ns, name: configmaps.get(name, ns))
-        objects.add_kind(SECRET, lambda ns, name: secrets.get(name, ns))
+        objects.add_kind("Pod", lambda ns, name: pods.get(name, ns), held_by=self._holds_pod)
+        for kind, informer in self._by_kind.items():
+            objects.add_kind(
+                kind,
+                lambda ns, name, informer=informer: informer.get(name, ns),
+                held_by=self._held_by_reference(kind),
+            )
         pods.add_handler(self._on_pod)
         configmaps.add_handler(self._on_referenced(CONFIGMAP))
         secrets.add_handler(self._on_referenced(SECRET))
@@ -77,6 +72,23 @@ class PodSource:
                 if obj is not None:
                     yield obj
 
+    # -- ownership, from the indexes (node authorization) -----------------------------------
+
+    @staticmethod
+    def _holds_pod(node: str, pod: dict) -> bool:
+        """A pod is the node's when it is bound to it (what :meth:`pods_of` returns)."""
+        return node in _node_of(pod)
+
+    def _held_by_reference(self, kind: str):
+        def held_by(node: str, obj: dict) -> bool:
+            """A ConfigMap or Secret is the node's when one of its pods references it (what
+            :meth:`references_of` returns): one lookup in the by-reference index."""
+            meta = obj.get("metadata") or {}
+            key = reference_key(kind, meta.get("namespace") or "", meta.get("name") or "")
+            return any(node in _node_of(pod) for pod in self.pods.by_index(BY_REFERENCE, key))
+
+        return held_by
+
     # -- informer handlers ----------------------------------------------------------------
 
     def _on_pod(self, event: str, pod: dict, old: dict | None) -> None:
@@ -88,7 +100,7 @@ class PodSource:
     def _on_referenced(self, kind: str):
         def handler(event: str, obj: dict, old: dict | None) -> None:
             meta = obj.get("metadata") or {}
-            key = f"{kind}/{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+            key = reference_key(kind, meta.get("namespace") or "", meta.get("name") or "")
             pods = self.pods.by_index(BY_REFERENCE, key)
             if pods:
                 self._objects.changed({n for p in pods for n in _node_of(p)})

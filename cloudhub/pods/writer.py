@@ -36,7 +36,7 @@ from cloudhub.pods.status import merge_status
 from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
 from protocol.messages import ObjectRef
-from protocol.transport._tasks import TaskScope
+from protocol.tasks import TaskScope
 
 __all__ = ["Outcome", "PodReportWriter", "Refused"]
 

@@ -5,10 +5,9 @@ cluster. Public names::
 
     async with EmbeddedAPIServer(APIServerSettings(data_dir=path)) as api:
         api.url, api.kubeconfig_path, api.token, api.ca_cert_path
-        api.add_api(aggregated)  # an API group served by code (AggregatedAPI)
+        api.add_api(aggregated)  # an API group served by code (cloudhub.aggregation)
 """
 
-from cloudhub.standalone.aggregation import AggregatedAPI, AggregatedRequest, AggregatedResource
 from cloudhub.standalone.errors import (
     ConfigurationError,
     StandaloneError,
@@ -20,9 +19,6 @@ from cloudhub.standalone.settings import APIServerSettings
 
 __all__ = [
     "APIServerSettings",
-    "AggregatedAPI",
-    "AggregatedRequest",
-    "AggregatedResource",
     "ConfigurationError",
     "EmbeddedAPIServer",
     "StandaloneError",

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from cloudhub.standalone.errors import StandaloneError
+
 __all__ = ["MAX_DEPTH", "BodyError", "check_depth", "load_yaml"]
 
 #: Deepest nesting of maps and lists an object may have (the object itself is level 1).
@@ -34,8 +36,9 @@ _ALIAS_RATIO_LOW_NODES = 400_000
 _ALIAS_RATIO_HIGH_NODES = 4_000_000
 
 
-class BodyError(ValueError):
-    """A body that parses but breaks a limit (its message says which)."""
+class BodyError(StandaloneError, ValueError):
+    """A body that parses but breaks a limit (its message says which); a ``ValueError``
+    too, as it was before it joined the hub's tree."""
 
 
 def _allowed_alias_ratio(decoded: int) -> float:

@@ -25,7 +25,7 @@ from typing import Any
 from cloudhub.standalone.encoding import loads
 from cloudhub.standalone.errors import StandaloneError, StatusError
 from cloudhub.standalone.options import DeleteOptions
-from cloudhub.standalone.registry import (
+from cloudhub.standalone.rest import (
     CRD_FINALIZER,
     CRD_KEY,
     NAMESPACE_FINALIZER,

@@ -23,13 +23,13 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from cloudhub.aggregation import AggregatedAPI, AggregatedRequest
 from cloudhub.standalone import bodies, discovery, errors, openapi, patch, protobuf, tables
-from cloudhub.standalone.aggregation import AggregatedAPI, AggregatedRequest
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
 from cloudhub.standalone.options import DeleteOptions, ListParams, WriteOptions
-from cloudhub.standalone.registry import Registry
 from cloudhub.standalone.resources import ResourceType
+from cloudhub.standalone.rest import Registry
 from cloudhub.standalone.selectors import parse_label_selector
 from cloudhub.standalone.settings import APIServerSettings
 from cloudhub.standalone.store import DELETED, Entry

@@ -2,7 +2,8 @@
 it, a bearer token, and the kubeconfig that ties them together.
 
 Keys are ECDSA P-256 (small, fast, accepted by Go's crypto/tls as kubectl uses
-it). The CA lives ten years, the serving certificate one year and is renewed at
+it); the CA and the certificate are made by :mod:`protocol.pki`, the hub's one
+certificate builder. The CA lives ten years, the serving certificate one year and is renewed at
 start when it has less than 30 days left or lacks a needed host name. With a
 data directory the files persist, so a kubeconfig stays valid across restarts.
 Private keys and the token are written 0600.
@@ -17,15 +18,22 @@ import ipaddress
 import os
 import pathlib
 import secrets
-from collections.abc import Iterable
 
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from cloudhub.standalone.errors import StorageError
+from protocol.pki import (
+    CertificateAuthority,
+    PKIError,
+    dump_certificate_pem,
+    dump_private_key_pem,
+    generate_ca,
+    issue_server_certificate,
+    load_certificate_pem,
+    load_private_key_pem,
+)
 
 __all__ = ["ServerPKI", "ensure_pki", "write_kubeconfig"]
 
@@ -60,80 +68,18 @@ def _write_public(path: pathlib.Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _new_ca(now: datetime.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefleet-apiserver-ca")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + CA_LIFETIME)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
-
-
-def _sans(hosts: Iterable[str]) -> list[x509.GeneralName]:
-    out: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            out.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            out.append(x509.DNSName(host))
-    return out
-
-
 def _new_serving(
-    ca_cert: x509.Certificate,
-    ca_key: ec.EllipticCurvePrivateKey,
-    hosts: list[str],
-    now: datetime.datetime,
+    ca: CertificateAuthority, hosts: list[str], now: datetime.datetime
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefleet-apiserver")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + SERVING_LIFETIME)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(_sans(hosts)), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+    """A serving certificate for ``hosts`` (names and addresses), from the one leaf
+    builder of :mod:`protocol.pki`."""
+    return issue_server_certificate(
+        ca,
+        dns_names=[h for h in hosts if not _is_ip(h)],
+        ip_addresses=[h for h in hosts if _is_ip(h)],
+        lifetime=SERVING_LIFETIME.total_seconds(),
+        now=now.timestamp(),
     )
-    return cert, key
 
 
 def _serving_ok(path: pathlib.Path, hosts: list[str], now: datetime.datetime) -> bool:
@@ -176,25 +122,27 @@ def ensure_pki(directory: pathlib.Path, hosts: list[str], token: str | None) -> 
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if ca_crt.exists() and ca_key_path.exists():
-            ca_cert = x509.load_pem_x509_certificate(ca_crt.read_bytes())
-            ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
-            if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-                raise StorageError(f"{ca_key_path}: not an ECDSA key")
+            ca = CertificateAuthority(
+                load_certificate_pem(ca_crt.read_bytes()),
+                load_private_key_pem(ca_key_path.read_bytes()),
+            )
         else:
-            ca_cert, ca_key = _new_ca(now)
-            _write_private(ca_key_path, _key_pem(ca_key))
-            _write_public(ca_crt, ca_cert.public_bytes(serialization.Encoding.PEM))
+            ca = generate_ca(
+                "edgefleet-apiserver-ca", lifetime=CA_LIFETIME.total_seconds(), now=now.timestamp()
+            )
+            _write_private(ca_key_path, dump_private_key_pem(ca.private_key))
+            _write_public(ca_crt, dump_certificate_pem(ca.certificate))
         if not (key_path.exists() and _serving_ok(crt, hosts, now)):
-            cert, key = _new_serving(ca_cert, ca_key, hosts, now)
-            _write_private(key_path, _key_pem(key))
-            _write_public(crt, cert.public_bytes(serialization.Encoding.PEM))
+            cert, key = _new_serving(ca, hosts, now)
+            _write_private(key_path, dump_private_key_pem(key))
+            _write_public(crt, dump_certificate_pem(cert))
         if token is None:
             if token_path.exists():
                 token = token_path.read_text().strip()
             if not token:
                 token = secrets.token_urlsafe(32)
                 _write_private(token_path, token.encode() + b"\n")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, PKIError) as exc:
         raise StorageError(f"cannot prepare TLS files in {directory}: {exc}") from exc
     return ServerPKI(ca_crt, crt, key_path, token)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cloudhub.standalone.aggregation import AggregatedAPI
+from cloudhub.aggregation import AggregatedAPI
 from cloudhub.standalone.controllers import Controllers
 from cloudhub.standalone.errors import ConfigurationError, StandaloneError, StorageError
 from cloudhub.standalone.expiry import EVENTS_KEY, EventExpiry
@@ -36,7 +36,7 @@ from cloudhub.standalone.handlers import APIHandler
 from cloudhub.standalone.options import DeleteOptions
 from cloudhub.standalone.persistence import MemoryBackend, SQLiteBackend, StorageBackend
 from cloudhub.standalone.pki import ServerPKI, ensure_pki, write_kubeconfig
-from cloudhub.standalone.registry import Registry
+from cloudhub.standalone.rest import Registry
 from cloudhub.standalone.settings import APIServerSettings
 from cloudhub.standalone.store import Store
 

@@ -13,8 +13,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from edgeagent.devices.api import APIStartError, DeviceAPIServer
+    from edgeagent.devices.api import DeviceAPIServer
     from edgeagent.devices.errors import (
+        APIStartError,
         BadRequest,
         DeviceNotFound,
         ModelUnavailable,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     )
 
 _WHERE = {
-    "APIStartError": "api",
+    "APIStartError": "errors",
     "DeviceAPIServer": "api",
     "BadRequest": "errors",
     "DeviceNotFound": "errors",

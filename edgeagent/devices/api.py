@@ -42,7 +42,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
 
-from edgeagent.devices.errors import BadRequest, DeviceNotFound, ModelUnavailable, TwinError
+from edgeagent.devices.errors import (
+    APIStartError,
+    BadRequest,
+    DeviceNotFound,
+    ModelUnavailable,
+)
 from edgeagent.devices.settings import DeviceSettings
 from edgeagent.devices.twins import (
     DesiredView,
@@ -59,10 +64,6 @@ log = logging.getLogger(__name__)
 _READ_CHUNK = 64 * 1024
 T = TypeVar("T")
 _MAX_HEADER_BYTES = 16 * 1024
-
-
-class APIStartError(TwinError):
-    """The device API cannot listen (socket path taken by a live server, or an OS error)."""
 
 
 class _HTTPError(Exception):

@@ -13,6 +13,10 @@ class TwinError(AgentError):
     """Root of the agent's twin errors."""
 
 
+class APIStartError(TwinError):
+    """The device API cannot listen (socket path taken by a live server, or an OS error)."""
+
+
 class DeviceNotFound(TwinError, LookupError):
     """No device of that namespace/name is assigned to this node.
 

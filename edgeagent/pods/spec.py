@@ -68,7 +68,8 @@ _SPEC_OFF_VALUES: dict[str, tuple[Any, ...]] = {
     "shareProcessNamespace": (False,),
     "securityContext": ({},),
     "imagePullSecrets": ([],),
-    "automountServiceAccountToken": (False, True),  # only matters with a projected volume
+    # only matters with a serviceAccountToken projection, which is refused
+    "automountServiceAccountToken": (False, True),
     "dnsPolicy": ("ClusterFirst", "Default", "ClusterFirstWithHostNet"),
     "hostAliases": ([],),
     "readinessGates": ([],),
@@ -232,6 +233,8 @@ def _check_volumes(volumes: Any, problems: list[str]) -> set[str]:
             if not _valid_ref_name(src.get("secretName")):
                 problems.append(f"{path}.secret.secretName: not a valid object name")
             _check_items(src, f"{path}.secret", problems)
+        elif kind == "projected":
+            _check_projected(src, f"{path}.projected", problems)
         elif kind == "emptyDir":
             _only(src or {}, {"medium", "sizeLimit"}, f"{path}.emptyDir", problems)
             if (src or {}).get("medium", "") not in ("", "Memory"):
@@ -250,6 +253,33 @@ def _check_volumes(volumes: Any, problems: list[str]) -> set[str]:
         else:
             problems.append(f"{path}.{kind}")
     return names
+
+
+def _check_projected(src: Any, path: str, problems: list[str]) -> None:
+    """``projected`` volumes: the ``configMap`` and ``secret`` sources are run (both name
+    their object ``name``); ``downwardAPI``, ``serviceAccountToken`` and
+    ``clusterTrustBundle`` sources are not."""
+    if not isinstance(src, dict):
+        problems.append(f"{path}: must be an object")
+        return
+    _only(src, {"sources", "defaultMode"}, path, problems)
+    for j, source in enumerate(src.get("sources") or []):
+        spath = f"{path}.sources[{j}]"
+        kinds = list(source) if isinstance(source, dict) else []
+        if len(kinds) != 1:
+            problems.append(f"{spath}: exactly one projection source is required")
+            continue
+        kind = kinds[0]
+        if kind not in ("configMap", "secret"):
+            problems.append(f"{spath}.{kind}")
+            continue
+        ref = source[kind]
+        _only(ref, {"name", "items", "optional"}, f"{spath}.{kind}", problems)
+        if not isinstance(ref, dict):
+            continue
+        if not _valid_ref_name(ref.get("name")):
+            problems.append(f"{spath}.{kind}.name: not a valid object name")
+        _check_items(ref, f"{spath}.{kind}", problems)
 
 
 def _check_items(src: dict, path: str, problems: list[str]) -> None:

@@ -1,6 +1,8 @@
-"""Pod volumes on the host: configMap, secret, emptyDir and hostPath.
+"""Pod volumes on the host: configMap, secret, projected, emptyDir and hostPath.
 
-ConfigMap and Secret volumes are written the way kubelet's atomic writer does, so that an
+ConfigMap, Secret and projected volumes (the ``configMap`` and ``secret`` sources of
+``projected.sources``, merged into one directory as kubelet does; other projected sources
+are refused by ``pods.spec``) are written the way kubelet's atomic writer does, so that an
 update is seen all at once and without restarting anything: the files live in a
 timestamped directory, ``..data`` is a symlink to it, and each top-level entry is a symlink
 through ``..data``. An update writes a new directory and renames a new ``..data`` over the
@@ -8,10 +10,10 @@ old one (one atomic rename); the bind mount (or process-runtime symlink) of the 
 directory sees the change. ``subPath`` mounts bind one file and, as with kubelet, do not
 see updates.
 
-Secret volumes and ``emptyDir.medium: Memory`` live on the host's tmpfs (``/dev/shm``)
-when there is one, so secrets never reach the SD card and memory-backed scratch space is
-memory; secret files are never group- or world-readable (mode at most 0600, stricter
-than kubelet's 0644 default).
+Secret volumes, projected volumes with a secret source and ``emptyDir.medium: Memory`` live
+on the host's tmpfs (``/dev/shm``) when there is one, so secrets never reach the SD card and
+memory-backed scratch space is memory; secret files are never group- or world-readable
+(mode at most 0600, stricter than kubelet's 0644 default).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class PreparedVolume:
     """A volume ready on the host.
 
     Attributes:
-        kind: ``configMap``, ``secret``, ``emptyDir`` or ``hostPath``.
+        kind: ``configMap``, ``secret``, ``projected``, ``emptyDir`` or ``hostPath``.
         path: host path of the volume root.
     """
 
@@ -85,8 +87,8 @@ class VolumeManager:
         for vol in (pod.get("spec") or {}).get("volumes") or []:
             name = vol["name"]
             try:
-                if "configMap" in vol or "secret" in vol:
-                    out[name] = self._projected(uid, namespace, vol, lookup)
+                if "configMap" in vol or "secret" in vol or "projected" in vol:
+                    out[name] = self._config_volume(uid, namespace, vol, lookup)
                 elif "emptyDir" in vol:
                     memory = (vol["emptyDir"] or {}).get("medium") == "Memory"
                     path = self._volume_dir(uid, "empty-dir", name, memory)
@@ -99,36 +101,46 @@ class VolumeManager:
                 raise VolumeError(f"volume {name!r}: {exc}") from exc
         return out
 
-    def _projected(
+    def _config_volume(
         self, uid: str, namespace: str, vol: dict[str, Any], lookup: Lookup
     ) -> PreparedVolume:
+        """A ``configMap``, ``secret`` or ``projected`` volume, written atomically."""
         name = vol["name"]
-        if "configMap" in vol:
-            kind, src, obj_name = "ConfigMap", vol["configMap"], vol["configMap"]["name"]
-            default_mode, mask = src.get("defaultMode", 0o644), 0o777
+        if "projected" in vol:
+            kind = "projected"
+            src = vol["projected"] or {}
+            default_mode = src.get("defaultMode", 0o644)
+            sources = [
+                _source(source, default_mode)
+                for source in src.get("sources") or []
+                if "configMap" in source or "secret" in source
+            ]
+        elif "configMap" in vol:
+            kind = "configMap"
+            src = vol["configMap"]
+            sources = [("ConfigMap", src, src["name"], src.get("defaultMode", 0o644), 0o777)]
         else:
-            kind, src, obj_name = "Secret", vol["secret"], vol["secret"]["secretName"]
-            default_mode, mask = src.get("defaultMode", 0o600), 0o600
-        path = self._volume_dir(uid, kind.lower(), name, memory=kind == "Secret")
-        data = config_data(lookup, kind, namespace, obj_name, optional=bool(src.get("optional")))
+            kind = "secret"
+            src = vol["secret"]
+            sources = [("Secret", src, src["secretName"], src.get("defaultMode", 0o600), 0o600)]
+        memory = any(source[0] == "Secret" for source in sources)
+        path = self._volume_dir(uid, kind.lower(), name, memory=memory)
         payload: dict[str, tuple[bytes, int]] = {}
-        if data is not None:
-            items = src.get("items")
-            if items:
-                for item in items:
-                    if item["key"] not in data:
-                        if src.get("optional"):
-                            continue
-                        raise PodConfigError(
-                            f"couldn't find key {item['key']} in {kind} {namespace}/{obj_name}"
-                        )
-                    mode = int(item.get("mode", default_mode)) & mask
-                    payload[item["path"]] = (data[item["key"]], mode)
-            else:
-                payload = {key: (value, int(default_mode) & mask) for key, value in data.items()}
-        if not path.exists() or data is not None:
+        found = False
+        for obj_kind, ref, obj_name, default, mask in sources:
+            data = config_data(
+                lookup, obj_kind, namespace, obj_name, optional=bool(ref.get("optional"))
+            )
+            if data is None:
+                continue
+            found = True
+            for rel, content in _items(obj_kind, namespace, obj_name, ref, data, default, mask):
+                if rel in payload:
+                    raise PodConfigError(f"volume {name!r}: more than one source writes {rel!r}")
+                payload[rel] = content
+        if not path.exists() or found:
             write_atomic(path, payload)
-        return PreparedVolume("configMap" if kind == "ConfigMap" else "secret", str(path))
+        return PreparedVolume(kind, str(path))
 
     def mounts(
         self, container: dict[str, Any], volumes: dict[str, PreparedVolume]
@@ -142,7 +154,7 @@ class VolumeManager:
         for m in container.get("volumeMounts") or []:
             vol = volumes[m["name"]]
             source = vol.path
-            read_only = bool(m.get("readOnly")) or vol.kind in ("configMap", "secret")
+            read_only = bool(m.get("readOnly")) or vol.kind in ("configMap", "secret", "projected")
             sub = m.get("subPath")
             if sub:
                 source = os.path.join(vol.path, sub)
@@ -163,6 +175,47 @@ class VolumeManager:
         for base in (self._pods, self._shm):
             if base is not None:
                 shutil.rmtree(base / uid, ignore_errors=True)
+
+
+_Source = tuple[str, dict[str, Any], str, int, int]
+"""(kind, source, object name, default file mode, mode mask) of one ConfigMap or Secret."""
+
+
+def _source(source: dict[str, Any], default_mode: int) -> _Source:
+    """One ``configMap`` or ``secret`` entry of ``projected.sources`` (both name their
+    object ``name``, unlike the ``secret`` volume's ``secretName``)."""
+    if "configMap" in source:
+        return "ConfigMap", source["configMap"], source["configMap"]["name"], default_mode, 0o777
+    return "Secret", source["secret"], source["secret"]["name"], default_mode, 0o600
+
+
+def _items(
+    kind: str,
+    namespace: str,
+    name: str,
+    src: dict[str, Any],
+    data: dict[str, bytes],
+    default_mode: int,
+    mask: int,
+) -> list[tuple[str, tuple[bytes, int]]]:
+    """The files one ConfigMap or Secret contributes: ``[(relative path, (bytes, mode))]``,
+    every key or the listed ``items`` (a missing listed key is an error unless optional).
+
+    Raises:
+        PodConfigError: a listed key is missing and the source is not optional.
+    """
+    items = src.get("items")
+    if not items:
+        return [(key, (value, int(default_mode) & mask)) for key, value in data.items()]
+    out = []
+    for item in items:
+        if item["key"] not in data:
+            if src.get("optional"):
+                continue
+            raise PodConfigError(f"couldn't find key {item['key']} in {kind} {namespace}/{name}")
+        mode = int(item.get("mode", default_mode)) & mask
+        out.append((item["path"], (data[item["key"]], mode)))
+    return out
 
 
 def _host_path(src: dict[str, Any]) -> str:

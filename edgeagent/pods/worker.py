@@ -52,6 +52,7 @@ from edgeagent.runtime.base import (
 )
 from edgeagent.store import pod_coalesce_key, ref_dict
 from edgeagent.tasks import TaskSet, wait_event
+from protocol.podrefs import pod_references
 
 if TYPE_CHECKING:
     from edgeagent.pods.reconciler import PodReconciler
@@ -137,26 +138,13 @@ class PodWorker:
         self._last_status = None
 
     def references(self, kind: str, namespace: str, name: str) -> bool:
-        """Whether the pod uses that ConfigMap or Secret (volumes, env, envFrom)."""
+        """Whether the pod uses that ConfigMap or Secret: the hub's rule,
+        :func:`protocol.podrefs.pod_references` (volumes including projected sources, env,
+        envFrom, imagePullSecrets), so both halves agree on what a pod depends on."""
         pod = self._last_pod
         if pod is None or pod["metadata"].get("namespace") != namespace:
             return False
-        spec = pod.get("spec") or {}
-        key = "configMap" if kind == "ConfigMap" else "secret"
-        for vol in spec.get("volumes") or []:
-            src = vol.get(key)
-            if src and (src.get("name") == name or src.get("secretName") == name):
-                return True
-        ref_key = "configMapKeyRef" if kind == "ConfigMap" else "secretKeyRef"
-        from_key = "configMapRef" if kind == "ConfigMap" else "secretRef"
-        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-            for env in c.get("env") or []:
-                if ((env.get("valueFrom") or {}).get(ref_key) or {}).get("name") == name:
-                    return True
-            for src in c.get("envFrom") or []:
-                if (src.get(from_key) or {}).get("name") == name:
-                    return True
-        return False
+        return (kind, name) in pod_references(pod)
 
     def spec_changed(self) -> None:
         """The pod object changed (or was deleted): look again now."""

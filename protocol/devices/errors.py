@@ -1,21 +1,25 @@
 """Errors raised by the device model and value rules.
 
-``DeviceError`` is the root. ``InvalidDocument`` says a DeviceModel or Device document
-breaks the schema (every problem with its field path); ``InvalidValue`` says a twin value
-breaks its model property (type, range, access mode). Both are "the input is bad"
-errors: the caller reports them, nothing is half-applied.
-
-When ``protocol.errors`` lands (branch ``core``), ``DeviceError`` should derive from its
-root error so that the protocol package keeps one exception tree.
+``DeviceError`` is the root of this branch of the ``protocol.errors`` tree (under
+``ProtocolError``). ``InvalidDocument`` says a DeviceModel or Device document breaks the
+schema (every problem with its field path); ``InvalidValue`` says a twin value breaks its
+model property (type, range, access mode). Both are "the input is bad" errors: the caller
+reports them, nothing is half-applied. Every ``DeviceError`` is also a ``ValueError``, as
+these errors were before they joined the tree, so ``except ValueError`` handlers keep
+catching them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocol.errors import ProtocolError
 
-class DeviceError(Exception):
-    """Root of the device model errors."""
+__all__ = ["DeviceError", "InvalidDocument", "InvalidValue", "Problem"]
+
+
+class DeviceError(ProtocolError, ValueError):
+    """Root of the device model errors (the ``devices`` branch of ``protocol.errors``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,7 @@ class Problem:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class InvalidDocument(DeviceError, ValueError):
+class InvalidDocument(DeviceError):
     """A DeviceModel or Device document breaks the schema.
 
     Attributes:
@@ -53,7 +57,7 @@ class InvalidDocument(DeviceError, ValueError):
         super().__init__(f"invalid {what}: {lines}")
 
 
-class InvalidValue(DeviceError, ValueError):
+class InvalidValue(DeviceError):
     """A twin value does not fit its model property.
 
     Attributes:

@@ -1,9 +1,10 @@
 """The twin payloads both halves exchange, as plain frozen data.
 
 These are the bodies of the twin messages in ``docs/protocol.md``; the session code maps
-them one to one onto its message classes (``twin_desired``, ``twin_reported``, and the two
-kinds proposed in docs/devices.md: ``twin_observed`` and ``twin_history``). Keeping them
-here lets the hub's and the agent's twin logic be written and tested without a session.
+them onto its message classes ``twin_desired`` and ``twin_reported`` (history goes up as
+``twin_reported`` too). ``ObservedDesired`` is the body of ``twin_observed``, a kind
+docs/devices.md proposes and the protocol does not have yet. Keeping them here lets the
+hub's and the agent's twin logic be written and tested without a session.
 
 Versions (docs/devices.md):
 
@@ -73,7 +74,8 @@ class ReportedValue:
 
 @dataclass(frozen=True, slots=True)
 class ObservedDesired:
-    """The desired state a mapper has fetched from the edge (body of ``twin_observed``).
+    """The desired state a mapper has fetched from the edge (body of the proposed
+    ``twin_observed``, which no message kind carries yet: docs/devices.md, "Not done").
 
     The hub writes it to ``status.twins[].observedDesired`` (KubeEdge's "desired value the
     mapper has received"), so people can see whether the mapper is keeping up.

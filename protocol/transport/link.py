@@ -21,15 +21,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol.errors import CloseCode, ConnectionClosed, StateError, WindowFull
-from protocol.session import (
-    Acked,
-    Closed,
-    Established,
-    HelloReceived,
-    MessageReceived,
-    Session,
-    SessionState,
-)
+from protocol.events import Acked, Closed, Established, HelloReceived, MessageReceived
+from protocol.session import Session, SessionState
 
 if TYPE_CHECKING:
     from cryptography import x509

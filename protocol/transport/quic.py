@@ -51,8 +51,10 @@ from aioquic.quic.packet import (
 )
 
 from protocol import pki
+from protocol.config import SessionConfig
 from protocol.errors import CloseCode
-from protocol.session import Established, Role, Session, SessionConfig
+from protocol.events import Established
+from protocol.session import Role, Session
 from protocol.transport.errors import CertificateRejected, ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
 from protocol.transport.link import handshake_failure as _rejection

@@ -21,14 +21,8 @@ WebSocket keepalive pings and compression are off: the session has its own ping/
 deadline, and permessage-deflate would cost ~64 KiB of zlib state per connection.
 websockets still answers a peer's WebSocket ping, as RFC 6455 requires.
 
-TLS read buffer. asyncio's TLS layer (``asyncio.sslproto.SSLProtocol``) allocates and
-touches a 256 KiB read buffer per connection, which alone is four times our per-connection
-budget on the hub (10,000 WebSocket sessions at ≤ 64 KiB each): measured, a bare websockets
-server with mutual TLS holds ~300 KiB per idle connection. So we do not hand ``ssl=`` to
-asyncio; each connection starts TLS itself on its TCP transport, exactly as
-``loop.start_tls()`` does, with an ``SSLProtocol`` that reads through one
-``TLS_READ_BUFFER`` (16 KiB, the largest TLS record) shared by every connection of the
-thread (see :class:`_LeanSSLProtocol`).
+TLS is started per connection, with one read buffer per thread instead of asyncio's 256 KiB
+per connection: :mod:`protocol.transport.leantls`.
 """
 
 from __future__ import annotations
@@ -36,9 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import sys
-import threading
-from asyncio import sslproto
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +41,10 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
+from protocol.config import SessionConfig
 from protocol.errors import CloseCode
-from protocol.session import Established, Role, Session, SessionConfig
+from protocol.events import Established
+from protocol.session import Role, Session
 from protocol.transport.admission import PendingLimit
 from protocol.transport.errors import (
     CertificateRejected,
@@ -59,7 +52,8 @@ from protocol.transport.errors import (
     HandshakeTimeout,
     TransportError,
 )
-from protocol.transport.link import TRANSPORT_CLOSE_BOUND, Link
+from protocol.transport.leantls import TLS_READ_BUFFER, certificate_alert, start_tls
+from protocol.transport.link import Link
 from protocol.transport.link import handshake_failure as _rejection
 from protocol.transport.tls import (
     TLSCredentials,
@@ -89,9 +83,6 @@ logger = logging.getLogger(__name__)
 PATH = "/edgefleet/v1"
 """The URL path of the WebSocket endpoint."""
 
-TLS_READ_BUFFER = 16 * 1024
-"""Bytes of TLS read buffer per connection (asyncio's default is 256 KiB)."""
-
 BATCH_BYTES = 64 * 1024
 """Largest WebSocket message (bytes) made by joining frames; a larger frame goes alone.
 64 KiB already spreads websockets' and TLS's per-message cost over 60 1-KiB frames."""
@@ -106,96 +97,6 @@ _UNSUPPORTED_DATA = 1003
 
 def _max_message(config: SessionConfig) -> int:
     return max(config.max_frame_size + _LENGTH, BATCH_BYTES)
-
-
-_scratch = threading.local()
-
-
-class _LeanSSLProtocol(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with one 16 KiB read buffer per thread instead of 256 KiB per
-    connection.
-
-    Sharing is safe because the event loop uses the buffer synchronously: it calls
-    ``get_buffer()``, ``recv_into()`` it, then ``buffer_updated()``, which copies the bytes
-    into the connection's own ``MemoryBIO`` before the callback returns. One buffer per
-    thread, since each thread runs its own loop. (Python 3.10's TLS layer has no such
-    buffer; setting the attributes there is harmless.)
-    """
-
-    max_size = TLS_READ_BUFFER
-
-    def __init__(self, loop: Any, app_protocol: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(loop, app_protocol, *args, **kwargs)
-        self._owner = app_protocol
-        view = getattr(_scratch, "view", None)
-        if view is None:
-            view = _scratch.view = memoryview(bytearray(TLS_READ_BUFFER))
-        self._ssl_buffer = view.obj
-        self._ssl_buffer_view = view
-
-    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
-        super()._on_handshake_complete(handshake_exc)
-        # asyncio keeps the peer certificate parsed into a dict for
-        # get_extra_info("peercert"): ~1.7 KiB held for the connection's life, 17 MiB on a
-        # hub with 10,000 sessions. We read the DER from the ssl_object instead.
-        self._extra.pop("peercert", None)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        # asyncio tells the application about a TLS failure only on a later loop turn;
-        # record it now so that a failed connect can name it (e.g. the hub's alert).
-        if isinstance(exc, ssl.SSLError):
-            self._owner.tls_error = exc
-        super().connection_lost(exc)
-
-
-def _start_tls(
-    connection: asyncio.Protocol,
-    transport: asyncio.BaseTransport,
-    context: ssl.SSLContext,
-    *,
-    server_side: bool,
-    server_hostname: str | None,
-    handshake_timeout: float,
-) -> asyncio.Future[None]:
-    """Put TLS between ``transport`` and ``connection``, as ``loop.start_tls()`` does.
-
-    ``connection.connection_made()`` is called again, with the TLS transport, once the
-    handshake has succeeded. Returns a future that completes with the handshake.
-    """
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-    kwargs: dict[str, Any] = {"ssl_handshake_timeout": handshake_timeout}
-    if sys.version_info >= (3, 11):
-        kwargs["ssl_shutdown_timeout"] = TRANSPORT_CLOSE_BOUND
-    protocol = _LeanSSLProtocol(
-        loop,
-        connection,
-        context,
-        waiter,
-        server_side=server_side,
-        server_hostname=server_hostname,
-        **kwargs,
-    )
-    transport.set_protocol(protocol)  # type: ignore[attr-defined]
-    protocol.connection_made(transport)
-    return waiter
-
-
-#: OpenSSL's names for the alerts a TLS server sends about a client certificate.
-_CERTIFICATE_ALERTS = {
-    "SSLV3_ALERT_BAD_CERTIFICATE": "bad_certificate",
-    "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE": "unsupported_certificate",
-    "SSLV3_ALERT_CERTIFICATE_REVOKED": "certificate_revoked",
-    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "certificate_expired",
-    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "certificate_unknown",
-    "TLSV1_ALERT_UNKNOWN_CA": "unknown_ca",
-    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "certificate_required",
-}
-
-
-def _certificate_alert(exc: ssl.SSLError | None) -> str | None:
-    """The client-certificate alert the peer sent, if ``exc`` is one."""
-    return _CERTIFICATE_ALERTS.get(getattr(exc, "reason", None) or "")
 
 
 def _done(future: asyncio.Future[Any], result: Any = None) -> None:
@@ -258,7 +159,7 @@ class _WebSocketConnection(asyncio.Protocol):
             if self._admit is not None and not self._admit(self, transport):
                 transport.abort()  # connection_lost() follows, then _ended()
                 return
-            waiter = _start_tls(
+            waiter = start_tls(
                 self,
                 transport,
                 self._context,
@@ -334,7 +235,7 @@ class _WebSocketConnection(asyncio.Protocol):
             exc = self.tls_error
         if not self.opened.done():
             failure: ConnectFailed
-            alert = _certificate_alert(self.tls_error)
+            alert = certificate_alert(self.tls_error)
             if alert is not None and self._client:
                 failure = CertificateRejected(f"{self._where}: TLS: {self.tls_error}", alert=alert)
             elif self.tls_error is not None:

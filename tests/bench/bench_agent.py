@@ -307,8 +307,9 @@ class _LoopbackHub:
 
     async def run(self, ctx) -> None:
         from edgeagent.outbox import hello, sent_messages, to_message
+        from protocol.events import Acked, HelloReceived, MessageReceived
         from protocol.messages import MetricsBatch, Welcome
-        from protocol.session import Acked, HelloReceived, MessageReceived, Role, Session
+        from protocol.session import Role, Session
 
         loop = asyncio.get_running_loop()
         store, streams = ctx.store, ctx.streams

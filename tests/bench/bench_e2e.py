@@ -57,15 +57,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class HubProcess:
     """``python -m cloudhub serve`` on its embedded API."""
 
-    def __init__(self, root: pathlib.Path, test_pki: Any) -> None:
+    def __init__(self, root: pathlib.Path, pki_ca: Any) -> None:
         self.root = root
         self.port = free_port()
         self.http_port = free_port()
         root.mkdir(parents=True, exist_ok=True)
         tls = root / "tls"
         tls.mkdir()
-        creds = test_pki.server
-        (tls / "ca.crt").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
+        creds = pki_ca.server
+        (tls / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
         (tls / "hub.crt").write_bytes(pki.dump_certificate_pem(creds.chain))
         (tls / "hub.key").write_bytes(pki.dump_private_key_pem(creds.private_key))
         self.args = [
@@ -377,7 +377,7 @@ def _cpu_ticks(pid: int) -> int:
 async def _idle(
     kube: KubeClient,
     tmp: pathlib.Path,
-    test_pki: Any,
+    pki_ca: Any,
     hub: HubProcess,
     transport: str,
     idle_s: float,
@@ -391,7 +391,7 @@ async def _idle(
         node,
         "process",
         f"quic://127.0.0.1:{relay.port}",
-        test_pki.ca,
+        pki_ca.ca,
         sets=(f"hub.transports={transport}",),
         quick=False,
     )
@@ -440,8 +440,8 @@ async def _idle(
 
 
 async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
-    test_pki = make_test_pki()
-    hub = HubProcess(tmp / "hub", test_pki)
+    pki_ca = make_test_pki()
+    hub = HubProcess(tmp / "hub", pki_ca)
     hub.start()
     results: dict[str, Any] = {}
     kube = await KubeClient.from_kubeconfig(str(hub.kubeconfig))
@@ -452,7 +452,7 @@ async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
             "lat-process",
             "process",
             f"quic://127.0.0.1:{hub.port}",
-            test_pki.ca,
+            pki_ca.ca,
             quick=False,
         )
         agent.start()
@@ -477,7 +477,7 @@ async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
                 "lat-podman",
                 "docker",
                 f"quic://127.0.0.1:{hub.port}",
-                test_pki.ca,
+                pki_ca.ca,
                 engine=engine,
                 quick=False,
             )
@@ -496,8 +496,8 @@ async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
         idle_s = 10.0 if quick else 180.0
         # Both transports at once (two agents, two relays): the same idle window.
         quic, websocket = await asyncio.gather(
-            _idle(kube, tmp, test_pki, hub, "quic", idle_s),
-            _idle(kube, tmp, test_pki, hub, "websocket", idle_s),
+            _idle(kube, tmp, pki_ca, hub, "quic", idle_s),
+            _idle(kube, tmp, pki_ca, hub, "websocket", idle_s),
         )
         results["idle_10_pods_quic"] = quic
         results["idle_10_pods_websocket"] = websocket

@@ -128,7 +128,7 @@ class Stack:
     def __init__(
         self,
         root: pathlib.Path,
-        test_pki: Any,
+        pki_ca: Any,
         hub_flags: list[str],
         api_flags: tuple[str, ...] = (),
     ) -> None:
@@ -141,10 +141,10 @@ class Stack:
         self.hub: asyncio.subprocess.Process | None = None
         tls = root / "tls"
         tls.mkdir(parents=True)
-        (tls / "ca.crt").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
-        (tls / "ca.key").write_bytes(pki.dump_private_key_pem(test_pki.ca.private_key))
-        (tls / "hub.crt").write_bytes(pki.dump_certificate_pem(test_pki.server.chain))
-        (tls / "hub.key").write_bytes(pki.dump_private_key_pem(test_pki.server.private_key))
+        (tls / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
+        (tls / "ca.key").write_bytes(pki.dump_private_key_pem(pki_ca.ca.private_key))
+        (tls / "hub.crt").write_bytes(pki.dump_certificate_pem(pki_ca.server.chain))
+        (tls / "hub.key").write_bytes(pki.dump_private_key_pem(pki_ca.server.private_key))
         self.tls = tls
         self.kubeconfig = root / "kubeconfig"
 
@@ -524,9 +524,9 @@ async def delivery(stack: Stack, fleet: Fleet, seconds: float, transport: str) -
 
 
 async def run_transport(
-    root: pathlib.Path, test_pki: Any, transport: str, plan: dict
+    root: pathlib.Path, pki_ca: Any, transport: str, plan: dict
 ) -> dict[str, Any]:
-    stack = Stack(root / transport, test_pki, plan["hub_flags"])
+    stack = Stack(root / transport, pki_ca, plan["hub_flags"])
     out: dict[str, Any] = {"steps": []}
     await stack.start()
     fleet = Fleet(stack, transport)
@@ -569,7 +569,7 @@ async def run_async(quick: bool) -> dict:
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     plan = QUICK if quick else FULL
-    test_pki = make_test_pki()
+    pki_ca = make_test_pki()
     results: dict[str, Any] = {
         "setup": (
             "hub (python -m cloudhub serve, default settings) against the embedded API in its "
@@ -582,7 +582,7 @@ async def run_async(quick: bool) -> dict:
     }
     with tempfile.TemporaryDirectory(prefix="bench-hub-") as tmp:
         for transport in ("websocket", "quic"):
-            results[transport] = await run_transport(pathlib.Path(tmp), test_pki, transport, plan)
+            results[transport] = await run_transport(pathlib.Path(tmp), pki_ca, transport, plan)
     return results
 
 

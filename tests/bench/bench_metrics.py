@@ -177,7 +177,7 @@ IP_UDP_HEADERS = 28
 async def _idle_uplink(
     kube: Any,
     tmp: pathlib.Path,
-    test_pki: Any,
+    pki_ca: Any,
     hub: Any,
     transport: str,
     window_s: float,
@@ -208,7 +208,7 @@ async def _idle_uplink(
         node,
         "process",
         f"quic://127.0.0.1:{relay.port}",
-        test_pki.ca,
+        pki_ca.ca,
         sets=tuple(sets),
         quick=False,
     )
@@ -283,8 +283,8 @@ async def _measure_idle(quick: bool, tmp: pathlib.Path) -> dict:
 
     scale = QUICK_TIME_SCALE if quick else 1.0
     window = QUICK_WINDOW_S if quick else FULL_WINDOW_S
-    test_pki = make_test_pki()
-    hub = HubProcess(tmp / "hub", test_pki)
+    pki_ca = make_test_pki()
+    hub = HubProcess(tmp / "hub", pki_ca)
     if scale != 1:
         hub.args += [
             "--session-heartbeat-interval",
@@ -294,8 +294,8 @@ async def _measure_idle(quick: bool, tmp: pathlib.Path) -> dict:
     kube = await KubeClient.from_kubeconfig(str(hub.kubeconfig))
     try:
         quic, websocket = await asyncio.gather(
-            _idle_uplink(kube, tmp, test_pki, hub, "quic", window, scale),
-            _idle_uplink(kube, tmp, test_pki, hub, "websocket", window, scale),
+            _idle_uplink(kube, tmp, pki_ca, hub, "quic", window, scale),
+            _idle_uplink(kube, tmp, pki_ca, hub, "websocket", window, scale),
         )
     finally:
         await kube.close()

@@ -28,8 +28,8 @@ from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.pki import CertificateRegistry, HubPKI, PKISettings
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from edgeagent.certs import CertificateRenewer
+from protocol.events import Closed, MessageReceived
 from protocol.messages import CertRenewResponse
-from protocol.session import Closed, MessageReceived
 from protocol.transport import connect_websocket
 from tests.cloudhub.pki.sessionhub import SessionHub, hello
 from tests.cloudhub.pki.test_join import Node

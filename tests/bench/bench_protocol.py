@@ -51,8 +51,8 @@ import types
 from collections.abc import Awaitable, Callable
 
 from protocol import pki
+from protocol.events import MessageReceived
 from protocol.messages import PROTOCOL_VERSION, Hello, KubeEvent, ObjectRef
-from protocol.session import MessageReceived
 from protocol.transport import Link, TLSCredentials, connect_quic, connect_websocket
 from protocol.transport.tls import client_ssl_context
 from tests.bench.bare_echo import BareQuicClient, BareWebSocketClient
@@ -65,11 +65,11 @@ WINDOW = 64
 TARGET = 1.3
 
 
-def write_server_certs(directory: pathlib.Path, test_pki) -> None:
-    (directory / "ca.pem").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
-    (directory / "server.pem").write_bytes(pki.dump_certificate_pem(test_pki.server.chain))
+def write_server_certs(directory: pathlib.Path, pki_ca) -> None:
+    (directory / "ca.pem").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
+    (directory / "server.pem").write_bytes(pki.dump_certificate_pem(pki_ca.server.chain))
     key = directory / "server.key"
-    key.write_bytes(pki.dump_private_key_pem(test_pki.server.private_key))
+    key.write_bytes(pki.dump_private_key_pem(pki_ca.server.private_key))
     key.chmod(0o600)
 
 
@@ -161,8 +161,8 @@ async def measure(
 Pair = tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]
 
 
-async def bare_quic(port: int, test_pki) -> tuple[Pair, Callable[[], Awaitable[None]]]:
-    client = BareQuicClient(HOST, port, test_pki.server)
+async def bare_quic(port: int, pki_ca) -> tuple[Pair, Callable[[], Awaitable[None]]]:
+    client = BareQuicClient(HOST, port, pki_ca.server)
     await client.open()
     payload = b"x" * SIZE
 
@@ -175,8 +175,8 @@ async def bare_quic(port: int, test_pki) -> tuple[Pair, Callable[[], Awaitable[N
     return (send, recv), client.close
 
 
-async def bare_websocket(port: int, test_pki) -> tuple[Pair, Callable[[], Awaitable[None]]]:
-    client = BareWebSocketClient(HOST, port, client_ssl_context(test_pki.client))
+async def bare_websocket(port: int, pki_ca) -> tuple[Pair, Callable[[], Awaitable[None]]]:
+    client = BareWebSocketClient(HOST, port, client_ssl_context(pki_ca.client))
     await client.open()
     payload = b"x" * SIZE
 
@@ -251,19 +251,19 @@ async def run_async(quick: bool) -> dict:
         if quick
         else {"quic": (2000, 200, 9), "websocket": (5000, 500, 9)}
     )
-    test_pki = make_test_pki()
+    pki_ca = make_test_pki()
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         cert_dir = pathlib.Path(tmp)
-        write_server_certs(cert_dir, test_pki)
+        write_server_certs(cert_dir, pki_ca)
         proc, ports = await start_peer(cert_dir)
         try:
-            common = {"credentials": test_pki.client, "hello": hello(), "server_name": "localhost"}
+            common = {"credentials": pki_ca.client, "hello": hello(), "server_name": "localhost"}
             for name, open_bare, connect in (
                 ("quic", bare_quic, connect_quic),
                 ("websocket", bare_websocket, connect_websocket),
             ):
-                bare, close_bare = await open_bare(ports[f"bare_{name}"], test_pki)
+                bare, close_bare = await open_bare(ports[f"bare_{name}"], pki_ca)
                 our, close_ours = ours(await connect(HOST, ports[name], **common))
                 count, rounds, repeats = plans[name]
                 try:
@@ -362,14 +362,14 @@ def instruction_counts(
     if shutil.which("valgrind") is None:
         raise RuntimeError("valgrind is not installed")
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    test_pki = make_test_pki()
+    pki_ca = make_test_pki()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         cert_dir = pathlib.Path(tmp)
-        write_server_certs(cert_dir, test_pki)
-        (cert_dir / "client.pem").write_bytes(pki.dump_certificate_pem(test_pki.client.chain))
-        (cert_dir / "client.key").write_bytes(pki.dump_private_key_pem(test_pki.client.private_key))
+        write_server_certs(cert_dir, pki_ca)
+        (cert_dir / "client.pem").write_bytes(pki.dump_certificate_pem(pki_ca.client.chain))
+        (cert_dir / "client.key").write_bytes(pki.dump_private_key_pem(pki_ca.client.private_key))
         for target in targets:
             totals = []
             for count in counts:

@@ -56,16 +56,16 @@ async def per_connection(proc, open_one, close_one, n: int) -> dict:
 
 async def run_async(quick: bool) -> dict:
     n = 100 if quick else 1000
-    test_pki = make_test_pki()
+    pki_ca = make_test_pki()
     # Generous timeouts: 50 handshakes at once on a shared 2-core machine are slow.
     common = {
-        "credentials": test_pki.client,
+        "credentials": pki_ca.client,
         "hello": hello(),
         "server_name": "localhost",
         "timeout": 60.0,
     }
     results = {}
-    context = client_ssl_context(test_pki.client)
+    context = client_ssl_context(pki_ca.client)
 
     async def bare(port: int) -> object:
         return await ws_connect(
@@ -90,7 +90,7 @@ async def run_async(quick: bool) -> dict:
     }
     with tempfile.TemporaryDirectory() as tmp:
         cert_dir = pathlib.Path(tmp)
-        write_server_certs(cert_dir, test_pki)
+        write_server_certs(cert_dir, pki_ca)
         for name, (open_one, close_one) in openers.items():
             if quick and name == "bare_websocket":
                 continue

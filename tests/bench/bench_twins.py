@@ -185,12 +185,12 @@ async def _paced(jobs: list, rate: float) -> None:
     await asyncio.gather(*tasks)
 
 
-def _hub_process(root: pathlib.Path, test_pki: Any) -> HubProcess:
+def _hub_process(root: pathlib.Path, pki_ca: Any) -> HubProcess:
     """``cloudhub serve`` as installed: its PKI serves from the CA given in files (the
     test CA, which signed the agents' certificates), its join endpoint on a free port."""
-    hub = HubProcess(root, test_pki)
+    hub = HubProcess(root, pki_ca)
     tls = root / "tls"
-    (tls / "ca.key").write_bytes(pki.dump_private_key_pem(test_pki.ca.private_key))
+    (tls / "ca.key").write_bytes(pki.dump_private_key_pem(pki_ca.ca.private_key))
     hub.args += [
         "--pki-ca-cert-file",
         str(tls / "ca.crt"),
@@ -206,8 +206,8 @@ def _hub_process(root: pathlib.Path, test_pki: Any) -> HubProcess:
 
 async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
     nodes = 10 if quick else 100
-    test_pki = make_test_pki()
-    hub = _hub_process(tmp / "hub", test_pki)
+    pki_ca = make_test_pki()
+    hub = _hub_process(tmp / "hub", pki_ca)
     hub.start()
     kube = await KubeClient.from_kubeconfig(str(hub.kubeconfig))
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
@@ -237,13 +237,13 @@ async def _measure(quick: bool, tmp: pathlib.Path) -> dict:
         create_s = time.monotonic() - started
 
         agent = AgentProcess(
-            tmp / REAL, REAL, "process", f"quic://127.0.0.1:{hub.port}", test_pki.ca, quick=False
+            tmp / REAL, REAL, "process", f"quic://127.0.0.1:{hub.port}", pki_ca.ca, quick=False
         )
         agent.start()
         sims = [
             SimAgent(
                 name,
-                node_credentials(test_pki.ca, name),
+                node_credentials(pki_ca.ca, name),
                 host="127.0.0.1",
                 websocket_port=hub.port,
                 transport="websocket",

@@ -24,8 +24,8 @@ import pathlib
 import sys
 import time
 
+from protocol.events import MessageReceived
 from protocol.messages import PROTOCOL_VERSION, KubeEvent, TwinDesired, Welcome
-from protocol.session import MessageReceived
 from protocol.transport import Link, TLSCredentials, serve_quic, serve_websocket
 from protocol.transport.tls import server_ssl_context
 from tests.bench.bare_echo import serve_bare_quic, serve_bare_websocket

@@ -131,10 +131,10 @@ def test_sigterm_while_the_api_is_unreachable_at_start_exits_0(tmp_path: pathlib
     from protocol import pki
     from tests.testpki import make_test_pki
 
-    test_pki = make_test_pki()
-    (tmp_path / "ca.crt").write_bytes(test_pki.server.ca_pem)
-    (tmp_path / "hub.crt").write_bytes(pki.dump_certificate_pem(test_pki.server.chain))
-    (tmp_path / "hub.key").write_bytes(pki.dump_private_key_pem(test_pki.server.private_key))
+    pki_ca = make_test_pki()
+    (tmp_path / "ca.crt").write_bytes(pki_ca.server.ca_pem)
+    (tmp_path / "hub.crt").write_bytes(pki.dump_certificate_pem(pki_ca.server.chain))
+    (tmp_path / "hub.key").write_bytes(pki.dump_private_key_pem(pki_ca.server.private_key))
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]

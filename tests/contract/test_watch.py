@@ -63,16 +63,24 @@ async def test_watch_from_resource_version_gets_later_changes_in_order(kube: Kub
 async def test_watch_without_resource_version_starts_with_current_state(kube: Kube) -> None:
     await kube.core.create_namespaced_config_map(kube.ns, cm("a"))
     await kube.core.create_namespaced_config_map(kube.ns, cm("b"))
+    events: list[dict[str, Any]] = []
+    w = watch.Watch()
 
-    async def change_later() -> None:
-        await asyncio.sleep(0.2)
-        await kube.core.create_namespaced_config_map(kube.ns, cm("c"))
+    async def consume() -> None:
+        async for event in w.stream(
+            kube.core.list_namespaced_config_map, kube.ns, timeout_seconds=30
+        ):
+            events.append(event)
+            if len(events) == 2:
+                # The current state has arrived, so the watch runs: change it now.
+                await kube.core.create_namespaced_config_map(kube.ns, cm("c"))
+            elif len(events) == 3:
+                break
 
-    task = asyncio.create_task(change_later())
     try:
-        events = await collect(kube, 3, label_selector=None)
+        await asyncio.wait_for(consume(), 30)
     finally:
-        await task
+        await w.close()
     names = [(e["type"], e["object"].metadata.name) for e in events]
     assert sorted(names[:2]) == [("ADDED", "a"), ("ADDED", "b")]
     assert names[2] == ("ADDED", "c")
@@ -144,7 +152,9 @@ async def test_bookmark_arrives_before_the_watch_times_out(kube: Kube) -> None:
     listed = await kube.core.list_namespaced_config_map(kube.ns)
     # kube-apiserver 1.20 sends a bookmark about 2 s before a watch's timeout, and only
     # once it has seen a change of the resource newer than where the watch started:
-    # the change is made while the watch runs.
+    # the change is made while the watch runs. A first change, made before, comes back as
+    # the watch's first event: that is when the watch is known to run.
+    await kube.core.create_namespaced_config_map(kube.ns, cm("bm0"))
     events: list[dict[str, Any]] = []
     w = watch.Watch()
 
@@ -157,18 +167,14 @@ async def test_bookmark_arrives_before_the_watch_times_out(kube: Kube) -> None:
             timeout_seconds=5,
         ):
             events.append(event)
+            if len(events) == 1:
+                await kube.core.create_namespaced_config_map(kube.ns, cm("bm"))
             if event["type"] == "BOOKMARK":
                 break
 
-    async def change() -> None:
-        await asyncio.sleep(0.5)
-        await kube.core.create_namespaced_config_map(kube.ns, cm("bm"))
-
-    changer = asyncio.create_task(change())
     try:
         await asyncio.wait_for(until_bookmark(), DEADLINE_S)
     finally:
-        await changer
         await w.close()
     types = [e["type"] for e in events]
     assert types[0] == "ADDED"

@@ -320,8 +320,8 @@ async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.P
     from cloudhub.kube import NODES, PODS
     from cloudhub.pki.extension import pki_extension
     from cloudhub.settings import load_hub_settings
+    from protocol.events import MessageReceived
     from protocol.messages import PodDeleted, PodStatus
-    from protocol.session import MessageReceived
     from tests.cloudhub.hub.conftest import TEST_SETTINGS
     from tests.cloudhub.pki.test_hub_extension import EdgeNode
 

@@ -21,7 +21,7 @@ from cloudhub.kube import KubeClient
 from tests.bench.bench_e2e import HubProcess
 from tests.edgeagent.hublink.fleet import AgentProcess
 from tests.k8s.fixtures import kubectl  # noqa: F401  (session fixture)
-from tests.testpki import TestPKI, make_test_pki
+from tests.testpki import TestPKI
 
 #: ``cloudhub serve`` flags for tests: short node intervals (seconds).
 HUB_TEST_FLAGS = (
@@ -36,15 +36,10 @@ HUB_TEST_FLAGS = (
 )
 
 
-@pytest.fixture(scope="session")
-def test_pki() -> TestPKI:
-    return make_test_pki()
-
-
 @pytest.fixture
-async def hub(tmp_path: pathlib.Path, test_pki: TestPKI, request) -> AsyncIterator[HubProcess]:
+async def hub(tmp_path: pathlib.Path, pki_ca: TestPKI, request) -> AsyncIterator[HubProcess]:
     """The hub process; more ``cloudhub serve`` flags through indirect parametrization."""
-    process = HubProcess(tmp_path / "hub", test_pki)
+    process = HubProcess(tmp_path / "hub", pki_ca)
     process.args += (*HUB_TEST_FLAGS, *getattr(request, "param", ()))
     await asyncio.to_thread(process.start)
     try:
@@ -64,7 +59,7 @@ async def kube(hub: HubProcess) -> AsyncIterator[KubeClient]:
 
 @pytest.fixture
 async def agent(
-    hub: HubProcess, test_pki: TestPKI, tmp_path: pathlib.Path, request
+    hub: HubProcess, pki_ca: TestPKI, tmp_path: pathlib.Path, request
 ) -> AsyncIterator[Callable[..., AgentProcess]]:
     agents: list[AgentProcess] = []
 
@@ -74,7 +69,7 @@ async def agent(
             node,
             "process",
             f"quic://127.0.0.1:{hub.port}",
-            test_pki.ca,
+            pki_ca.ca,
             sets=sets,
         )
         agents.append(process)

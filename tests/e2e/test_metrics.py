@@ -207,11 +207,11 @@ async def test_a_hub_outage_loses_no_metrics(hub, kube: KubeClient, agent) -> No
     assert accepted is not None and accepted >= 1
 
 
-async def test_malformed_oversized_and_misaddressed_batches_are_refused(hub, test_pki) -> None:
+async def test_malformed_oversized_and_misaddressed_batches_are_refused(hub, pki_ca) -> None:
     name = unique("edge-rogue")
     client = SimAgent(
         name,
-        node_credentials(test_pki.ca, name),
+        node_credentials(pki_ca.ca, name),
         host="127.0.0.1",
         quic_port=hub.port,
         websocket_port=hub.port,

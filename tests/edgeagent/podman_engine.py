@@ -1,12 +1,12 @@
 """A private podman engine serving the Docker API, for tests and benchmarks.
 
-The engine itself lives in :mod:`cloudhub.demo.engine` (``cloudhub demo`` runs pods on it
-too); this module adds the agent's Docker settings pointing at it.
+The engine itself lives in :mod:`cloudhub.devtools.engine` (``cloudhub demo`` runs pods on
+it too); this module adds the agent's Docker settings pointing at it.
 """
 
 from __future__ import annotations
 
-from cloudhub.demo.engine import (
+from cloudhub.devtools.engine import (
     BUSYBOX_IMAGE,
     EngineUnavailable,
     PodmanEngine,

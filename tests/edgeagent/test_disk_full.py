@@ -5,42 +5,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import pathlib
-import subprocess
-
-import pytest
 
 from edgeagent.agent import Agent
 from edgeagent.sdnotify import Notifier
 from edgeagent.store import Store
+from tests.disk import fill
 from tests.edgeagent.conftest import Ref, agent_settings, container, make_pod, wait_until
-
-
-@pytest.fixture
-def small_state(tmp_path: pathlib.Path):
-    mnt = tmp_path / "state"
-    mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill: {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(directory: pathlib.Path) -> pathlib.Path:
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"x" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 def _phase(state: pathlib.Path, uid: str) -> str | None:
@@ -65,8 +36,8 @@ async def _running(state: pathlib.Path, uid: str) -> bool:
         await rt.close()
 
 
-async def test_full_disk_keeps_pods_running(small_state: pathlib.Path, caplog):
-    settings = agent_settings(small_state, "process")
+async def test_full_disk_keeps_pods_running(small_fs: pathlib.Path, caplog):
+    settings = agent_settings(small_fs, "process")
     settings = dataclasses.replace(
         settings, store=dataclasses.replace(settings.store, commit_delay=0.1, full_retry=0.5)
     )
@@ -85,36 +56,36 @@ async def test_full_disk_keeps_pods_running(small_state: pathlib.Path, caplog):
     try:
         await wait_until(
             lambda: (
-                _phase(small_state, steady["metadata"]["uid"]) == "Running"
-                and _phase(small_state, finisher["metadata"]["uid"]) == "Running"
+                _phase(small_fs, steady["metadata"]["uid"]) == "Running"
+                and _phase(small_fs, finisher["metadata"]["uid"]) == "Running"
             ),
             timeout=20,
             what="both pods running",
         )
         with caplog.at_level(logging.ERROR):
-            filler = _fill(small_state)
+            filler = fill(small_fs)
             # the finisher exits: its status change cannot be saved
             await wait_until(
                 lambda: "disk full" in caplog.text, timeout=20, what="a clear disk-full error"
             )
         assert "running pods are unaffected" in caplog.text
         assert not task.done(), "the agent keeps running"
-        assert _phase(small_state, finisher["metadata"]["uid"]) == "Running"  # not saved
-        assert await _running(small_state, steady["metadata"]["uid"])
+        assert _phase(small_fs, finisher["metadata"]["uid"]) == "Running"  # not saved
+        assert await _running(small_fs, steady["metadata"]["uid"])
         filler.unlink()
         await wait_until(
-            lambda: _phase(small_state, finisher["metadata"]["uid"]) == "Succeeded",
+            lambda: _phase(small_fs, finisher["metadata"]["uid"]) == "Succeeded",
             timeout=20,
             what="status saved once space is back",
         )
-        assert _phase(small_state, steady["metadata"]["uid"]) == "Running"
+        assert _phase(small_fs, steady["metadata"]["uid"]) == "Running"
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=30)
         from edgeagent.runtime.process import ProcessRuntime
         from edgeagent.settings import ProcessSettings
 
-        rt = ProcessRuntime(small_state / "runtime" / "process", ProcessSettings())
+        rt = ProcessRuntime(small_fs / "runtime" / "process", ProcessSettings())
         await rt.connect()
         for info in await rt.list():
             await rt.remove(info.id)

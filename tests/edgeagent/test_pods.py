@@ -145,6 +145,54 @@ async def test_env_and_volumes_from_configmap_and_secret(harness: Harness, tmp_p
     assert "GREETING=hello" in (await harness.exec(pod, "main", "env")).splitlines()
 
 
+async def test_a_configmap_used_only_through_a_projected_volume_updates_the_pod(
+    runtime_kind: str, tmp_path: pathlib.Path, request
+):
+    """The edge wakes a pod when a ConfigMap it references only through a ``projected``
+    volume changes (issue 15 item 13: the edge's own reference rule missed projected
+    sources and waited for the next resync). The resync is an hour here, so only the
+    wake-up can bring the new value within the wait."""
+    from tests.edgeagent.conftest import agent_settings, make_runtime_for
+
+    engine = request.getfixturevalue("podman") if runtime_kind == "docker" else None
+    state = tmp_path / "state"
+    settings = agent_settings(state, runtime_kind, engine, resync_period=3600.0)
+    harness = Harness(state, make_runtime_for(runtime_kind, state, engine), settings)
+    await harness.start()
+    try:
+        harness.apply_config("ConfigMap", "projected-only", {"greeting": "hello"})
+        pod = harness.apply(
+            make_pod(
+                "projected",
+                [
+                    container(
+                        "main",
+                        "sleep 600",
+                        harness.kind,
+                        volumeMounts=[{"name": "bundle", "mountPath": "/etc/bundle"}],
+                    )
+                ],
+                volumes=[
+                    {
+                        "name": "bundle",
+                        "projected": {"sources": [{"configMap": {"name": "projected-only"}}]},
+                    }
+                ],
+            )
+        )
+        await harness.wait_phase(pod, "Running")
+        greeting = harness.path("/etc/bundle/greeting")
+        assert await harness.exec(pod, "main", f"cat {greeting}") == "hello"
+        harness.apply_config("ConfigMap", "projected-only", {"greeting": "bonjour"})
+
+        async def updated():
+            return (await harness.exec(pod, "main", f"cat {greeting}")) == "bonjour"
+
+        await wait_until(updated, timeout=20, what="projected configmap update in the volume")
+    finally:
+        await harness.close()
+
+
 async def test_missing_configmap_waits_then_runs(harness: Harness):
     pod = harness.apply(
         make_pod(

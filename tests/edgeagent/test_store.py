@@ -14,6 +14,7 @@ import pytest
 from edgeagent.errors import StoreClosedError, StoreError, StoreFullError, StoreLockedError
 from edgeagent.settings import StoreSettings
 from edgeagent.store import ObjectChange, Store
+from tests.disk import fill
 from tests.edgeagent.conftest import Ref
 
 
@@ -212,33 +213,6 @@ def test_numpy_is_kept_out_of_the_agent():
         )
 
 
-@pytest.fixture
-def small_fs(tmp_path: pathlib.Path):
-    """A 1 MiB tmpfs to fill up (root only)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill: {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(directory: pathlib.Path) -> pathlib.Path:
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"x" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
-
-
 def test_full_disk_gives_a_clear_error_and_recovers(small_fs: pathlib.Path):
     s = Store.open(small_fs / "store.db")
     lost: list[int] = []
@@ -247,7 +221,7 @@ def test_full_disk_gives_a_clear_error_and_recovers(small_fs: pathlib.Path):
     s.apply_upsert(ref, "1", body)
     s.record_pod_status(ref, {"phase": "Running"}, 1.0)
     s.flush()
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     with pytest.raises(StoreFullError, match="disk full"):
         for i in range(100):
             s.record_pod_status(ref, {"phase": "Running", "pad": "y" * 20_000, "i": i}, 2.0)

@@ -183,6 +183,72 @@ def test_secret_modes_and_bad_base64(tmp_path: pathlib.Path):
         vm.prepare(pod, lambda kind, ns, name: objects.get((kind, ns, name)))
 
 
+def test_projected_volume_merges_configmap_and_secret_sources(tmp_path: pathlib.Path):
+    vm = VolumeManager(tmp_path / "pods", None)
+    objects = {
+        ("ConfigMap", "ns", "cm"): {"data": {"app.yaml": "mode: edge\n", "extra": "x"}},
+        ("Secret", "ns", "s"): {"data": {"token": "dmFsdWU="}},
+    }
+
+    def lookup(kind, ns, name):
+        return objects.get((kind, ns, name))
+
+    def pod(*sources):
+        vol = {"name": "all", "projected": {"defaultMode": 0o640, "sources": list(sources)}}
+        return {
+            "metadata": {"uid": "u", "namespace": "ns", "name": "p"},
+            "spec": {"volumes": [vol]},
+        }
+
+    cm = {"configMap": {"name": "cm", "items": [{"key": "app.yaml", "path": "conf/app.yaml"}]}}
+    secret = {"secret": {"name": "s"}}
+    vols = vm.prepare(pod(cm, secret), lookup)
+    data = pathlib.Path(vols["all"].path) / "..data"
+    assert vols["all"].kind == "projected"
+    assert (data / "conf" / "app.yaml").read_text() == "mode: edge\n"
+    assert not (data / "extra").exists()  # only the listed item
+    assert stat.S_IMODE((data / "conf" / "app.yaml").stat().st_mode) == 0o640
+    assert (data / "token").read_text() == "value"
+    assert stat.S_IMODE((data / "token").stat().st_mode) == 0o600  # secrets stay 0600 at most
+    optional = {"configMap": {"name": "absent", "optional": True}}
+    assert vm.prepare(pod(optional, secret), lookup)  # an optional source may be missing
+    with pytest.raises(PodConfigError, match='configmap "absent" not found'):
+        vm.prepare(pod({"configMap": {"name": "absent"}}), lookup)
+    twice = {"configMap": {"name": "cm", "items": [{"key": "extra", "path": "token"}]}}
+    with pytest.raises(PodConfigError, match="more than one source writes 'token'"):
+        vm.prepare(pod(twice, secret), lookup)
+
+
+def test_check_pod_runs_projected_configmaps_and_secrets_only():
+    def spec(*sources):
+        return {
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {
+                "containers": [{"name": "c", "image": "i"}],
+                "volumes": [{"name": "v", "projected": {"sources": list(sources)}}],
+            },
+        }
+
+    ok = spec(
+        {"configMap": {"name": "cm", "items": [{"key": "k", "path": "p"}]}},
+        {"secret": {"name": "s"}},
+    )
+    assert check_pod(ok, "docker") == []
+    token = {"serviceAccountToken": {"path": "token"}}
+    assert check_pod(spec(token), "docker") == [
+        "spec.volumes[0].projected.sources[0].serviceAccountToken"
+    ]
+    bad = spec(
+        {"secret": {"secretName": "s"}},
+        {"configMap": {"name": "cm", "items": [{"key": "k", "path": "../x"}]}},
+    )
+    problems = check_pod(bad, "docker")
+    assert "spec.volumes[0].projected.sources[0].secret.secretName" in problems
+    assert any(
+        p.startswith("spec.volumes[0].projected.sources[1].configMap.items[0]") for p in problems
+    )
+
+
 def test_host_path_types(tmp_path: pathlib.Path):
     vm = VolumeManager(tmp_path / "pods", None)
 

@@ -24,16 +24,11 @@ from protocol.errors import CloseCode
 from protocol.messages import PROTOCOL_VERSION, Hello, Welcome
 from protocol.transport import Link, serve_quic, serve_websocket
 from tests import netns
-from tests.testpki import TestPKI, make_test_pki
+from tests.testpki import TestPKI
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QUIC_TIMEOUT = 1.0
 RETRY = 2.0
-
-
-@pytest.fixture(scope="module")
-def test_pki() -> TestPKI:
-    return make_test_pki()
 
 
 def hello() -> Hello:
@@ -78,7 +73,7 @@ class Hub:
             pass
 
 
-def make_uplink(test_pki: TestPKI, quic_port: int, ws_port: int, host="127.0.0.1", **kw):
+def make_uplink(pki_ca: TestPKI, quic_port: int, ws_port: int, host="127.0.0.1", **kw):
     fields = {
         "host": host,
         "quic_port": quic_port,
@@ -99,7 +94,7 @@ def make_uplink(test_pki: TestPKI, quic_port: int, ws_port: int, host="127.0.0.1
 
     uplink = Uplink(
         settings,
-        credentials=lambda: test_pki.client,
+        credentials=lambda: pki_ca.client,
         make_hello=hello,
         pending=list,
         next_seq=lambda: 1,
@@ -129,13 +124,13 @@ def silent_udp() -> socket.socket:
     return sock
 
 
-async def test_falls_back_to_websocket_then_returns_to_quic(test_pki) -> None:
+async def test_falls_back_to_websocket_then_returns_to_quic(pki_ca) -> None:
     hub = Hub()
     black_hole = silent_udp()
     quic_port = black_hole.getsockname()[1]
-    ws = await serve_websocket(hub.handler, "127.0.0.1", 0, credentials=test_pki.server)
+    ws = await serve_websocket(hub.handler, "127.0.0.1", 0, credentials=pki_ca.server)
     quic = None
-    uplink, links = make_uplink(test_pki, quic_port, ws.port)
+    uplink, links = make_uplink(pki_ca, quic_port, ws.port)
     try:
         async with running(uplink):
             started = time.monotonic()
@@ -144,9 +139,7 @@ async def test_falls_back_to_websocket_then_returns_to_quic(test_pki) -> None:
             assert uplink.preferred == WEBSOCKET
             # UDP works again: a real QUIC server on the same port.
             black_hole.close()
-            quic = await serve_quic(
-                hub.handler, "127.0.0.1", quic_port, credentials=test_pki.server
-            )
+            quic = await serve_quic(hub.handler, "127.0.0.1", quic_port, credentials=pki_ca.server)
             healed = time.monotonic()
             await uplink.wait_for_transport(QUIC, RETRY + QUIC_TIMEOUT + 5)
             assert time.monotonic() - healed <= RETRY + QUIC_TIMEOUT + 1.0
@@ -166,12 +159,12 @@ async def test_falls_back_to_websocket_then_returns_to_quic(test_pki) -> None:
             await quic.aclose()
 
 
-async def test_goes_straight_to_websocket_until_the_retry_is_due(test_pki) -> None:
+async def test_goes_straight_to_websocket_until_the_retry_is_due(pki_ca) -> None:
     # After a fallback, a reconnect does not pay the QUIC timeout again.
     hub = Hub()
     black_hole = silent_udp()
-    ws = await serve_websocket(hub.handler, "127.0.0.1", 0, credentials=test_pki.server)
-    uplink, _ = make_uplink(test_pki, black_hole.getsockname()[1], ws.port, quic_retry_interval=600)
+    ws = await serve_websocket(hub.handler, "127.0.0.1", 0, credentials=pki_ca.server)
+    uplink, _ = make_uplink(pki_ca, black_hole.getsockname()[1], ws.port, quic_retry_interval=600)
     try:
         async with running(uplink):
             await uplink.wait_for_transport(WEBSOCKET, QUIC_TIMEOUT + 5)
@@ -188,11 +181,11 @@ async def test_goes_straight_to_websocket_until_the_retry_is_due(test_pki) -> No
         await ws.aclose()
 
 
-async def test_refusal_is_not_a_reason_to_fall_back(test_pki) -> None:
+async def test_refusal_is_not_a_reason_to_fall_back(pki_ca) -> None:
     quic_hub, ws_hub = Hub(refuse=CloseCode.OVERLOADED), Hub()
-    quic = await serve_quic(quic_hub.handler, "127.0.0.1", 0, credentials=test_pki.server)
-    ws = await serve_websocket(ws_hub.handler, "127.0.0.1", 0, credentials=test_pki.server)
-    uplink, links = make_uplink(test_pki, quic.port, ws.port)
+    quic = await serve_quic(quic_hub.handler, "127.0.0.1", 0, credentials=pki_ca.server)
+    ws = await serve_websocket(ws_hub.handler, "127.0.0.1", 0, credentials=pki_ca.server)
+    uplink, links = make_uplink(pki_ca, quic.port, ws.port)
     try:
         async with running(uplink):
             await quic_hub.wait_links(3, 10)  # retried, with backoff
@@ -202,12 +195,12 @@ async def test_refusal_is_not_a_reason_to_fall_back(test_pki) -> None:
         await ws.aclose()
 
 
-async def test_close_is_bounded_while_dialing(test_pki) -> None:
+async def test_close_is_bounded_while_dialing(pki_ca) -> None:
     # QUIC into a black hole, and a TCP port that accepts but never speaks TLS.
     black_hole = silent_udp()
     tcp = socket.create_server(("127.0.0.1", 0))
     uplink, _ = make_uplink(
-        test_pki, black_hole.getsockname()[1], tcp.getsockname()[1], quic_retry_interval=600
+        pki_ca, black_hole.getsockname()[1], tcp.getsockname()[1], quic_retry_interval=600
     )
     try:
         task = asyncio.get_running_loop().create_task(uplink.run())
@@ -239,10 +232,10 @@ _reason = netns.available()
 
 @pytest.mark.netns
 @pytest.mark.skipif(_reason is not None, reason=f"network namespaces: {_reason}")
-async def test_udp_dropped_by_firewall(test_pki, tmp_path) -> None:
-    (tmp_path / "ca.pem").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
-    (tmp_path / "server.pem").write_bytes(pki.dump_certificate_pem(test_pki.server.chain))
-    (tmp_path / "server.key").write_bytes(pki.dump_private_key_pem(test_pki.server.private_key))
+async def test_udp_dropped_by_firewall(pki_ca, tmp_path) -> None:
+    (tmp_path / "ca.pem").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
+    (tmp_path / "server.pem").write_bytes(pki.dump_certificate_pem(pki_ca.server.chain))
+    (tmp_path / "server.key").write_bytes(pki.dump_private_key_pem(pki_ca.server.private_key))
     with netns.veth_namespace() as topo:
         topo.ns.iptables("INPUT", "-p", "udp", "-j", "DROP")
         proc = await asyncio.create_subprocess_exec(
@@ -266,7 +259,7 @@ async def test_udp_dropped_by_firewall(test_pki, tmp_path) -> None:
             assert proc.stdout is not None
             ports = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
             uplink, links = make_uplink(
-                test_pki, ports["quic"], ports["websocket"], host=topo.ns_addr
+                pki_ca, ports["quic"], ports["websocket"], host=topo.ns_addr
             )
             async with running(uplink):
                 started = time.monotonic()

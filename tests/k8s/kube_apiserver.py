@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import http.client
 import json
 import os
@@ -369,82 +368,29 @@ def start(
 
 
 def _write_pki(workdir: Path) -> dict[str, Path]:
-    """Write a CA, a serving certificate for 127.0.0.1/localhost and a service-account key."""
-    import ipaddress
+    """Write a CA, a serving certificate for 127.0.0.1/localhost and a service-account key,
+    made with the project's one certificate builder (:mod:`protocol.pki`)."""
+    from cryptography.hazmat.primitives import serialization
 
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    lifetime = datetime.timedelta(days=2)
-
-    def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefleet-test-kube-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + lifetime)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+    from protocol.pki import (
+        dump_certificate_pem,
+        dump_private_key_pem,
+        generate_ca,
+        generate_private_key,
+        issue_server_certificate,
     )
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    serving_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(serving_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + lifetime)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    x509.DNSName("localhost"),
-                    x509.DNSName("kubernetes.default.svc"),
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
+
+    now = time.time()
+    lifetime = 2 * 86400.0
+    ca = generate_ca("edgefleet-test-kube-ca", lifetime=lifetime, now=now)
+    serving_cert, serving_key = issue_server_certificate(
+        ca,
+        dns_names=["localhost", "kubernetes.default.svc"],
+        ip_addresses=["127.0.0.1"],
+        lifetime=lifetime,
+        now=now,
     )
-    sa_key = ec.generate_private_key(ec.SECP256R1())
+    sa_key = generate_private_key()
 
     pki_dir = workdir / "pki"
     pki_dir.mkdir(exist_ok=True)
@@ -454,11 +400,18 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
         "serving_key": pki_dir / "apiserver.key",
         "sa_key": pki_dir / "sa.key",
     }
-    paths["ca_cert"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    paths["serving_cert"].write_bytes(serving_cert.public_bytes(serialization.Encoding.PEM))
-    for name, key in (("serving_key", serving_key), ("sa_key", sa_key)):
+    paths["ca_cert"].write_bytes(dump_certificate_pem(ca.certificate))
+    paths["serving_cert"].write_bytes(dump_certificate_pem(serving_cert))
+    # kube-apiserver 1.20 reads public keys out of --service-account-key-file only from
+    # "EC PRIVATE KEY" (SEC 1) blocks, not PKCS#8 ones.
+    sa_pem = sa_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+    for name, data in (("serving_key", dump_private_key_pem(serving_key)), ("sa_key", sa_pem)):
         paths[name].touch(mode=0o600)
-        paths[name].write_bytes(key_pem(key))
+        paths[name].write_bytes(data)
     return paths
 
 

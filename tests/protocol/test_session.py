@@ -380,6 +380,17 @@ def test_the_server_answers_pings_and_never_sends_them() -> None:
     assert server.get_timer() == 60.0  # only the liveness deadline while waiting for hello
     pair.server.receive_data(encode(Ping(nonce=77)), pair.now)
     assert frames(pair.server.data_to_send()) == [Pong(nonce=77)]
+    assert pair.server.pings_sent == 0
+
+
+def test_pings_sent_counts_the_clients_pings() -> None:
+    pair = ConnectionPair()
+    pair.handshake(heartbeat_interval=7.0)
+    assert pair.client.pings_sent == 0
+    pair.run_until(pair.now + 7.0 * 1.05)
+    assert pair.client.pings_sent == 1
+    pair.run_until(pair.now + 7.0 * 1.05)
+    assert pair.client.pings_sent == 2
 
 
 def test_a_session_that_never_says_hello_expires() -> None:

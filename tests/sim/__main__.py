@@ -24,7 +24,7 @@ import sys
 import time
 
 from protocol import pki
-from protocol.session import SessionConfig
+from protocol.config import SessionConfig
 from tests.sim.agent import SimAgent
 from tests.sim.fleet import node_credentials
 

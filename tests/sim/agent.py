@@ -23,7 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.backoff import backoff
+from protocol.config import SessionConfig
 from protocol.errors import CloseCode, ConnectionClosed, StateError, TransportError
+from protocol.events import Acked, Closed, MessageReceived, PeerError
 from protocol.messages import (
     PROTOCOL_VERSION,
     Error,
@@ -37,7 +39,6 @@ from protocol.messages import (
     SyncDone,
     TwinDesired,
 )
-from protocol.session import Acked, Closed, MessageReceived, PeerError, SessionConfig
 from protocol.transport import Link, TLSCredentials, connect_quic, connect_websocket
 
 __all__ = ["CREATED_AT", "SimAgent", "running_status"]

@@ -14,13 +14,8 @@ from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from edgeagent.mappers import DeviceClient
 from tests.edgeagent.hublink.fleet import AgentProcess, HubRunner, free_port, unique
-from tests.testpki import TestPKI, make_test_pki
+from tests.testpki import TestPKI
 from tests.twins.kubeedge import install_device_crds
-
-
-@pytest.fixture(scope="session")
-def test_pki() -> TestPKI:
-    return make_test_pki()
 
 
 @pytest.fixture
@@ -79,16 +74,16 @@ class TwinFleet:
 
 @pytest.fixture
 async def fleet(
-    api: EmbeddedAPIServer, kube: KubeClient, test_pki: TestPKI, tmp_path: pathlib.Path, request
+    api: EmbeddedAPIServer, kube: KubeClient, pki_ca: TestPKI, tmp_path: pathlib.Path, request
 ) -> AsyncIterator[TwinFleet]:
     hub = HubRunner(
         api.kubeconfig_path,
-        test_pki.server,
+        pki_ca.server,
         free_port(),
         extensions=lambda settings: [devices_extension(settings.devices)],
     )
     await hub.start()
-    f = TwinFleet(tmp_path, hub, test_pki)
+    f = TwinFleet(tmp_path, hub, pki_ca)
     try:
         yield f
     finally:

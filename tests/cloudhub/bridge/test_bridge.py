@@ -23,6 +23,7 @@ from cloudhub.bridge import (
     SessionRegistry,
 )
 from protocol.codec import FrameDecoder, encode
+from protocol.config import SessionConfig
 from protocol.errors import CloseCode, ErrorCode
 from protocol.messages import (
     Ack,
@@ -35,7 +36,7 @@ from protocol.messages import (
     SyncDone,
     Welcome,
 )
-from protocol.session import Role, Session, SessionConfig
+from protocol.session import Role, Session
 from protocol.transport import Link
 
 CONFIG = SessionConfig(manual_ack=True, ack_delay=0.01, close_timeout=0.2)
@@ -220,6 +221,59 @@ async def test_authorizer_allows_own_objects_only() -> None:
     assert authz.check("edge-1", ObjectRef("Node", "", "edge-2", "x")) is Decision.FORBIDDEN
     off = NodeAuthorizer(objects, enabled=False)
     assert off.check("edge-1", ObjectRef("Pod", "ns", "theirs", "u-theirs")) is Decision.ALLOWED
+
+
+async def test_authorizing_an_indexed_kind_does_not_rebuild_the_desired_set() -> None:
+    """Status up, review A2 step 13: a pod_status is authorized by one index lookup
+    (``held_by``), not by rebuilding the node's whole desired set per message."""
+    pods = {
+        ("ns", "mine"): {**obj("Pod", "mine", "u-mine", "1"), "spec": {"nodeName": "edge-1"}},
+        ("ns", "theirs"): {**obj("Pod", "theirs", "u-theirs", "1"), "spec": {"nodeName": "x"}},
+    }
+    built: list[str] = []
+
+    def source(node: str) -> list[dict]:
+        built.append(node)
+        return [p for p in pods.values() if p["spec"]["nodeName"] == node]
+
+    objects = NodeObjects()
+    objects.add_source("pods", source)
+    objects.add_kind(
+        "Pod",
+        lambda ns, name: pods.get((ns, name)),
+        held_by=lambda node, pod: pod["spec"]["nodeName"] == node,
+    )
+    objects.add_kind("Device", lambda ns, name: pods.get((ns, name)))  # no index: rebuilds
+    authz = NodeAuthorizer(objects)
+    for _ in range(100):
+        assert authz.check("edge-1", ObjectRef("Pod", "ns", "mine", "u-mine")) is Decision.ALLOWED
+    assert authz.check("edge-1", ObjectRef("Pod", "ns", "theirs", "u-theirs")) is Decision.FORBIDDEN
+    assert built == []
+    assert authz.check("edge-1", ObjectRef("Device", "ns", "mine", "u-mine")) is Decision.ALLOWED
+    assert built == ["edge-1"]  # a kind without an index still gets the exact answer
+
+
+def test_a_change_hands_each_connected_node_its_desired_set_computed_once() -> None:
+    """Pod down, review A1: the session no longer pulls the desired set back through the
+    sources; it comes with the announcement, computed once per node and change, and not
+    at all for nodes without a session."""
+    built: list[str] = []
+
+    def source(node: str) -> list[dict]:
+        built.append(node)
+        return [obj("Pod", f"p-{node}", f"u-{node}", "1")]
+
+    objects = NodeObjects()
+    objects.add_source("pods", source)
+    got: list[tuple[str, list[str]]] = []
+    for _ in range(2):  # two listeners share one computation
+        objects.add_listener(
+            lambda node, desired: got.append((node, list(desired))),
+            wants=lambda node: node == "edge-1",
+        )
+    objects.changed(["edge-1", "edge-2", "edge-1", ""])
+    assert built == ["edge-1"]
+    assert got == [("edge-1", ["u-edge-1"]), ("edge-1", ["u-edge-1"])]
 
 
 async def test_registry_supersedes_and_a_stale_detach_leaves_the_new_session() -> None:

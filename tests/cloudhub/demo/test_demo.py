@@ -2,7 +2,7 @@
 processes, the outage through the relay, the summary and the exit code, and that nothing is
 left running.
 
-The run uses podman's Docker API where ``cloudhub.demo.engine`` can start it here (root,
+The run uses podman's Docker API where ``cloudhub.devtools.engine`` can start it here (root,
 podman, a static busybox), else the process runtime (``--runtime process``).
 
 Every check must converge and the exit code be 0: the hub runs placement, device twins,
@@ -26,9 +26,9 @@ import pytest
 from click.testing import CliRunner
 
 from cloudhub.__main__ import main
-from cloudhub.demo.engine import unavailable_reason
-from cloudhub.demo.processes import Child
 from cloudhub.demo.run import Demo, DemoOptions
+from cloudhub.devtools.engine import unavailable_reason
+from cloudhub.devtools.fleet import Child
 from cloudhub.kube import NODES, KubeClient
 from tests.environment import in_ci
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from cloudhub.demo.processes import free_port
 from cloudhub.demo.relay import Relay
+from cloudhub.devtools.fleet import free_port
 
 
 class _Echo(asyncio.DatagramProtocol):

@@ -27,7 +27,7 @@ from cloudhub.settings import load_hub_settings
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from tests.k8s.fixtures import kube_apiserver  # noqa: F401  (session fixture)
 from tests.sim import SimAgent, node_credentials
-from tests.testpki import TestPKI, make_test_pki
+from tests.testpki import TestPKI
 
 EMBEDDED = "embedded"
 KUBE_APISERVER = "kube-apiserver"
@@ -61,11 +61,6 @@ class Cluster:
 
     name: str
     kubeconfig: pathlib.Path
-
-
-@pytest.fixture(scope="session")
-def test_pki() -> TestPKI:
-    return make_test_pki()
 
 
 @pytest.fixture
@@ -156,9 +151,9 @@ def unique() -> Callable[[str], str]:
 class Hubs:
     """Starts hubs and agents for one test and stops them at its end."""
 
-    def __init__(self, cluster: Cluster, test_pki: TestPKI) -> None:
+    def __init__(self, cluster: Cluster, pki_ca: TestPKI) -> None:
         self.cluster = cluster
-        self.pki = test_pki
+        self.pki = pki_ca
         self.hubs: list[Hub] = []
         self.agents: list[SimAgent] = []
         self.hub: Hub | None = None
@@ -203,8 +198,8 @@ class Hubs:
 
 
 @pytest.fixture
-async def hubs(cluster: Cluster, test_pki: TestPKI) -> AsyncIterator[Hubs]:
-    h = Hubs(cluster, test_pki)
+async def hubs(cluster: Cluster, pki_ca: TestPKI) -> AsyncIterator[Hubs]:
+    h = Hubs(cluster, pki_ca)
     try:
         yield h
     finally:

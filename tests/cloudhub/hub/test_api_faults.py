@@ -27,9 +27,9 @@ async def proxy(cluster: Cluster, tmp_path: pathlib.Path) -> AsyncIterator[Fault
 
 
 @pytest.fixture
-async def faulty_hubs(proxy: FaultyProxy, test_pki) -> AsyncIterator[Hubs]:
+async def faulty_hubs(proxy: FaultyProxy, pki_ca) -> AsyncIterator[Hubs]:
     """Hubs whose API access goes through the proxy."""
-    hubs = Hubs(Cluster("proxied", proxy.kubeconfig), test_pki)
+    hubs = Hubs(Cluster("proxied", proxy.kubeconfig), pki_ca)
     try:
         yield hubs
     finally:

@@ -45,8 +45,20 @@ async def test_naming_another_nodes_secret_or_pod_is_refused_and_the_session_sur
     hubs: Hubs, kube: KubeClient, namespace: str, unique
 ) -> None:
     hub = await hubs.start()
-    a, _b, b_secret, b_pod = await _two_nodes(hubs, kube, namespace, unique)
+    a, b, b_secret, b_pod = await _two_nodes(hubs, kube, namespace, unique)
     sessions = a.sessions
+    # B may name its own pod's Secret (the by-reference index says so)
+    b.send(
+        KubeEvent(
+            ref=ref_of(b_secret),
+            type="Normal",
+            reason="Mounted",
+            message="my secret",
+            timestamp=time.time(),
+        )
+    )
+    await b.wait_for(lambda: b.all_acked, DEADLINE)
+    assert not b.errors
     # A asks about B's Secret (an event naming it) and claims B's pod's status
     a.send(
         KubeEvent(
@@ -105,12 +117,12 @@ async def test_an_inventory_claiming_another_nodes_secret_gets_a_delete_not_the_
 
 
 async def test_a_hello_naming_another_node_than_the_certificate_is_refused(
-    hubs: Hubs, test_pki, unique
+    hubs: Hubs, pki_ca, unique
 ) -> None:
     await hubs.start()
     name = unique("edge-imposter")
     other = hubs.agent(
-        name, credentials=node_credentials(test_pki.ca, unique("edge-real")), start=False
+        name, credentials=node_credentials(pki_ca.ca, unique("edge-real")), start=False
     )
     try:
         await other.dial()

@@ -191,7 +191,7 @@ async def test_twins_off_by_setting_or_without_the_crds(
     assert hub.registry.get(agent.name) is not None
 
 
-async def test_the_embedded_api_gets_the_crds(tmp_path, test_pki) -> None:
+async def test_the_embedded_api_gets_the_crds(tmp_path, pki_ca) -> None:
     from cloudhub.hub import Hub
     from cloudhub.settings import load_hub_settings
     from tests.cloudhub.hub.conftest import TEST_SETTINGS
@@ -204,7 +204,7 @@ async def test_the_embedded_api_gets_the_crds(tmp_path, test_pki) -> None:
         }
     )
     twins = devices_extension(settings.devices)
-    async with Hub(settings, credentials=test_pki.server, extensions=[twins]) as hub:
+    async with Hub(settings, credentials=pki_ca.server, extensions=[twins]) as hub:
         assert settings.kube.mode == "embedded"
         assert twins.enabled and twins.devices is not None and twins.devices.synced.is_set()
         assert hub.kube is not None

@@ -78,11 +78,11 @@ async def test_metrics_health_and_readiness(
     assert m["edgefleet_hub_node_writes_total", (("result", "created"), ("what", "node"))] == 2
 
 
-async def test_readyz_reports_an_unreachable_api(test_pki) -> None:
+async def test_readyz_reports_an_unreachable_api(pki_ca) -> None:
     api = EmbeddedAPIServer(APIServerSettings(data_dir=None, port=0))
     await api.__aenter__()
     stopped = False
-    hubs = Hubs(Cluster("embedded", api.kubeconfig_path), test_pki)
+    hubs = Hubs(Cluster("embedded", api.kubeconfig_path), pki_ca)
     try:
         hub = await hubs.start({"observability.ready_api_timeout": 0.5})
         assert await fetch(hub.http_port, "/readyz") == (200, "ok\n")

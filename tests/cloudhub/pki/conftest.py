@@ -63,12 +63,16 @@ def pki_settings(**overrides: Any) -> PKISettings:
 
 @pytest.fixture
 async def start_hub(cluster: Cluster) -> AsyncIterator[Callable[..., Any]]:
-    """``await start_hub(**settings)`` -> a started HubPKI (closed after the test)."""
+    """``await start_hub(clock=..., **settings)`` -> a started HubPKI (closed after the
+    test); ``clock`` is the hub's wall clock (a :class:`tests.clock.ManualClock`)."""
     started: list[tuple[HubPKI, KubeClient]] = []
 
-    async def start(*, client: KubeClient | None = None, **overrides: Any) -> HubPKI:
+    async def start(
+        *, client: KubeClient | None = None, clock: Any = None, **overrides: Any
+    ) -> HubPKI:
         own = client or await cluster.new_client()
-        hub = HubPKI(own, pki_settings(**overrides))
+        extra = {"clock": clock} if clock is not None else {}
+        hub = HubPKI(own, pki_settings(**overrides), **extra)
         await hub.start()
         started.append((hub, own))
         return hub

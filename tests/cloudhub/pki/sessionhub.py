@@ -11,9 +11,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from cloudhub.pki import CertificateRevoked, HubPKI
+from protocol.config import SessionConfig
 from protocol.errors import CloseCode
+from protocol.events import MessageReceived
 from protocol.messages import PROTOCOL_VERSION, CertRenewRequest, Hello, Message, Welcome
-from protocol.session import MessageReceived, SessionConfig
 from protocol.transport import Link, serve_quic, serve_websocket
 
 

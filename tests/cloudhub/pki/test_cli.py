@@ -146,7 +146,7 @@ def test_a_missing_kubeconfig_file_is_named(tmp_path) -> None:
 
 async def test_node_revoke_closes_the_session(start_hub, cluster: Cluster, tmp_path) -> None:
     from edgeagent.certs import CertificateRenewer
-    from protocol.session import Closed
+    from protocol.events import Closed
     from tests.cloudhub.pki.sessionhub import SessionHub
     from tests.cloudhub.pki.test_sessions import dial
 

@@ -19,8 +19,8 @@ from cloudhub.pki.extension import PKIExtension, pki_extension
 from cloudhub.settings import load_hub_settings
 from edgeagent.certs import CertificateRenewer
 from protocol.errors import CloseCode
+from protocol.events import Closed, MessageReceived
 from protocol.messages import PROTOCOL_VERSION, CertRenewResponse, Hello, KubeEvent, ObjectRef
-from protocol.session import Closed, MessageReceived
 from protocol.transport import Link, SessionRejected, connect_quic, connect_websocket
 from tests.cloudhub.hub.conftest import TEST_SETTINGS
 from tests.cloudhub.pki.conftest import NAMESPACE, Cluster

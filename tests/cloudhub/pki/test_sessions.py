@@ -17,8 +17,8 @@ from cloudhub.pki import CertificateRegistry
 from edgeagent.certs import CertificateExpired, CertificateRenewer
 from edgeagent.store import Store
 from protocol.errors import CloseCode
+from protocol.events import Closed, MessageReceived
 from protocol.messages import CertRenewResponse, KubeEvent, ObjectRef
-from protocol.session import Closed, MessageReceived
 from protocol.transport import (
     ConnectFailed,
     Link,
@@ -26,6 +26,7 @@ from protocol.transport import (
     connect_quic,
     connect_websocket,
 )
+from tests.clock import ManualClock
 from tests.cloudhub.pki.conftest import Cluster, join_address
 from tests.cloudhub.pki.sessionhub import SessionHub, hello
 from tests.cloudhub.pki.test_join import Node
@@ -80,9 +81,14 @@ async def test_expired_certificate_recovery_keeps_name_labels_and_store(
     start_hub, cluster: Cluster, tmp_path: pathlib.Path
 ) -> None:
     # One replica issues 3-second certificates, another (same CA, same API) 30-day ones:
-    # the node joins, stays "offline" past expiry, and recovers with --renew.
-    short = await start_hub(node_cert_lifetime=3.0)
-    normal = await start_hub()
+    # the node joins, stays "offline" past expiry, and recovers with --renew. The replicas'
+    # clock is injected instead of waited on: the short replica's last certificate for the
+    # node is issued two minutes in the past (within the CA's own validity, which starts
+    # CLOCK_SKEW before its creation), so it has expired, for TLS too, which reads the
+    # system's clock; at the recovery the clock is 10 s ahead, past the join certificate.
+    clock = ManualClock()
+    short = await start_hub(node_cert_lifetime=3.0, clock=clock)
+    normal = await start_hub(clock=clock)
     assert short.ca.ca_hash == normal.ca.ca_hash
     token, _ = await short.tokens.create(ttl=3600, labels={"site": "north"})
     node = Node(tmp_path, "pi-exp")
@@ -92,10 +98,11 @@ async def test_expired_certificate_recovery_keeps_name_labels_and_store(
     with Store.open(settings_path) as store:
         store.apply_upsert(ref, "7", {"data": {"k": "v"}})
 
+    clock.now = time.time() - 120
+    then = CertificateRenewer(node.paths, uniform=random.uniform, clock=clock)
+    then.apply(await short.renew("pi-exp", then.make_request(), None))
     renewer = CertificateRenewer(node.paths, uniform=random.uniform)
-    expiry = renewer.not_after
-    # Offline past expiry (by more than a second: X.509 times have one-second precision).
-    await asyncio.sleep(max(0.0, expiry - time.time()) + 1.1)
+    assert renewer.not_after < time.time() - 100  # offline past expiry
     with pytest.raises(CertificateExpired) as caught:
         renewer.credentials()
     message = str(caught.value)
@@ -115,6 +122,7 @@ async def test_expired_certificate_recovery_keeps_name_labels_and_store(
             )
         # Recovery: a new token; hub and pin come from the join record, the name from
         # the old certificate.
+        clock.now = time.time() + 10.0
         fresh, _ = await normal.tokens.create(ttl=3600)
         result = await node.join(
             join_address(normal), fresh, None, node_name=None, renew=True, labels=None

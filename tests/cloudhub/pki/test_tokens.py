@@ -20,6 +20,7 @@ from cloudhub.pki import (
     TokenUsed,
     TokenWrong,
 )
+from tests.clock import ManualClock
 from tests.cloudhub.pki.conftest import NAMESPACE, Cluster
 
 PIN_A = "sha256:" + "a" * 64
@@ -91,11 +92,14 @@ async def test_each_unusable_token_has_its_own_error(store: TokenStore) -> None:
     with pytest.raises(TokenWrong):  # a wrong secret learns nothing about the state
         await store.validate(deleted[:-1] + ("a" if deleted[-1] != "a" else "b"))
 
-    expiring, stored = await store.create(ttl=1)
-    assert stored.expires_at is not None
-    await asyncio.sleep(max(0.0, stored.expires_at - time.time()) + 0.01)  # the clock passes it
+    clock = ManualClock()
+    timed = TokenStore(store.client, NAMESPACE, retention=3600, clock=clock)
+    expiring, stored = await timed.create(ttl=60)
+    assert stored.expires_at == pytest.approx(clock.now + 60, abs=1)  # whole seconds
+    assert (await timed.validate(expiring)).token_id == stored.token_id
+    clock.advance(60.01)  # the clock passes it
     with pytest.raises(TokenExpired, match="expired at"):
-        await store.validate(expiring)
+        await timed.validate(expiring)
 
     single, stored = await store.create(ttl=3600, single_use=True)
     await store.consume(await store.validate(single), node_name="pi-1", key_pin=PIN_A)

@@ -21,7 +21,7 @@ from cloudhub.placement.extension import PlacementExtension, placement_extension
 from cloudhub.settings import load_hub_settings
 from tests.k8s.fixtures import kube_apiserver  # noqa: F401  (session fixture)
 from tests.sim import SimAgent, default_node_info, node_credentials
-from tests.testpki import TestPKI, make_test_pki
+from tests.testpki import TestPKI
 
 #: Generous deadline for a condition on a loaded 2-core machine (seconds).
 DEADLINE_S = 45.0
@@ -66,17 +66,12 @@ async def eventually(
         delay = min(delay * 2, 0.2)
 
 
-@pytest.fixture(scope="session")
-def test_pki() -> TestPKI:
-    return make_test_pki()
-
-
 class PlacementHub:
     """A hub with placement on its embedded API, and the agents of one test."""
 
-    def __init__(self, tmp: pathlib.Path, test_pki: TestPKI) -> None:
+    def __init__(self, tmp: pathlib.Path, pki_ca: TestPKI) -> None:
         self.tmp = tmp
-        self.pki = test_pki
+        self.pki = pki_ca
         self.hub: Hub | None = None
         self.extension: PlacementExtension | None = None
         self.kube: KubeClient | None = None
@@ -155,8 +150,8 @@ class PlacementHub:
 
 
 @pytest.fixture
-async def placement_hub(tmp_path: pathlib.Path, test_pki: TestPKI) -> AsyncIterator[PlacementHub]:
-    h = PlacementHub(tmp_path, test_pki)
+async def placement_hub(tmp_path: pathlib.Path, pki_ca: TestPKI) -> AsyncIterator[PlacementHub]:
+    h = PlacementHub(tmp_path, pki_ca)
     try:
         yield h
     finally:

@@ -11,11 +11,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
-from cloudhub.standalone import (
-    AggregatedRequest,
-    AggregatedResource,
-    ConfigurationError,
-)
+from cloudhub.aggregation import AggregatedRequest, AggregatedResource
+from cloudhub.standalone import ConfigurationError
 from tests.cloudhub.standalone.conftest import running, settings
 
 

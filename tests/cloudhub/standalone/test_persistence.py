@@ -4,14 +4,10 @@ never acknowledged and leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import pathlib
-import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 from kubernetes_asyncio import client, watch
@@ -193,58 +189,39 @@ async def test_corrupt_database_is_a_clear_error(data_dir: pathlib.Path) -> None
     assert "state.db" in str(err.value)
 
 
-@contextlib.contextmanager
-def _small_filesystem(path: pathlib.Path, size: str) -> Iterator[pathlib.Path]:
-    """A tmpfs of ``size`` mounted at ``path`` (root only), unmounted afterwards."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("filling a disk needs root to mount a small tmpfs")
-    path.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
+@pytest.mark.parametrize("small_fs", ["2m"], indirect=True)
 async def test_full_disk_is_a_clear_500_and_loses_nothing_acknowledged(
-    tmp_path: pathlib.Path,
+    small_fs: pathlib.Path,
 ) -> None:
-    with _small_filesystem(tmp_path / "small", "2m") as mount:
-        data_dir = mount / "apiserver"
-        acked: dict[str, str] = {}
-        async with running(settings(data_dir=data_dir)) as (_, c):
-            core = client.CoreV1Api(c)
-            for i in range(100):
-                try:
-                    made = await core.create_namespaced_config_map(
-                        "default", cm(f"fill{i}", v="x" * 60_000)
-                    )
-                except ApiException as exc:
-                    failure = exc
-                    break
-                acked[made.metadata.name] = made.metadata.resource_version
-            else:
-                pytest.fail("a 2 MB filesystem took 6 MB of ConfigMaps")
-            assert failure.status == 500
-            message = json.loads(failure.body)["message"]
-            assert "database or disk is full" in message, message
-            # Reads still work and show exactly what was acknowledged.
-            listed = await core.list_namespaced_config_map("default")
-            assert {i.metadata.name for i in listed.items} == set(acked)
-            # Space comes back: writes work again.
-            remount = ["mount", "-o", "remount,size=16m", str(mount)]
-            await asyncio.to_thread(subprocess.run, remount, check=True)
-            again = await core.create_namespaced_config_map("default", cm("after", v="1"))
-            acked[again.metadata.name] = again.metadata.resource_version
-        async with running(settings(data_dir=data_dir)) as (_, c):
-            listed = await client.CoreV1Api(c).list_namespaced_config_map("default")
-            assert {i.metadata.name: i.metadata.resource_version for i in listed.items} == acked
+    data_dir = small_fs / "apiserver"
+    acked: dict[str, str] = {}
+    async with running(settings(data_dir=data_dir)) as (_, c):
+        core = client.CoreV1Api(c)
+        for i in range(100):
+            try:
+                made = await core.create_namespaced_config_map(
+                    "default", cm(f"fill{i}", v="x" * 60_000)
+                )
+            except ApiException as exc:
+                failure = exc
+                break
+            acked[made.metadata.name] = made.metadata.resource_version
+        else:
+            pytest.fail("a 2 MB filesystem took 6 MB of ConfigMaps")
+        assert failure.status == 500
+        message = json.loads(failure.body)["message"]
+        assert "database or disk is full" in message, message
+        # Reads still work and show exactly what was acknowledged.
+        listed = await core.list_namespaced_config_map("default")
+        assert {i.metadata.name for i in listed.items} == set(acked)
+        # Space comes back: writes work again.
+        remount = ["mount", "-o", "remount,size=16m", str(small_fs)]
+        await asyncio.to_thread(subprocess.run, remount, check=True)
+        again = await core.create_namespaced_config_map("default", cm("after", v="1"))
+        acked[again.metadata.name] = again.metadata.resource_version
+    async with running(settings(data_dir=data_dir)) as (_, c):
+        listed = await client.CoreV1Api(c).list_namespaced_config_map("default")
+        assert {i.metadata.name: i.metadata.resource_version for i in listed.items} == acked
 
 
 async def test_failed_commit_of_a_crd_or_namespace_deletion_leaves_no_trace(

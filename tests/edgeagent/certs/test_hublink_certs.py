@@ -30,7 +30,7 @@ from protocol.errors import CloseCode
 from tests.edgeagent.certs.conftest import PKIHub
 from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port, write_node_pki
 from tests.edgeagent.hublink.test_hublink import InProcessAgent
-from tests.testpki import TestPKI, make_test_pki
+from tests.testpki import TestPKI
 
 DAY = 86400.0
 
@@ -132,15 +132,10 @@ async def test_renewal_over_the_session_on_a_clock_ten_minutes_behind(
     assert pki_hub.session("pi-slow").link.peer_certificate.serial_number != first_serial
 
 
-@pytest.fixture(scope="module")
-def test_pki() -> TestPKI:
-    return make_test_pki()
-
-
 @pytest.fixture
-async def plain_hub(api, test_pki: TestPKI) -> AsyncIterator[HubRunner]:
+async def plain_hub(api, pki_ca: TestPKI) -> AsyncIterator[HubRunner]:
     """A hub trusting the test CA (no PKI extension): certificates are made here."""
-    runner = HubRunner(api.kubeconfig_path, test_pki.server, free_port())
+    runner = HubRunner(api.kubeconfig_path, pki_ca.server, free_port())
     await runner.start()
     try:
         yield runner
@@ -179,7 +174,7 @@ def write_expired_pki(directory: pathlib.Path, ca: pki.CertificateAuthority, nod
 )
 async def test_certificate_the_hub_rejects_is_an_error_naming_the_recovery(
     plain_hub: HubRunner,
-    test_pki: TestPKI,
+    pki_ca: TestPKI,
     agents,
     tmp_path: pathlib.Path,
     caplog,
@@ -190,9 +185,9 @@ async def test_certificate_the_hub_rejects_is_an_error_naming_the_recovery(
     state = tmp_path / "state"
     wall: Callable[[], float] = time.time
     if case == "foreign":
-        write_foreign_pki(state / "pki", test_pki.ca, "pi-x")
+        write_foreign_pki(state / "pki", pki_ca.ca, "pi-x")
     else:
-        write_expired_pki(state / "pki", test_pki.ca, "pi-x")
+        write_expired_pki(state / "pki", pki_ca.ca, "pi-x")
         wall = lambda: time.time() - 2 * DAY  # noqa: E731 - a board that lost its clock
     settings = settings_for(state, "pi-x", plain_hub.url, transports=tuple(transports.split(",")))
     link = HubLink(wall_clock=wall)
@@ -216,19 +211,19 @@ async def test_certificate_the_hub_rejects_is_an_error_naming_the_recovery(
     assert link.connection_id() is None
 
     # Recovery: a re-join writes good files; the running agent uses them at its next dial.
-    write_node_pki(state / "pki", test_pki.ca, "pi-x")
+    write_node_pki(state / "pki", pki_ca.ca, "pi-x")
     await agent.connected()
     assert agent.store.get_state("hub.session")["state"] == "connected"
 
 
 async def test_certificate_expired_by_our_clock_is_not_dialled_and_names_the_recovery(
-    plain_hub: HubRunner, test_pki: TestPKI, agents, tmp_path: pathlib.Path, caplog
+    plain_hub: HubRunner, pki_ca: TestPKI, agents, tmp_path: pathlib.Path, caplog
 ) -> None:
     """The node was offline longer than its certificate lived: no dial (the hub would
     refuse it), an ERROR naming the recovery at every back-off step, the agent running."""
     caplog.set_level(logging.INFO, logger="edgeagent")
     state = tmp_path / "state"
-    write_expired_pki(state / "pki", test_pki.ca, "pi-old")
+    write_expired_pki(state / "pki", pki_ca.ca, "pi-old")
     link = HubLink()
     agent = agents(settings_for(state, "pi-old", plain_hub.url), link)
 
@@ -243,5 +238,5 @@ async def test_certificate_expired_by_our_clock_is_not_dialled_and_names_the_rec
     session = agent.store.get_state("hub.session")
     assert session["state"] == "no-credentials" and "expired" in session["reason"]
     assert not any("QUIC" in r.getMessage() for r in caplog.records)  # never dialled
-    write_node_pki(state / "pki", test_pki.ca, "pi-old")  # the re-join
+    write_node_pki(state / "pki", pki_ca.ca, "pi-old")  # the re-join
     await agent.connected()

@@ -10,7 +10,7 @@ import sqlite3
 from edgeagent.devices import EdgeTwins
 from edgeagent.mappers import DeviceAPIError, DeviceClient
 from edgeagent.store import Store
-from tests.edgeagent.store.conftest import fill, small_fs  # noqa: F401  (fixture)
+from tests.disk import fill
 
 from .helpers import THERMOSTAT_MODEL, device, running_api
 
@@ -52,7 +52,7 @@ async def test_a_report_is_answered_once_committed(tmp_path: pathlib.Path) -> No
             assert _committed_reports(path) == 1
 
 
-async def test_a_report_that_cannot_be_kept_gets_507(small_fs: pathlib.Path) -> None:  # noqa: F811
+async def test_a_report_that_cannot_be_kept_gets_507(small_fs: pathlib.Path) -> None:
     store = Store.open(small_fs / "store.db")
     try:
         twins = _twins(store)

@@ -16,12 +16,7 @@ import pytest
 from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from tests.edgeagent.hublink.fleet import AgentProcess, HubRunner, free_port, unique
-from tests.testpki import TestPKI, make_test_pki
-
-
-@pytest.fixture(scope="session")
-def test_pki() -> TestPKI:
-    return make_test_pki()
+from tests.testpki import TestPKI
 
 
 @pytest.fixture
@@ -87,11 +82,11 @@ class Fleet:
 
 @pytest.fixture
 async def fleet(
-    api: EmbeddedAPIServer, test_pki: TestPKI, tmp_path: pathlib.Path, request
+    api: EmbeddedAPIServer, pki_ca: TestPKI, tmp_path: pathlib.Path, request
 ) -> AsyncIterator[Fleet]:
-    hub = HubRunner(api.kubeconfig_path, test_pki.server, free_port())
+    hub = HubRunner(api.kubeconfig_path, pki_ca.server, free_port())
     await hub.start()
-    f = Fleet(tmp_path, hub, test_pki, request)
+    f = Fleet(tmp_path, hub, pki_ca, request)
     failed: list[Any] = []
     try:
         yield f

@@ -25,7 +25,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cloudhub.demo.processes import free_port  # noqa: F401  re-exported (the demo uses it too)
+from cloudhub.devtools.fleet import (
+    FAST_AGENT_SETS,
+    docker_agent_args,
+    free_port,  # noqa: F401  re-exported for the tests
+)
 from protocol import pki
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -46,21 +50,9 @@ HUB_TEST_SETTINGS: dict[str, Any] = {
     "status.retry_cap": 0.5,
 }
 
-#: Agent settings for tests: quick back-offs and commits.
-AGENT_TEST_SETS = (
-    "store.commit_delay=0.1",
-    "node_ip=127.0.0.1",
-    "pods.backoff_initial=0.4",
-    "pods.backoff_max=3",
-    "pods.resync_period=2",
-    "pods.default_grace_period=5",
-    "hub.backoff_base=0.2",
-    "hub.backoff_cap=1",
-    "hub.healthy_after=1",
-    "hub.quic_handshake_timeout=3",
-    "hub.quic_retry_first=1",
-    "hub.liveness_timeout=10",
-)
+#: Agent settings for tests: the fleet's quick back-offs and commits (the demo's too), and
+#: 10 s of silence before the hub is declared dead on a loaded machine.
+AGENT_TEST_SETS = (*FAST_AGENT_SETS, "hub.liveness_timeout=10")
 
 
 async def eventually(
@@ -222,16 +214,7 @@ class AgentProcess:
             from tests.edgeagent.podman_engine import docker_settings
 
             ds = docker_settings(self.engine)
-            args += [
-                "--docker-url",
-                ds.url,
-                "--set",
-                f"runtime.docker.network={ds.network}",
-                "--set",
-                f"runtime.docker.sandbox_image={ds.sandbox_image}",
-                "--set",
-                "runtime.docker.sandbox_command=sleep,2147483647",
-            ]
+            args += docker_agent_args(ds.url, ds.network, ds.sandbox_image)
         return args
 
     def start(self) -> None:

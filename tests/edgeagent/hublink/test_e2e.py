@@ -207,7 +207,7 @@ async def _running(kube: KubeClient, namespace: str, name: str) -> bool:
     return is_running(await get_pod(kube, namespace, name))
 
 
-async def test_ready_does_not_wait_for_an_unreachable_hub(tmp_path: pathlib.Path, test_pki):
+async def test_ready_does_not_wait_for_an_unreachable_hub(tmp_path: pathlib.Path, pki_ca):
     """READY=1 once the store and runtime are up, with a hub configured that never answers."""
     import socket
 
@@ -222,7 +222,7 @@ async def test_ready_does_not_wait_for_an_unreachable_hub(tmp_path: pathlib.Path
         "edge-alone",
         "process",
         f"quic://127.0.0.1:{free_port()}",
-        test_pki.ca,
+        pki_ca.ca,
         sets=("hub.transports=websocket",),  # refused at once: the log shows the retries
     )
     agent.start_env = {"NOTIFY_SOCKET": str(sock_path)}

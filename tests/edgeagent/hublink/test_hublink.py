@@ -63,8 +63,8 @@ class InProcessAgent:
 
 
 @pytest.fixture
-async def hub(api, test_pki) -> AsyncIterator[HubRunner]:
-    runner = HubRunner(api.kubeconfig_path, test_pki.server, free_port())
+async def hub(api, pki_ca) -> AsyncIterator[HubRunner]:
+    runner = HubRunner(api.kubeconfig_path, pki_ca.server, free_port())
     await runner.start()
     try:
         yield runner
@@ -74,7 +74,7 @@ async def hub(api, test_pki) -> AsyncIterator[HubRunner]:
 
 @pytest.fixture
 async def make_agent(
-    hub: HubRunner, test_pki, tmp_path: pathlib.Path
+    hub: HubRunner, pki_ca, tmp_path: pathlib.Path
 ) -> AsyncIterator[Callable[..., InProcessAgent]]:
     agents: list[InProcessAgent] = []
 
@@ -83,7 +83,7 @@ async def make_agent(
     ) -> InProcessAgent:
         state = tmp_path / node
         if pki:
-            write_node_pki(state / "pki", test_pki.ca, node)
+            write_node_pki(state / "pki", pki_ca.ca, node)
         settings = AgentSettings(
             node_name=node,
             state_dir=state,
@@ -245,9 +245,7 @@ async def test_a_bad_outbox_entry_is_dropped_and_the_rest_delivered(
     assert len(dropped) == 2 and "event" in dropped[0] and "no_such_kind" in dropped[1]
 
 
-async def test_missing_credentials_agent_runs_and_connects_once_joined(
-    make_agent, test_pki, caplog
-):
+async def test_missing_credentials_agent_runs_and_connects_once_joined(make_agent, pki_ca, caplog):
     caplog.set_level(logging.ERROR, logger="edgeagent.uplink")
     agent = make_agent("edge-late", pki=False)
     await eventually(lambda: agent.agent.context is not None, "the agent ready without a hub")
@@ -258,7 +256,7 @@ async def test_missing_credentials_agent_runs_and_connects_once_joined(
     assert agent.link.connection_id() is None
     session = agent.store.get_state("hub.session")
     assert session["state"] == "no-credentials" and "edgeagent join" in session["reason"]
-    write_node_pki(agent.settings.state_dir / "pki", test_pki.ca, "edge-late")  # "join"
+    write_node_pki(agent.settings.state_dir / "pki", pki_ca.ca, "edge-late")  # "join"
     await agent.connected()  # picked up with no restart
 
 

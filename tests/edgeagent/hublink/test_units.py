@@ -145,49 +145,49 @@ def test_credentials_not_joined_names_the_file_and_the_command(tmp_path: pathlib
     assert "ca.crt" in str(info.value) and "edgeagent join" in str(info.value)
 
 
-def test_credentials_reload_when_the_files_change(tmp_path: pathlib.Path, test_pki):
+def test_credentials_reload_when_the_files_change(tmp_path: pathlib.Path, pki_ca):
     settings = _settings(tmp_path)
-    write_node_pki(settings.state_dir / "pki", test_pki.ca, "edge-1")
+    write_node_pki(settings.state_dir / "pki", pki_ca.ca, "edge-1")
     creds = FileCredentials(settings)
     first = creds()
     assert creds() is first  # not re-read
     time.sleep(0.01)
-    write_node_pki(settings.state_dir / "pki", test_pki.ca, "edge-1")  # a renewal
+    write_node_pki(settings.state_dir / "pki", pki_ca.ca, "edge-1")  # a renewal
     second = creds()
     assert second is not first and second.cert_pem != first.cert_pem
     assert creds.not_after > time.time()
 
 
-def test_credentials_key_of_another_certificate_is_refused(tmp_path: pathlib.Path, test_pki):
+def test_credentials_key_of_another_certificate_is_refused(tmp_path: pathlib.Path, pki_ca):
     settings = _settings(tmp_path)
     directory = settings.state_dir / "pki"
-    write_node_pki(directory, test_pki.ca, "edge-1")
+    write_node_pki(directory, pki_ca.ca, "edge-1")
     (directory / "node.key").write_bytes(pki.dump_private_key_pem(pki.generate_private_key()))
     with pytest.raises(CredentialsError) as info:
         FileCredentials(settings)()
     assert "does not belong" in str(info.value)
 
 
-def test_credentials_garbage_is_refused(tmp_path: pathlib.Path, test_pki):
+def test_credentials_garbage_is_refused(tmp_path: pathlib.Path, pki_ca):
     settings = _settings(tmp_path)
     directory = settings.state_dir / "pki"
-    write_node_pki(directory, test_pki.ca, "edge-1")
+    write_node_pki(directory, pki_ca.ca, "edge-1")
     (directory / "node.crt").write_text("not a certificate\n")
     with pytest.raises(CredentialsError) as info:
         FileCredentials(settings)()
     assert "unusable TLS material" in str(info.value)
 
 
-def test_expired_certificate_names_the_renewal(tmp_path: pathlib.Path, test_pki):
+def test_expired_certificate_names_the_renewal(tmp_path: pathlib.Path, pki_ca):
     settings = _settings(tmp_path)
-    write_node_pki(settings.state_dir / "pki", test_pki.ca, "edge-1")
+    write_node_pki(settings.state_dir / "pki", pki_ca.ca, "edge-1")
     later = FileCredentials(settings, wall_clock=lambda: time.time() + 3 * 86400)
     with pytest.raises(CredentialsError) as info:
         later()
     assert "expired" in str(info.value) and "join --renew" in str(info.value)
 
 
-def test_not_after_read_from_der_matches_cryptography(test_pki):
+def test_not_after_read_from_der_matches_cryptography(pki_ca):
     import datetime
 
     from cryptography import x509
@@ -195,7 +195,7 @@ def test_not_after_read_from_der_matches_cryptography(test_pki):
 
     from edgeagent.credentials import certificate_not_after
 
-    for creds in (test_pki.client, test_pki.expired, test_pki.server):
+    for creds in (pki_ca.client, pki_ca.expired, pki_ca.server):
         pem = pki.dump_certificate_pem(creds.chain)
         assert certificate_not_after(pem) == creds.chain[0].not_valid_after_utc.timestamp()
     # after 2049 RFC 5280 uses GeneralizedTime
@@ -218,8 +218,8 @@ def test_not_after_read_from_der_matches_cryptography(test_pki):
             certificate_not_after(bad)
 
 
-def test_websocket_credentials_do_not_import_cryptography(tmp_path: pathlib.Path, test_pki):
-    write_node_pki(tmp_path / "state" / "pki", test_pki.ca, "edge-1")
+def test_websocket_credentials_do_not_import_cryptography(tmp_path: pathlib.Path, pki_ca):
+    write_node_pki(tmp_path / "state" / "pki", pki_ca.ca, "edge-1")
     state = str(tmp_path / "state")
     code = (
         "import sys, pathlib\n"

@@ -15,7 +15,7 @@ from edgeagent.settings import StoreSettings
 from edgeagent.store import Store
 from protocol.devices import ReportedValue
 from tests.bench.bench_metrics import typical_node_samples
-from tests.edgeagent.store.conftest import fill
+from tests.disk import fill
 
 NOW = 1_700_000_000.0
 

@@ -9,17 +9,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from protocol.config import SessionConfig
 from protocol.messages import PROTOCOL_VERSION, Hello, Welcome
-from protocol.session import SessionConfig
 from protocol.transport import Link, serve_quic, serve_websocket
-from tests.testpki import TestPKI, make_test_pki
+from tests.testpki import TestPKI
 
 TRANSPORTS = ("quic", "websocket")
-
-
-@pytest.fixture(scope="session")
-def test_pki() -> TestPKI:
-    return make_test_pki()
 
 
 def hello(node: str = "edge-1", *, min_version: int = PROTOCOL_VERSION) -> Hello:
@@ -64,7 +59,7 @@ Behaviour = Callable[[Link], "asyncio.Future[None] | object"]
 
 
 @pytest.fixture
-async def make_hub(test_pki: TestPKI) -> AsyncIterator[Callable[..., object]]:
+async def make_hub(pki_ca: TestPKI) -> AsyncIterator[Callable[..., object]]:
     """Start a hub whose handler runs ``behaviour(link)`` (default: accept, then drain)."""
     servers = []
 
@@ -83,10 +78,10 @@ async def make_hub(test_pki: TestPKI) -> AsyncIterator[Callable[..., object]]:
             async for _ in link:
                 pass
 
-        quic = await serve_quic(handler, "127.0.0.1", 0, credentials=test_pki.server, config=config)
+        quic = await serve_quic(handler, "127.0.0.1", 0, credentials=pki_ca.server, config=config)
         servers.append(quic)
         ws = await serve_websocket(
-            handler, "127.0.0.1", 0, credentials=test_pki.server, config=config
+            handler, "127.0.0.1", 0, credentials=pki_ca.server, config=config
         )
         servers.append(ws)
         hub = Hub(quic_port=quic.port, websocket_port=ws.port)

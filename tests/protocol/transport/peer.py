@@ -16,8 +16,9 @@ import asyncio
 import json
 import sys
 
+from protocol.config import SessionConfig
+from protocol.events import Closed, MessageReceived, PeerDead
 from protocol.messages import KubeEvent, TwinDesired
-from protocol.session import Closed, MessageReceived, PeerDead, SessionConfig
 from protocol.transport import Link, serve_quic, serve_websocket
 from tests.bench.protocol_peer import load_server_credentials
 from tests.protocol.transport.conftest import welcome

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import pytest
 
 from protocol import pki
+from protocol.config import SessionConfig
 from protocol.errors import ConnectionClosed
+from protocol.events import PeerDead
 from protocol.messages import KubeEvent, ObjectRef
-from protocol.session import PeerDead, SessionConfig
 from protocol.transport import Link, connect_quic, connect_websocket
 from tests import netns
 from tests.protocol.transport.conftest import TRANSPORTS, hello
@@ -60,16 +61,16 @@ class NetnsHub:
         return await asyncio.wait_for(find(), timeout)
 
 
-def write_certs(directory: pathlib.Path, test_pki) -> None:
-    (directory / "ca.pem").write_bytes(pki.dump_certificate_pem(test_pki.ca.certificate))
-    (directory / "server.pem").write_bytes(pki.dump_certificate_pem(test_pki.server.chain))
-    (directory / "server.key").write_bytes(pki.dump_private_key_pem(test_pki.server.private_key))
+def write_certs(directory: pathlib.Path, pki_ca) -> None:
+    (directory / "ca.pem").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
+    (directory / "server.pem").write_bytes(pki.dump_certificate_pem(pki_ca.server.chain))
+    (directory / "server.key").write_bytes(pki.dump_private_key_pem(pki_ca.server.private_key))
 
 
 @pytest.fixture
-async def netns_hub(test_pki, tmp_path) -> AsyncIterator[NetnsHub]:
+async def netns_hub(pki_ca, tmp_path) -> AsyncIterator[NetnsHub]:
     """A hub process inside a fresh namespace; namespace and rules removed afterwards."""
-    write_certs(tmp_path, test_pki)
+    write_certs(tmp_path, pki_ca)
     with netns.veth_namespace() as topology:
         argv = topology.ns.exec_argv(
             [
@@ -109,12 +110,12 @@ CLIENT_CONFIG = SessionConfig(
 )
 
 
-async def dial(transport: str, hub: NetnsHub, test_pki) -> Link:
+async def dial(transport: str, hub: NetnsHub, pki_ca) -> Link:
     connect = connect_quic if transport == "quic" else connect_websocket
     link = await connect(
         hub.topology.ns_addr,
         hub.ports[transport],
-        credentials=test_pki.client,
+        credentials=pki_ca.client,
         hello=hello(),
         server_name="localhost",
         config=CLIENT_CONFIG,
@@ -126,9 +127,9 @@ async def dial(transport: str, hub: NetnsHub, test_pki) -> Link:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_silent_peer_is_detected_within_the_liveness_deadline(
-    transport, netns_hub, test_pki
+    transport, netns_hub, pki_ca
 ) -> None:
-    link = await dial(transport, netns_hub, test_pki)
+    link = await dial(transport, netns_hub, pki_ca)
     loop = asyncio.get_running_loop()
     async with link:
         netns_hub.ns.partition()
@@ -155,9 +156,9 @@ async def test_silent_peer_is_detected_within_the_liveness_deadline(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_close_is_bounded_with_a_ping_in_flight_and_a_stuck_send(
-    transport, netns_hub, test_pki
+    transport, netns_hub, pki_ca
 ) -> None:
-    link = await dial(transport, netns_hub, test_pki)
+    link = await dial(transport, netns_hub, pki_ca)
     loop = asyncio.get_running_loop()
     netns_hub.ns.partition()
 
@@ -170,8 +171,12 @@ async def test_close_is_bounded_with_a_ping_in_flight_and_a_stuck_send(
     await link.send(event(1))
     await link.send(event(2))
     stuck = asyncio.ensure_future(link.send(event(3)))
-    # Let the ping interval pass without an answer, so that a ping is in flight...
-    await asyncio.sleep(PING * 1.5)
+    # Wait until the client has pinged into the cut, so that a ping is in flight...
+    pings = link.session.pings_sent
+    deadline = loop.time() + PING * 3
+    while link.session.pings_sent == pings:
+        assert loop.time() < deadline, "no ping sent within 3 ping intervals"
+        await asyncio.sleep(0.02)
     assert not stuck.done() and not link.closed
     started = loop.time()
     await asyncio.wait_for(link.close(), link.close_bound + 1.0)

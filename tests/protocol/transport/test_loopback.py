@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from protocol.errors import CloseCode, ConnectionClosed
+from protocol.events import Acked, Closed, MessageReceived
 from protocol.messages import KubeEvent, ObjectRef, TwinDesired
-from protocol.session import Acked, Closed, MessageReceived
 from protocol.transport import (
     CertificateRejected,
     ConnectFailed,
@@ -42,7 +42,7 @@ async def next_of(link: Link, kind: type, timeout: float = 10.0):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_exchange_both_ways(transport, make_hub, test_pki) -> None:
+async def test_exchange_both_ways(transport, make_hub, pki_ca) -> None:
     received: asyncio.Queue = asyncio.Queue()
 
     async def behaviour(link: Link) -> None:
@@ -58,7 +58,7 @@ async def test_exchange_both_ways(transport, make_hub, test_pki) -> None:
     link = await connect(transport)(
         "127.0.0.1",
         hub.port(transport),
-        credentials=test_pki.client,
+        credentials=pki_ca.client,
         hello=hello(),
         server_name="localhost",
     )
@@ -93,13 +93,13 @@ async def test_exchange_both_ways(transport, make_hub, test_pki) -> None:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("who", ["no_cert", "other_ca", "expired"])
-async def test_bad_client_certificates_are_rejected(transport, who, make_hub, test_pki) -> None:
+async def test_bad_client_certificates_are_rejected(transport, who, make_hub, pki_ca) -> None:
     hub = await make_hub()
     with pytest.raises(ConnectFailed) as info:
         await connect(transport)(
             "127.0.0.1",
             hub.port(transport),
-            credentials=getattr(test_pki, who),
+            credentials=getattr(pki_ca, who),
             hello=hello(),
             server_name="localhost",
             timeout=5.0,
@@ -115,13 +115,13 @@ async def test_bad_client_certificates_are_rejected(transport, who, make_hub, te
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_client_verifies_the_hub_name(transport, make_hub, test_pki) -> None:
+async def test_client_verifies_the_hub_name(transport, make_hub, pki_ca) -> None:
     hub = await make_hub()
     with pytest.raises(ConnectFailed) as info:
         await connect(transport)(
             "127.0.0.1",
             hub.port(transport),
-            credentials=test_pki.client,
+            credentials=pki_ca.client,
             hello=hello(),
             server_name="not-the-hub.example",
             timeout=5.0,
@@ -131,7 +131,7 @@ async def test_client_verifies_the_hub_name(transport, make_hub, test_pki) -> No
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_hub_refusal_is_session_rejected(transport, make_hub, test_pki) -> None:
+async def test_hub_refusal_is_session_rejected(transport, make_hub, pki_ca) -> None:
     async def behaviour(link: Link) -> None:
         link.reject(CloseCode.UNAUTHORIZED, "node edge-1 is cordoned off")
         await link.wait_closed()
@@ -141,7 +141,7 @@ async def test_hub_refusal_is_session_rejected(transport, make_hub, test_pki) ->
         await connect(transport)(
             "127.0.0.1",
             hub.port(transport),
-            credentials=test_pki.client,
+            credentials=pki_ca.client,
             hello=hello(),
             server_name="localhost",
         )
@@ -150,13 +150,13 @@ async def test_hub_refusal_is_session_rejected(transport, make_hub, test_pki) ->
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_version_mismatch(transport, make_hub, test_pki) -> None:
+async def test_version_mismatch(transport, make_hub, pki_ca) -> None:
     hub = await make_hub()
     with pytest.raises(SessionRejected) as info:
         await connect(transport)(
             "127.0.0.1",
             hub.port(transport),
-            credentials=test_pki.client,
+            credentials=pki_ca.client,
             hello=hello(min_version=99),
             server_name="localhost",
         )
@@ -164,7 +164,7 @@ async def test_version_mismatch(transport, make_hub, test_pki) -> None:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_hub_closing_ends_the_link(transport, make_hub, test_pki) -> None:
+async def test_hub_closing_ends_the_link(transport, make_hub, pki_ca) -> None:
     async def behaviour(link: Link) -> None:
         link.accept(welcome(link))
         await link.close(CloseCode.GOING_AWAY, "hub restarting")
@@ -173,7 +173,7 @@ async def test_hub_closing_ends_the_link(transport, make_hub, test_pki) -> None:
     link = await connect(transport)(
         "127.0.0.1",
         hub.port(transport),
-        credentials=test_pki.client,
+        credentials=pki_ca.client,
         hello=hello(),
         server_name="localhost",
     )
@@ -189,7 +189,7 @@ async def test_hub_closing_ends_the_link(transport, make_hub, test_pki) -> None:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_nothing_listening(transport, test_pki) -> None:
+async def test_nothing_listening(transport, pki_ca) -> None:
     # A port nobody listens on: WebSocket is refused at once; QUIC hears nothing (the
     # ICMP port-unreachable is not an answer QUIC trusts) and times out.
     import socket
@@ -203,7 +203,7 @@ async def test_nothing_listening(transport, test_pki) -> None:
         await connect(transport)(
             "127.0.0.1",
             port,
-            credentials=test_pki.client,
+            credentials=pki_ca.client,
             hello=hello(),
             server_name="localhost",
             timeout=1.0,
@@ -212,7 +212,7 @@ async def test_nothing_listening(transport, test_pki) -> None:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_server_shutdown_closes_links_going_away(transport, test_pki) -> None:
+async def test_server_shutdown_closes_links_going_away(transport, pki_ca) -> None:
     from protocol.transport import serve_quic, serve_websocket
 
     async def handler(link: Link) -> None:
@@ -221,12 +221,12 @@ async def test_server_shutdown_closes_links_going_away(transport, test_pki) -> N
             pass
 
     serve = serve_quic if transport == "quic" else serve_websocket
-    server = await serve(handler, "127.0.0.1", 0, credentials=test_pki.server)
+    server = await serve(handler, "127.0.0.1", 0, credentials=pki_ca.server)
     try:
         link = await connect(transport)(
             "127.0.0.1",
             server.port,
-            credentials=test_pki.client,
+            credentials=pki_ca.client,
             hello=hello(),
             server_name="localhost",
         )

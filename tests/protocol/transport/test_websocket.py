@@ -23,8 +23,8 @@ from websockets.uri import parse_uri
 
 from protocol.codec import FrameDecoder, encode
 from protocol.errors import CloseCode
+from protocol.events import Closed, MessageReceived
 from protocol.messages import KubeEvent, ObjectRef, ObjectUpsert, Ping, Pong, Welcome
-from protocol.session import Closed, MessageReceived
 from protocol.transport import (
     ConnectFailed,
     HandshakeTimeout,
@@ -78,7 +78,7 @@ class RawClient:
 
 
 @pytest.fixture
-async def hub(test_pki):
+async def hub(pki_ca):
     """A WebSocket server whose handler is set per test (``hub.behaviour``)."""
 
     class Hub:
@@ -99,17 +99,17 @@ async def hub(test_pki):
             state.done.set()
 
     server = await serve_websocket(
-        handler, "127.0.0.1", 0, credentials=test_pki.server, hello_timeout=2.0
+        handler, "127.0.0.1", 0, credentials=pki_ca.server, hello_timeout=2.0
     )
     state.port = server.port
     yield state
     await server.aclose()
 
 
-def raw_connect(test_pki, port: int, path: str = PATH, **kwargs):
+def raw_connect(pki_ca, port: int, path: str = PATH, **kwargs):
     return ws_connect(
         f"wss://127.0.0.1:{port}{path}",
-        ssl=client_ssl_context(test_pki.client),
+        ssl=client_ssl_context(pki_ca.client),
         server_hostname="localhost",
         ping_interval=None,
         compression=None,
@@ -118,7 +118,7 @@ def raw_connect(test_pki, port: int, path: str = PATH, **kwargs):
     )
 
 
-async def test_a_burst_of_sends_leaves_in_few_messages_of_whole_frames(hub, test_pki) -> None:
+async def test_a_burst_of_sends_leaves_in_few_messages_of_whole_frames(hub, pki_ca) -> None:
     count = 300
 
     async def behaviour(link: Link) -> None:
@@ -127,7 +127,7 @@ async def test_a_burst_of_sends_leaves_in_few_messages_of_whole_frames(hub, test
         await link.wait_closed()
 
     hub.behaviour = behaviour
-    async with raw_connect(test_pki, hub.port) as ws:
+    async with raw_connect(pki_ca, hub.port) as ws:
         client = RawClient(ws)
         await client.open_session()
         got = []
@@ -139,7 +139,7 @@ async def test_a_burst_of_sends_leaves_in_few_messages_of_whole_frames(hub, test
     assert max(client.messages) <= BATCH_BYTES
 
 
-async def test_messages_are_capped_and_a_larger_frame_goes_alone(hub, test_pki) -> None:
+async def test_messages_are_capped_and_a_larger_frame_goes_alone(hub, pki_ca) -> None:
     async def behaviour(link: Link) -> None:
         for i in range(40):
             await link.send(upsert(i, size=4000))  # 40 x ~4 KiB: over one batch
@@ -147,7 +147,7 @@ async def test_messages_are_capped_and_a_larger_frame_goes_alone(hub, test_pki) 
         await link.wait_closed()
 
     hub.behaviour = behaviour
-    async with raw_connect(test_pki, hub.port) as ws:
+    async with raw_connect(pki_ca, hub.port) as ws:
         client = RawClient(ws)
         await client.open_session()
         got = []
@@ -161,7 +161,7 @@ async def test_messages_are_capped_and_a_larger_frame_goes_alone(hub, test_pki) 
     assert [m.resource_version for m in got] == [*map(str, range(40)), "99"]
 
 
-async def test_several_frames_in_one_message_are_all_delivered(hub, test_pki) -> None:
+async def test_several_frames_in_one_message_are_all_delivered(hub, pki_ca) -> None:
     received: list = []
 
     async def behaviour(link: Link) -> None:
@@ -172,20 +172,20 @@ async def test_several_frames_in_one_message_are_all_delivered(hub, test_pki) ->
                     return
 
     hub.behaviour = behaviour
-    async with raw_connect(test_pki, hub.port) as ws:
+    async with raw_connect(pki_ca, hub.port) as ws:
         await RawClient(ws).open_session()
         await ws.send(b"".join(encode(event(i), i) for i in (1, 2, 3)))
         await asyncio.wait_for(hub.done.wait(), 10)
     assert received == [1, 2, 3]
 
 
-async def test_a_text_message_ends_the_connection(hub, test_pki) -> None:
+async def test_a_text_message_ends_the_connection(hub, pki_ca) -> None:
     async def behaviour(link: Link) -> None:
         async for _ in link:
             pass
 
     hub.behaviour = behaviour
-    async with raw_connect(test_pki, hub.port) as ws:
+    async with raw_connect(pki_ca, hub.port) as ws:
         await RawClient(ws).open_session()
         await ws.send("hello as text")
         with pytest.raises(ConnectionClosed) as info:
@@ -197,20 +197,20 @@ async def test_a_text_message_ends_the_connection(hub, test_pki) -> None:
     assert isinstance(closed, Closed) and closed.code is CloseCode.CONNECTION_LOST
 
 
-async def test_a_wrong_path_gets_404(hub, test_pki) -> None:
+async def test_a_wrong_path_gets_404(hub, pki_ca) -> None:
     with pytest.raises(InvalidStatus) as info:
-        async with raw_connect(test_pki, hub.port, path="/elsewhere"):
+        async with raw_connect(pki_ca, hub.port, path="/elsewhere"):
             pass
     assert info.value.response.status_code == 404
     assert hub.links == []
 
 
-async def test_a_client_that_never_upgrades_is_dropped(hub, test_pki) -> None:
+async def test_a_client_that_never_upgrades_is_dropped(hub, pki_ca) -> None:
     loop = asyncio.get_running_loop()
     reader, writer = await asyncio.open_connection(
         "127.0.0.1",
         hub.port,
-        ssl=client_ssl_context(test_pki.client),
+        ssl=client_ssl_context(pki_ca.client),
         server_hostname="localhost",
     )
     started = loop.time()
@@ -226,7 +226,7 @@ async def test_a_client_that_never_upgrades_is_dropped(hub, test_pki) -> None:
     assert hub.links == []
 
 
-async def test_a_reader_that_stops_holds_sends_back_and_loses_nothing(hub, test_pki) -> None:
+async def test_a_reader_that_stops_holds_sends_back_and_loses_nothing(hub, pki_ca) -> None:
     size, total = 16 * 1024, 2048  # 32 MiB in all, far more than socket buffers hold
     sent = 0
 
@@ -238,7 +238,7 @@ async def test_a_reader_that_stops_holds_sends_back_and_loses_nothing(hub, test_
         await link.wait_closed()
 
     hub.behaviour = behaviour
-    async with raw_connect(test_pki, hub.port, max_queue=1) as ws:
+    async with raw_connect(pki_ca, hub.port, max_queue=1) as ws:
         client = RawClient(ws)
         await client.open_session()
         # Read nothing: TCP buffers fill, then the hub's sends must wait (no progress).
@@ -257,13 +257,13 @@ async def test_a_reader_that_stops_holds_sends_back_and_loses_nothing(hub, test_
     assert got == list(range(total))
 
 
-async def test_a_message_over_the_size_limit_closes_with_1009(hub, test_pki) -> None:
+async def test_a_message_over_the_size_limit_closes_with_1009(hub, pki_ca) -> None:
     async def behaviour(link: Link) -> None:
         async for _ in link:
             pass
 
     hub.behaviour = behaviour
-    async with raw_connect(test_pki, hub.port) as ws:
+    async with raw_connect(pki_ca, hub.port) as ws:
         await RawClient(ws).open_session()
         await ws.send(b"\x00" * (5 * 1024 * 1024))  # over max(4 MiB + 4, 64 KiB)
         with pytest.raises(ConnectionClosed) as info:
@@ -273,7 +273,7 @@ async def test_a_message_over_the_size_limit_closes_with_1009(hub, test_pki) -> 
     assert hub.links[0].close_event.code is CloseCode.CONNECTION_LOST
 
 
-async def test_an_upgrade_refused_by_the_server_is_connect_failed(test_pki) -> None:
+async def test_an_upgrade_refused_by_the_server_is_connect_failed(pki_ca) -> None:
     async def not_a_hub(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
@@ -281,7 +281,7 @@ async def test_an_upgrade_refused_by_the_server_is_connect_failed(test_pki) -> N
         writer.close()
 
     server = await asyncio.start_server(
-        not_a_hub, "127.0.0.1", 0, ssl=server_ssl_context(test_pki.server)
+        not_a_hub, "127.0.0.1", 0, ssl=server_ssl_context(pki_ca.server)
     )
     try:
         port = server.sockets[0].getsockname()[1]
@@ -289,7 +289,7 @@ async def test_an_upgrade_refused_by_the_server_is_connect_failed(test_pki) -> N
             await connect_websocket(
                 "127.0.0.1",
                 port,
-                credentials=test_pki.client,
+                credentials=pki_ca.client,
                 hello=hello(),
                 server_name="localhost",
                 timeout=10.0,
@@ -302,7 +302,7 @@ async def test_an_upgrade_refused_by_the_server_is_connect_failed(test_pki) -> N
 
 
 async def test_a_peer_that_floods_pings_and_never_reads_is_not_buffered_without_bound(
-    hub, test_pki
+    hub, pki_ca
 ) -> None:
     """Every ping makes a pong: a peer that sends pings and reads nothing must be held back
     (the hub stops reading while its writes are paused), not make the hub buffer pongs
@@ -315,7 +315,7 @@ async def test_a_peer_that_floods_pings_and_never_reads_is_not_buffered_without_
     hub.behaviour = behaviour
     ws = ClientProtocol(parse_uri(f"wss://localhost:{hub.port}{PATH}"), max_size=None)
     reader, writer = await asyncio.open_connection(
-        "127.0.0.1", hub.port, ssl=client_ssl_context(test_pki.client), server_hostname="localhost"
+        "127.0.0.1", hub.port, ssl=client_ssl_context(pki_ca.client), server_hostname="localhost"
     )
     try:
         ws.send_request(ws.connect())

@@ -8,6 +8,10 @@ lists them in discovery (``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>
 ``/apis/<group>/<version>/`` to :meth:`AggregatedAPI.handle`, after the same bearer-token
 check as every other path. Register one with ``EmbeddedAPIServer.add_api(api)``.
 Other verbs are answered 405, unknown resources 404, as kube-apiserver does.
+
+The interface is the hub's, not the embedded server's: a feature (``cloudhub.metrics``)
+implements it without importing ``cloudhub.standalone``, which is optional in production
+(pyproject's contracts). It imports nothing of the hub.
 """
 
 from __future__ import annotations
@@ -16,9 +20,21 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cloudhub.standalone.selectors import LabelSelector
+__all__ = ["AggregatedAPI", "AggregatedRequest", "AggregatedResource", "LabelSelector"]
 
-__all__ = ["AggregatedAPI", "AggregatedRequest", "AggregatedResource"]
+
+class LabelSelector(Protocol):
+    """A parsed ``labelSelector`` (the embedded server passes its own,
+    ``cloudhub.standalone.selectors.LabelSelector``)."""
+
+    @property
+    def empty(self) -> bool:
+        """True when it selects everything."""
+        ...
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether an object with these labels is selected."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

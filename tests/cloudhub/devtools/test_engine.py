@@ -15,7 +15,7 @@ import stat
 
 import pytest
 
-from cloudhub.demo.engine import (
+from cloudhub.devtools.engine import (
     NETWORK_BACKENDS,
     EngineUnavailable,
     start_engine,

@@ -22,7 +22,7 @@ import tarfile
 import time
 import uuid
 
-from cloudhub.demo.errors import DemoError
+from cloudhub.devtools.errors import DevtoolsError
 
 __all__ = [
     "BUSYBOX_IMAGE",
@@ -37,7 +37,7 @@ __all__ = [
 BUSYBOX_IMAGE = "localhost/busybox:latest"
 
 
-class EngineUnavailable(DemoError):
+class EngineUnavailable(DevtoolsError):
     """podman cannot run here (the reason is the message)."""
 
 

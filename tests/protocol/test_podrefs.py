@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cloudhub.pods.refs import pod_references, reference_keys
+from protocol.podrefs import pod_references, reference_keys
 
 
 def test_every_place_a_pod_names_a_configmap_or_secret() -> None:

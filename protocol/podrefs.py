@@ -5,13 +5,17 @@ A pod names ConfigMaps and Secrets in volumes (``configMap``, ``secret``, and th
 container and ephemeral container, and in ``imagePullSecrets``; all in the pod's own
 namespace. The node a pod is bound to may read exactly those (the Node authorizer's graph,
 ``plugin/pkg/auth/authorizer/node``), and the hub sends exactly those down with the pod.
+
+One rule for both halves: the hub indexes its pod informer by it and sends those objects
+down; the agent wakes a pod's worker when one of them changes. A pure function over Pod
+JSON, so it is in ``protocol`` (no I/O, no clock).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["CONFIGMAP", "SECRET", "pod_references", "reference_keys"]
+__all__ = ["CONFIGMAP", "SECRET", "pod_references", "reference_key", "reference_keys"]
 
 CONFIGMAP = "ConfigMap"
 SECRET = "Secret"
@@ -95,8 +99,14 @@ def pod_references(pod: dict) -> list[tuple[str, str]]:
     return list(seen)
 
 
+def reference_key(kind: str, namespace: str, name: str) -> str:
+    """The index value of one referenced object: ``"<Kind>/<namespace>/<name>"``
+    (``"ConfigMap/default/app-config"``)."""
+    return f"{kind}/{namespace}/{name}"
+
+
 def reference_keys(pod: dict) -> list[str]:
-    """Index values for a pod informer: ``"<Kind>/<namespace>/<name>"`` per reference, so
-    that "which pods reference this ConfigMap" is one index lookup."""
+    """Index values for a pod informer: :func:`reference_key` per reference, so that
+    "which pods reference this ConfigMap" is one index lookup."""
     namespace = (pod.get("metadata") or {}).get("namespace") or ""
-    return [f"{kind}/{namespace}/{name}" for kind, name in pod_references(pod)]
+    return [reference_key(kind, namespace, name) for kind, name in pod_references(pod)]

@@ -1,0 +1,119 @@
+"""TLS on an accepted or dialled TCP transport with one shared read buffer per thread.
+
+asyncio's TLS layer (``asyncio.sslproto.SSLProtocol``) allocates and
+touches a 256 KiB read buffer per connection, which alone is four times our per-connection
+budget on the hub (10,000 WebSocket sessions at ≤ 64 KiB each): measured, a bare websockets
+server with mutual TLS holds ~300 KiB per idle connection. So we do not hand ``ssl=`` to
+asyncio; each connection starts TLS itself on its TCP transport, exactly as
+``loop.start_tls()`` does, with an ``SSLProtocol`` that reads through one
+``TLS_READ_BUFFER`` (16 KiB, the largest TLS record) shared by every connection of the
+thread (see :class:`_LeanSSLProtocol`).
+
+This is the one module that reaches into asyncio's TLS internals (``asyncio.sslproto``,
+which has no public API for the buffer): the WebSocket transport uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import sys
+import threading
+from asyncio import sslproto
+from typing import Any
+
+from protocol.transport.link import TRANSPORT_CLOSE_BOUND
+
+__all__ = ["TLS_READ_BUFFER", "certificate_alert", "start_tls"]
+
+TLS_READ_BUFFER = 16 * 1024
+"""Bytes of TLS read buffer per connection (asyncio's default is 256 KiB)."""
+
+_scratch = threading.local()
+
+
+class _LeanSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol with one 16 KiB read buffer per thread instead of 256 KiB per
+    connection.
+
+    Sharing is safe because the event loop uses the buffer synchronously: it calls
+    ``get_buffer()``, ``recv_into()`` it, then ``buffer_updated()``, which copies the bytes
+    into the connection's own ``MemoryBIO`` before the callback returns. One buffer per
+    thread, since each thread runs its own loop. (Python 3.10's TLS layer has no such
+    buffer; setting the attributes there is harmless.)
+    """
+
+    max_size = TLS_READ_BUFFER
+
+    def __init__(self, loop: Any, app_protocol: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(loop, app_protocol, *args, **kwargs)
+        self._owner = app_protocol
+        view = getattr(_scratch, "view", None)
+        if view is None:
+            view = _scratch.view = memoryview(bytearray(TLS_READ_BUFFER))
+        self._ssl_buffer = view.obj
+        self._ssl_buffer_view = view
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        super()._on_handshake_complete(handshake_exc)
+        # asyncio keeps the peer certificate parsed into a dict for
+        # get_extra_info("peercert"): ~1.7 KiB held for the connection's life, 17 MiB on a
+        # hub with 10,000 sessions. We read the DER from the ssl_object instead.
+        self._extra.pop("peercert", None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # asyncio tells the application about a TLS failure only on a later loop turn;
+        # record it now so that a failed connect can name it (e.g. the hub's alert).
+        if isinstance(exc, ssl.SSLError):
+            self._owner.tls_error = exc
+        super().connection_lost(exc)
+
+
+def start_tls(
+    connection: asyncio.Protocol,
+    transport: asyncio.BaseTransport,
+    context: ssl.SSLContext,
+    *,
+    server_side: bool,
+    server_hostname: str | None,
+    handshake_timeout: float,
+) -> asyncio.Future[None]:
+    """Put TLS between ``transport`` and ``connection``, as ``loop.start_tls()`` does.
+
+    ``connection.connection_made()`` is called again, with the TLS transport, once the
+    handshake has succeeded. Returns a future that completes with the handshake.
+    """
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    kwargs: dict[str, Any] = {"ssl_handshake_timeout": handshake_timeout}
+    if sys.version_info >= (3, 11):
+        kwargs["ssl_shutdown_timeout"] = TRANSPORT_CLOSE_BOUND
+    protocol = _LeanSSLProtocol(
+        loop,
+        connection,
+        context,
+        waiter,
+        server_side=server_side,
+        server_hostname=server_hostname,
+        **kwargs,
+    )
+    transport.set_protocol(protocol)  # type: ignore[attr-defined]
+    protocol.connection_made(transport)
+    return waiter
+
+
+#: OpenSSL's names for the alerts a TLS server sends about a client certificate.
+_CERTIFICATE_ALERTS = {
+    "SSLV3_ALERT_BAD_CERTIFICATE": "bad_certificate",
+    "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE": "unsupported_certificate",
+    "SSLV3_ALERT_CERTIFICATE_REVOKED": "certificate_revoked",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "certificate_expired",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "certificate_unknown",
+    "TLSV1_ALERT_UNKNOWN_CA": "unknown_ca",
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "certificate_required",
+}
+
+
+def certificate_alert(exc: ssl.SSLError | None) -> str | None:
+    """The client-certificate alert the peer sent, if ``exc`` is one."""
+    return _CERTIFICATE_ALERTS.get(getattr(exc, "reason", None) or "")
