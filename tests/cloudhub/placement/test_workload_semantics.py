@@ -222,7 +222,7 @@ async def test_refused_pods_are_replaced_with_back_off_not_in_a_loop(
 
 @pytest.mark.kubeapiserver
 async def test_on_a_real_kube_apiserver_the_hub_writes_a_refused_pod_once(
-    kube_apiserver, test_pki, tmp_path
+    kube_apiserver, pki_ca, tmp_path
 ) -> None:
     # A real cluster runs its own controllers (the reference server has none: the pod is
     # bound by hand, as a controller would bind it). The hub's side of a refused pod must
@@ -236,10 +236,10 @@ async def test_on_a_real_kube_apiserver_the_hub_writes_a_refused_pod_once(
     node = f"edge-real-{uuid.uuid4().hex[:6]}"
     ns = f"refused-{uuid.uuid4().hex[:6]}"
     port = free_port()
-    runner = HubRunner(pathlib.Path(kube_apiserver.kubeconfig), test_pki.server, port)
+    runner = HubRunner(pathlib.Path(kube_apiserver.kubeconfig), pki_ca.server, port)
     hub = await runner.start()
     kube = await KubeClient.from_kubeconfig(str(kube_apiserver.kubeconfig))
-    agent = AgentProcess(tmp_path / node, node, "process", runner.url, test_pki.ca)
+    agent = AgentProcess(tmp_path / node, node, "process", runner.url, pki_ca.ca)
     try:
         await kube.create(NAMESPACES, {"metadata": {"name": ns}})
         agent.start()
