@@ -8,8 +8,8 @@ Pieces, from the host to the wire:
 - :class:`MetricsForwarder` buffers samples within a byte budget over a
   :class:`MetricsStorage` (the agent store; :class:`MemoryMetricsStorage` for tests),
   down-sampling the oldest when offline, and seals batches with a stable identity.
-- :class:`MetricsService` runs both loops and hands sealed batches to a
-  :class:`MetricsUplink`.
+- :class:`MetricsService` runs the sampling loop and says when a batch is due; the
+  uplink's metrics source (``edgeagent.uplink.sources.metrics``) seals and delivers.
 
 ``psutil`` is imported at the first sample, not with this package.
 
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     )
     from edgeagent.metrics.service import (
         MetricsService,
-        MetricsUplink,
     )
     from edgeagent.metrics.settings import (
         MetricsSettings,
@@ -89,7 +88,6 @@ _WHERE = {
     "HostReading": "host",
     "Sampler": "sampler",
     "MetricsService": "service",
-    "MetricsUplink": "service",
     "MetricsSettings": "settings",
     "ROW_OVERHEAD_BYTES": "storage",
     "MemoryMetricsStorage": "storage",
@@ -121,7 +119,6 @@ __all__ = [
     "MetricsSettings",
     "MetricsSettingsError",
     "MetricsStorage",
-    "MetricsUplink",
     "ResourceUsage",
     "Sampler",
     "SamplingError",

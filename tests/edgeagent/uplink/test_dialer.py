@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from edgeagent.uplink import QUIC, WEBSOCKET, Uplink, UplinkSettings
+from edgeagent.uplink.dialer import QUIC, WEBSOCKET, Uplink, UplinkSettings
 from protocol import pki
 from protocol.errors import CloseCode
 from protocol.messages import PROTOCOL_VERSION, Hello, Welcome
@@ -26,7 +26,7 @@ from protocol.transport import Link, serve_quic, serve_websocket
 from tests import netns
 from tests.testpki import TestPKI
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 QUIC_TIMEOUT = 1.0
 RETRY = 2.0
 
