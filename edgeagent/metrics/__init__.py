@@ -6,7 +6,8 @@ Pieces, from the host to the wire:
   :class:`ContainerStatsSource`) makes a :class:`~protocol.metrics_codec.Sample` every
   ``sample_interval_s``.
 - :class:`MetricsForwarder` buffers samples within a byte budget over a
-  :class:`MetricsStorage` (the agent store; :class:`MemoryMetricsStorage` for tests),
+  :class:`MetricsStorage` (the agent store, ``edgeagent.store.metrics``;
+  :class:`MemoryMetricsStorage` for tests),
   down-sampling the oldest when offline, and seals batches with a stable identity.
 - :class:`MetricsService` runs the sampling loop and says when a batch is due; the
   uplink's metrics source (``edgeagent.uplink.sources.metrics``) seals and delivers.
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         HostReader,
         HostReading,
     )
+    from edgeagent.metrics.memory import MemoryMetricsStorage
     from edgeagent.metrics.sampler import (
         Sampler,
     )
@@ -55,19 +57,18 @@ if TYPE_CHECKING:
     from edgeagent.metrics.settings import (
         MetricsSettings,
     )
-    from edgeagent.metrics.storage import (
-        ROW_OVERHEAD_BYTES,
-        MemoryMetricsStorage,
-        MetricsStorage,
-        SealedBatch,
-        StoredSample,
-        StreamState,
-    )
     from edgeagent.metrics.sysfs import (
         GpuReading,
         GpuSource,
         find_gpus,
         read_thermal_zones,
+    )
+    from edgeagent.store.metrics import (
+        ROW_OVERHEAD_BYTES,
+        MetricsStorage,
+        SealedBatch,
+        StoredSample,
+        StreamState,
     )
 
 _WHERE = {
@@ -89,12 +90,13 @@ _WHERE = {
     "Sampler": "sampler",
     "MetricsService": "service",
     "MetricsSettings": "settings",
-    "ROW_OVERHEAD_BYTES": "storage",
-    "MemoryMetricsStorage": "storage",
-    "MetricsStorage": "storage",
-    "SealedBatch": "storage",
-    "StoredSample": "storage",
-    "StreamState": "storage",
+    "MemoryMetricsStorage": "memory",
+    # the buffer's records and interface live with their tables in edgeagent.store.metrics
+    "ROW_OVERHEAD_BYTES": "forwarder",
+    "MetricsStorage": "forwarder",
+    "SealedBatch": "forwarder",
+    "StoredSample": "forwarder",
+    "StreamState": "forwarder",
     "GpuReading": "sysfs",
     "GpuSource": "sysfs",
     "find_gpus": "sysfs",

@@ -150,7 +150,6 @@ async def test_shipped_mappers_against_a_running_agent(tmp_path: pathlib.Path, p
             ("gpu", "temperature"),
         } <= pending
         assert {r.name for r in twins.pending_history(1000)} == {"cpu", "gpu"}
-        assert [o.version for o in twins.pending_observed()] == [3]  # the mapper fetched v3
         for source in ctx.sources:  # and nothing leaves without a session
             assert source.messages_to_send(100) == []
         done = await asyncio.to_thread(
