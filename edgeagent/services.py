@@ -26,13 +26,12 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, Union
 
 from edgeagent.uplink.sources.metrics import MetricsSource
 from edgeagent.uplink.sources.twins import TwinSource
 
 if TYPE_CHECKING:
-    from edgeagent.agent import AgentContext, AgentService
     from edgeagent.devices import EdgeTwins
     from edgeagent.devices.feed import TwinFeed
     from edgeagent.runtime import ContainerRuntime
@@ -40,9 +39,25 @@ if TYPE_CHECKING:
     from edgeagent.store import Store
     from edgeagent.uplink.sources.base import DownHandler, UpSource
 
-__all__ = ["Builtins", "DeviceAPIService", "MetricsAgentService", "build_builtins"]
+__all__ = [
+    "Builtins",
+    "DeviceAPIService",
+    "MetricsAgentService",
+    "ServiceContext",
+    "build_builtins",
+]
 
 log = logging.getLogger(__name__)
+
+
+class ServiceContext(Protocol):
+    """What the built-in services use of the running agent (``edgeagent.agent.AgentContext``
+    has it; passed in, so that this module does not import the agent)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def runtime(self) -> ContainerRuntime: ...
 
 
 class DeviceAPIService:
@@ -59,7 +74,7 @@ class DeviceAPIService:
         self._twins = twins
         self._settings = settings
 
-    async def run(self, ctx: AgentContext) -> None:
+    async def run(self, ctx: ServiceContext) -> None:
         """Listen until cancelled.
 
         Raises:
@@ -102,7 +117,7 @@ class MetricsAgentService:
         self._wall = wall_clock
         self._mono = monotonic
 
-    async def run(self, ctx: AgentContext) -> None:
+    async def run(self, ctx: ServiceContext) -> None:
         """Sample and deliver until cancelled.
 
         Raises:
@@ -130,6 +145,10 @@ class MetricsAgentService:
             self._source.attach(None)
 
 
+BuiltinService = Union[DeviceAPIService, "MetricsAgentService"]
+"""An agent service (``edgeagent.agent.AgentService``) built in."""
+
+
 @dataclasses.dataclass
 class Builtins:
     """The built-in parts of a running agent.
@@ -144,7 +163,7 @@ class Builtins:
     twins: EdgeTwins | None
     twin_source: TwinSource
     metrics_source: MetricsSource | None
-    services: list[AgentService]
+    services: list[BuiltinService]
     _feed: TwinFeed | None = None
 
     @property
@@ -190,7 +209,7 @@ def build_builtins(
         StoreError: the twins could not be loaded from the store.
     """
     twins = feed = None
-    services: list[AgentService] = []
+    services: list[BuiltinService] = []
     if settings.devices.enabled:
         from edgeagent.devices import EdgeTwins
         from edgeagent.devices.feed import TwinFeed

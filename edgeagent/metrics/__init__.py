@@ -24,15 +24,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from edgeagent.metrics.containers import (
-        CgroupReader,
-        ContainerStats,
-        ContainerStatsSource,
-        ResourceUsage,
-        process_tree_usage,
-        process_trees_usage,
-        usage_from_docker_stats,
-    )
     from edgeagent.metrics.errors import (
         MetricsError,
         MetricsSettingsError,
@@ -63,6 +54,7 @@ if TYPE_CHECKING:
         find_gpus,
         read_thermal_zones,
     )
+    from edgeagent.runtime.stats import ContainerStats, ContainerStatsSource
     from edgeagent.store.metrics import (
         ROW_OVERHEAD_BYTES,
         MetricsStorage,
@@ -72,13 +64,9 @@ if TYPE_CHECKING:
     )
 
 _WHERE = {
-    "CgroupReader": "containers",
-    "ContainerStats": "containers",
-    "ContainerStatsSource": "containers",
-    "ResourceUsage": "containers",
-    "process_tree_usage": "containers",
-    "process_trees_usage": "containers",
-    "usage_from_docker_stats": "containers",
+    # the runtime's (edgeagent.runtime.stats), which the sampler asks for container stats
+    "ContainerStats": "sampler",
+    "ContainerStatsSource": "sampler",
     "MetricsError": "errors",
     "MetricsSettingsError": "errors",
     "SamplingError": "errors",
@@ -105,7 +93,6 @@ _WHERE = {
 
 __all__ = [
     "ROW_OVERHEAD_BYTES",
-    "CgroupReader",
     "ContainerStats",
     "ContainerStatsSource",
     "FilesystemUsage",
@@ -121,17 +108,13 @@ __all__ = [
     "MetricsSettings",
     "MetricsSettingsError",
     "MetricsStorage",
-    "ResourceUsage",
     "Sampler",
     "SamplingError",
     "SealedBatch",
     "StoredSample",
     "StreamState",
     "find_gpus",
-    "process_tree_usage",
-    "process_trees_usage",
     "read_thermal_zones",
-    "usage_from_docker_stats",
 ]
 
 

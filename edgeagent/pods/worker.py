@@ -10,7 +10,6 @@ pod happens in order in this task; pods proceed in parallel.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ from edgeagent.pods.containers import (
     default_pull_policy,
     sandbox_config,
 )
+from edgeagent.pods.context import PodRef
 from edgeagent.pods.env import resolve_command, resolve_env
 from edgeagent.pods.probes import Prober, ProbeSpec
 from edgeagent.pods.spec import (
@@ -55,27 +55,17 @@ from edgeagent.tasks import TaskSet, wait_event
 from protocol.podrefs import pod_references
 
 if TYPE_CHECKING:
-    from edgeagent.pods.reconciler import PodReconciler
+    from edgeagent.pods.context import PodContext
 
 __all__ = ["PodRef", "PodWorker"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PodRef:
-    """The pod's identity (the fields of ``protocol.messages.ObjectRef``)."""
-
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-
-
 class PodWorker:
     """Keeps one pod's containers matching its spec. Created and owned by the reconciler."""
 
-    def __init__(self, reconciler: PodReconciler, uid: str) -> None:
+    def __init__(self, reconciler: PodContext, uid: str) -> None:
         self.r = reconciler
         self.uid = uid
         self.wake = asyncio.Event()
