@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from edgeagent.errors import StoreError
@@ -52,10 +52,6 @@ class PodContext(Protocol):
     wall: Callable[[], float]
     volumes: VolumeManager
     logs_dir: pathlib.Path
-
-    def lookup(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The body of a stored ConfigMap/Secret, or ``None``."""
-        ...
 
     def event(self, ref: PodRef, etype: str, reason: str, message: str) -> None:
         """Queue a Kubernetes Event about the pod."""
