@@ -50,7 +50,8 @@ renewal), all to be used before the agent starts:
 - :meth:`HubLink.add_session_task` ``(factory)``: a coroutine run for each session and
   cancelled when it ends (e.g. certificate renewal over the live session);
 - :meth:`HubLink.send` ``(message, on_acked=...)``: push one message on the current
-  session (for a stream with its own store-and-forward buffer: metrics batches);
+  session, outside the sources (a request answered on the same session: certificate
+  renewal);
   :meth:`HubLink.connection_id` tells sessions apart.
 """
 
@@ -219,9 +220,10 @@ class HubLink:
     ) -> int | None:
         """Send one message on the current session (waiting while its window is full).
 
-        For streams that keep their own unacknowledged messages (metrics batches): nothing
-        is stored here; after a new session (:meth:`connection_id` changed) the caller sends
-        again what was not acknowledged.
+        For a request answered on the same session (certificate renewal): nothing is
+        stored here; after a new session (:meth:`connection_id` changed) the caller sends
+        again what was not acknowledged. A stream goes through a source instead
+        (:meth:`add_source`), which the scheduler drains by priority.
 
         Args:
             message: an edge message.
