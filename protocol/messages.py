@@ -11,6 +11,8 @@ outboxes need to know about it, so that nothing is inferred from strings or payl
 - ``from_edge`` / ``from_hub``: which side may send it; the session refuses the rest.
 - ``control``: the session itself sends it (hello, welcome, ack, ping, pong, close);
   ``Session.send()`` refuses it.
+- ``priority``: which send lane it rides (:class:`Priority`): the session sends CONTROL
+  first, then STATUS, then BULK, interleaving at chunk boundaries (``protocol.chunking``).
 - ``coalesce_key()``: messages with equal keys replace each other in an outbox while not
   yet sent (latest-wins), e.g. pod status per pod uid; ``None`` means "never coalesce".
 
@@ -23,6 +25,7 @@ to be maps with string keys, not validated deeper: the hub and the agent own the
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -41,6 +44,7 @@ __all__ = [
     "Ack",
     "CertRenewRequest",
     "CertRenewResponse",
+    "Chunk",
     "Close",
     "Error",
     "Hello",
@@ -54,6 +58,7 @@ __all__ = [
     "PodDeleted",
     "PodStatus",
     "Pong",
+    "Priority",
     "SyncDone",
     "TwinDesired",
     "TwinReported",
@@ -69,6 +74,25 @@ MAX_PROTOCOL_VERSION = PROTOCOL_VERSION
 
 # RFC 1123 subdomain, as Kubernetes validates Node names.
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class Priority(enum.IntEnum):
+    """The send lane of a message kind (lower leaves first): CONTROL > STATUS > BULK.
+
+    The session's send scheduler (:class:`protocol.chunking.SendQueue`) drains the lanes in
+    this order at every chunk boundary, so a frame of a higher lane waits at most for the
+    one chunk (at most ``protocol.chunking.CHUNK_SIZE`` bytes) being written. Numbered kinds
+    (``needs_ack``) keep their seq order whatever their priority: they all ride the STATUS
+    lane (the receiver's cumulative ack needs them in order).
+    """
+
+    CONTROL = 0
+    """Session control (ack, ping, pong, close, chunk refusals) and small application
+    control (a stream's open/credit/cancel): never queued behind status or bulk data."""
+    STATUS = 1
+    """Status and numbered messages (pod status, twins, events, metrics)."""
+    BULK = 2
+    """Large or many: objects (ConfigMaps, Secrets, pods) and stream data (logs, exec)."""
 
 
 # --- the message base class ------------------------------------------------------------------
@@ -96,6 +120,8 @@ class Message:
     """The hub (session server) may send it."""
     control: ClassVar[bool] = False
     """Sent by the session itself; ``Session.send()`` refuses it."""
+    priority: ClassVar[Priority] = Priority.STATUS
+    """The send lane (:class:`Priority`); numbered kinds always ride STATUS."""
     _expected: ClassVar[dict[str, str]] = {}
 
     def _check(self) -> None:
@@ -133,6 +159,12 @@ def _register(cls: type[M]) -> type[M]:
     return cls
 
 
+def _check_limits(message: Hello | Welcome) -> None:
+    for key in ("max_frame_size", "max_message_size"):
+        if not 0 <= getattr(message, key) <= 2**32 - 1:
+            raise InvalidMessage(key, "must be in 0..2**32-1 bytes")
+
+
 # --- handshake -------------------------------------------------------------------------------
 
 
@@ -160,6 +192,12 @@ class Hello(Message):
     node_info: dict[str, Any] = field(default_factory=dict)
     """Node facts as Kubernetes JSON: ``labels``, ``capacity``, ``allocatable``,
     ``nodeInfo``, ``addresses``."""
+    max_frame_size: int = 0
+    """The largest frame payload (bytes) the edge accepts; 0 from an edge that predates
+    the limit's negotiation (the hub then assumes its own and sends no chunks)."""
+    max_message_size: int = 0
+    """The largest message (bytes, reassembled from chunks) the edge accepts; 0: the edge
+    takes no chunks."""
 
     def _check(self) -> None:
         if not (self.min_version >= 1):
@@ -173,6 +211,7 @@ class Hello(Message):
                 "node_name",
                 f"{self.node_name!r} is not an RFC 1123 subdomain (a Kubernetes Node name)",
             )
+        _check_limits(self)
 
 
 @_register
@@ -196,6 +235,12 @@ class Welcome(Message):
     heartbeat_interval: float
     """Seconds; the edge pings after this long (plus 5%) without traffic (overrides its own
     ``ping_interval``, so the hub can tune the load of 10,000 idle nodes)."""
+    max_frame_size: int = 0
+    """The frame limit both sides use (bytes): the smaller of the hello's and the hub's;
+    0 from a hub that predates the negotiation (the edge keeps its own, sends no chunks)."""
+    max_message_size: int = 0
+    """The message limit both sides use (bytes, after reassembly): the smaller of the
+    hello's and the hub's; 0 when either side takes no chunks."""
 
     def _check(self) -> None:
         if not (self.version >= 1):
@@ -206,6 +251,7 @@ class Welcome(Message):
             raise InvalidMessage("received_up_to", "must be >= 0")
         if not (self.heartbeat_interval > 0):
             raise InvalidMessage("heartbeat_interval", "must be > 0 seconds")
+        _check_limits(self)
 
 
 # --- level-based object state (hub -> edge) ---------------------------------------------------
@@ -218,6 +264,7 @@ class ObjectUpsert(Message):
 
     kind: ClassVar[str] = "object_upsert"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # upserts, deletes, sync_done: one lane, in order
 
     ref: ObjectRef
     """The object."""
@@ -238,6 +285,7 @@ class ObjectDelete(Message):
 
     kind: ClassVar[str] = "object_delete"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # upserts, deletes, sync_done: one lane, in order
 
     ref: ObjectRef
     """The object."""
@@ -256,6 +304,7 @@ class SyncDone(Message):
 
     kind: ClassVar[str] = "sync_done"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # upserts, deletes, sync_done: one lane, in order
 
     inventory_size: int
     """How many objects the edge should now hold (a cross-check, >= 0)."""
@@ -527,6 +576,48 @@ class CertRenewResponse(Message):
 
 
 # --- errors and close -------------------------------------------------------------------------
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class Chunk(Message):
+    """One piece of a frame payload too large for one frame (``protocol.chunking``).
+
+    The sender splits the payload of one encoded message (its msgpack envelope, seq
+    included) into chunks of at most ``CHUNK_SIZE`` bytes, sent in order under one ``id``;
+    chunks of different ids interleave (one id in progress per priority lane). The
+    receiver reassembles, within its ``max_message_size``, and decodes the whole as a
+    frame payload.
+    """
+
+    kind: ClassVar[str] = "chunk"
+    from_edge: ClassVar[bool] = True
+    from_hub: ClassVar[bool] = True
+    control: ClassVar[bool] = True
+
+    id: int
+    """The sender's number for this chunked message (increasing within a session)."""
+    offset: int
+    """Where ``data`` starts in the payload (bytes); chunks come in order, 0 first."""
+    total: int
+    """The payload's whole length (bytes), the same on every chunk of the id."""
+    data: bytes
+    """The bytes of the payload from ``offset``."""
+    seq: int = 0
+    """The seq inside the payload (0 if the kind is not numbered): the receiver names it
+    when it refuses the message (``Error(TOO_LARGE, in_reply_to=seq)``) and acks it."""
+
+    def _check(self) -> None:
+        if not (0 <= self.id <= MAX_SEQ):
+            raise InvalidMessage("id", "must be in 0..2**64-1")
+        if not (0 < self.total <= 2**32 - 1):
+            raise InvalidMessage("total", "must be in 1..2**32-1 bytes")
+        if not (0 <= self.offset and self.offset + len(self.data) <= self.total):
+            raise InvalidMessage("offset", "the chunk must lie inside total")
+        if not self.data:
+            raise InvalidMessage("data", "must not be empty")
+        if not (0 <= self.seq <= MAX_SEQ):
+            raise InvalidMessage("seq", "must be in 0..2**64-1")
 
 
 @_register
