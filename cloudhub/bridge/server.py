@@ -28,7 +28,7 @@ from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
 from cloudhub.observability.metrics import HubMetrics
-from protocol.errors import CloseCode, ErrorCode
+from protocol.errors import CloseCode, ErrorCode, InvalidMessage
 from protocol.events import Closed, MessageReceived, PeerError
 from protocol.messages import Message, Welcome
 from protocol.transport import Link
@@ -52,6 +52,8 @@ class EdgeServer:
         heartbeat_interval: seconds, sent in every welcome.
         on_refused: called for every refused message (logs, Events); see
             :meth:`cloudhub.bridge.session.NodeSession.refuse`.
+        on_dead_letter: ``(session, message, error)`` for every hub message a link cannot
+            send (:mod:`cloudhub.bridge.deadletters`).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class EdgeServer:
         *,
         heartbeat_interval: float,
         on_refused: Callable[[Inbound, ErrorCode, str], None] | None = None,
+        on_dead_letter: Callable[[NodeSession, Message, InvalidMessage], None] | None = None,
     ) -> None:
         self.registry = registry
         self.objects = objects
@@ -76,6 +79,7 @@ class EdgeServer:
         self.closing = False
         """Set when the hub shuts down: new sessions are turned away (``GOING_AWAY``)."""
         self._on_refused = on_refused
+        self._on_dead_letter = on_dead_letter
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-{int(time.time()) & 0xFFFFFF:x}"
         objects.add_listener(registry.refresh, wants=registry.connected)
@@ -108,6 +112,7 @@ class EdgeServer:
             self.objects,
             on_refused=self._on_refused,
             on_sent=self._count_sent,
+            on_dead_letter=self._on_dead_letter,
         )
         registry = self.registry
         resend_below = registry.received_up_to(node) + 1

@@ -428,8 +428,12 @@ class _WebSocketConnection(asyncio.Protocol):
         self._paused = False
         if not self._client and self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
-        if self.link is not None and self.link.session.bytes_to_send:
-            self.flush()  # the next batches of what waits in the session's lanes
+        if self.link is not None:
+            # The peer's TCP took what we had buffered: it is there, although the hub did
+            # not read it meanwhile (pause_writing paused our reading).
+            self.link.heard()
+            if self.link.session.bytes_to_send:
+                self.flush()  # the next batches of what waits in the session's lanes
         self._wake_writers()
 
     def _wake_writers(self) -> None:
