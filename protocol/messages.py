@@ -11,8 +11,7 @@ outboxes need to know about it, so that nothing is inferred from strings or payl
 - ``from_edge`` / ``from_hub``: which side may send it; the session refuses the rest.
 - ``control``: the session itself sends it (hello, welcome, ack, ping, pong, close);
   ``Session.send()`` refuses it.
-- ``priority``: which send lane it rides (:class:`Priority`): the session sends CONTROL
-  first, then STATUS, then BULK, interleaving at chunk boundaries (``protocol.chunking``).
+- ``priority``: its send lane, CONTROL > STATUS > BULK (``protocol.chunking``).
 - ``coalesce_key()``: messages with equal keys replace each other in an outbox while not
   yet sent (latest-wins), e.g. pod status per pod uid; ``None`` means "never coalesce".
 
@@ -25,7 +24,6 @@ to be maps with string keys, not validated deeper: the hub and the agent own the
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -34,6 +32,7 @@ from typing import Any, ClassVar, TypeVar
 from protocol.errors import CloseCode, ErrorCode, InvalidMessage
 from protocol.fields import MAX_SEQ, compile_message
 from protocol.objectref import ObjectRef
+from protocol.priority import Priority
 
 __all__ = [
     "MAX_PROTOCOL_VERSION",
@@ -59,6 +58,12 @@ __all__ = [
     "PodStatus",
     "Pong",
     "Priority",
+    "StreamClose",
+    "StreamData",
+    "StreamOpen",
+    "StreamReset",
+    "StreamResize",
+    "StreamWindow",
     "SyncDone",
     "TwinDesired",
     "TwinReported",
@@ -74,25 +79,6 @@ MAX_PROTOCOL_VERSION = PROTOCOL_VERSION
 
 # RFC 1123 subdomain, as Kubernetes validates Node names.
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-class Priority(enum.IntEnum):
-    """The send lane of a message kind (lower leaves first): CONTROL > STATUS > BULK.
-
-    The session's send scheduler (:class:`protocol.chunking.SendQueue`) drains the lanes in
-    this order at every chunk boundary, so a frame of a higher lane waits at most for the
-    one chunk (at most ``protocol.chunking.CHUNK_SIZE`` bytes) being written. Numbered kinds
-    (``needs_ack``) keep their seq order whatever their priority: they all ride the STATUS
-    lane (the receiver's cumulative ack needs them in order).
-    """
-
-    CONTROL = 0
-    """Session control (ack, ping, pong, close, chunk refusals) and small application
-    control (a stream's open/credit/cancel): never queued behind status or bulk data."""
-    STATUS = 1
-    """Status and numbered messages (pod status, twins, events, metrics)."""
-    BULK = 2
-    """Large or many: objects (ConfigMaps, Secrets, pods) and stream data (logs, exec)."""
 
 
 # --- the message base class ------------------------------------------------------------------
@@ -159,12 +145,6 @@ def _register(cls: type[M]) -> type[M]:
     return cls
 
 
-def _check_limits(message: Hello | Welcome) -> None:
-    for key in ("max_frame_size", "max_message_size"):
-        if not 0 <= getattr(message, key) <= 2**32 - 1:
-            raise InvalidMessage(key, "must be in 0..2**32-1 bytes")
-
-
 # --- handshake -------------------------------------------------------------------------------
 
 
@@ -193,11 +173,9 @@ class Hello(Message):
     """Node facts as Kubernetes JSON: ``labels``, ``capacity``, ``allocatable``,
     ``nodeInfo``, ``addresses``."""
     max_frame_size: int = 0
-    """The largest frame payload (bytes) the edge accepts; 0 from an edge that predates
-    the limit's negotiation (the hub then assumes its own and sends no chunks)."""
+    """The largest frame payload (bytes) the edge takes; 0: an edge before negotiation."""
     max_message_size: int = 0
-    """The largest message (bytes, reassembled from chunks) the edge accepts; 0: the edge
-    takes no chunks."""
+    """The largest message (bytes, reassembled) the edge takes; 0: it takes no chunks."""
 
     def _check(self) -> None:
         if not (self.min_version >= 1):
@@ -211,7 +189,8 @@ class Hello(Message):
                 "node_name",
                 f"{self.node_name!r} is not an RFC 1123 subdomain (a Kubernetes Node name)",
             )
-        _check_limits(self)
+        if not (0 <= self.max_frame_size <= 2**32 - 1 and 0 <= self.max_message_size <= 2**32 - 1):
+            raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
 
 
 @_register
@@ -236,11 +215,9 @@ class Welcome(Message):
     """Seconds; the edge pings after this long (plus 5%) without traffic (overrides its own
     ``ping_interval``, so the hub can tune the load of 10,000 idle nodes)."""
     max_frame_size: int = 0
-    """The frame limit both sides use (bytes): the smaller of the hello's and the hub's;
-    0 from a hub that predates the negotiation (the edge keeps its own, sends no chunks)."""
+    """The frame limit both use (bytes): the smaller of both; 0: a hub before negotiation."""
     max_message_size: int = 0
-    """The message limit both sides use (bytes, after reassembly): the smaller of the
-    hello's and the hub's; 0 when either side takes no chunks."""
+    """The message limit both use (bytes): the smaller of both; 0: no chunks."""
 
     def _check(self) -> None:
         if not (self.version >= 1):
@@ -251,7 +228,8 @@ class Welcome(Message):
             raise InvalidMessage("received_up_to", "must be >= 0")
         if not (self.heartbeat_interval > 0):
             raise InvalidMessage("heartbeat_interval", "must be > 0 seconds")
-        _check_limits(self)
+        if not (0 <= self.max_frame_size <= 2**32 - 1 and 0 <= self.max_message_size <= 2**32 - 1):
+            raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
 
 
 # --- level-based object state (hub -> edge) ---------------------------------------------------
@@ -581,14 +559,9 @@ class CertRenewResponse(Message):
 @_register
 @dataclass(frozen=True, slots=True)
 class Chunk(Message):
-    """One piece of a frame payload too large for one frame (``protocol.chunking``).
-
-    The sender splits the payload of one encoded message (its msgpack envelope, seq
-    included) into chunks of at most ``CHUNK_SIZE`` bytes, sent in order under one ``id``;
-    chunks of different ids interleave (one id in progress per priority lane). The
-    receiver reassembles, within its ``max_message_size``, and decodes the whole as a
-    frame payload.
-    """
+    """A piece of one frame payload over ``CHUNK_SIZE``, sent in order under one ``id``
+    (ids of different lanes interleave); reassembled within ``max_message_size``
+    (``protocol.chunking``)."""
 
     kind: ClassVar[str] = "chunk"
     from_edge: ClassVar[bool] = True
@@ -596,28 +569,23 @@ class Chunk(Message):
     control: ClassVar[bool] = True
 
     id: int
-    """The sender's number for this chunked message (increasing within a session)."""
+    """The sender's number for the chunked message (increasing within a session)."""
     offset: int
-    """Where ``data`` starts in the payload (bytes); chunks come in order, 0 first."""
+    """Where ``data`` starts in the payload (bytes); 0 first, then in order."""
     total: int
-    """The payload's whole length (bytes), the same on every chunk of the id."""
+    """The payload's length (bytes), the same on every chunk of the id."""
     data: bytes
-    """The bytes of the payload from ``offset``."""
+    """The payload's bytes from ``offset``."""
     seq: int = 0
-    """The seq inside the payload (0 if the kind is not numbered): the receiver names it
-    when it refuses the message (``Error(TOO_LARGE, in_reply_to=seq)``) and acks it."""
+    """The seq inside (0 if none): a refusal names it (``Error(TOO_LARGE)``) and acks it."""
 
     def _check(self) -> None:
-        if not (0 <= self.id <= MAX_SEQ):
-            raise InvalidMessage("id", "must be in 0..2**64-1")
+        if not (0 <= self.id <= MAX_SEQ and 0 <= self.seq <= MAX_SEQ):
+            raise InvalidMessage("id", "id and seq must be in 0..2**64-1")
         if not (0 < self.total <= 2**32 - 1):
             raise InvalidMessage("total", "must be in 1..2**32-1 bytes")
-        if not (0 <= self.offset and self.offset + len(self.data) <= self.total):
-            raise InvalidMessage("offset", "the chunk must lie inside total")
-        if not self.data:
-            raise InvalidMessage("data", "must not be empty")
-        if not (0 <= self.seq <= MAX_SEQ):
-            raise InvalidMessage("seq", "must be in 0..2**64-1")
+        if not (self.data and 0 <= self.offset and self.offset + len(self.data) <= self.total):
+            raise InvalidMessage("offset", "the chunk must be non-empty and inside total")
 
 
 @_register
@@ -662,3 +630,169 @@ class Close(Message):
     def _check(self) -> None:
         if not (self.retry_after is None or self.retry_after >= 0):
             raise InvalidMessage("retry_after", "must be >= 0 seconds or nil")
+
+
+# --- day-2 streams (logs, exec, attach, port-forward; protocol/streams.py) ---------------------
+
+#: Largest ``stream_data`` payload, bytes: bulk data goes in slices this size so that no
+#: single frame holds heartbeats back for long.
+MAX_STREAM_CHUNK = 64 * 1024
+
+_STREAM_OPERATIONS = ("logs", "exec", "attach", "portforward")
+
+
+def _check_stream_id(stream_id: int) -> None:
+    if not (1 <= stream_id <= 2**32 - 1):
+        raise InvalidMessage("stream_id", "must be in 1..2**32-1")
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class StreamOpen(Message):
+    """The hub opens a stream toward one container of one of the node's pods."""
+
+    kind: ClassVar[str] = "stream_open"
+    from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
+
+    stream_id: int
+    """Chosen by the hub, unique among the session's open streams (1..2**32-1)."""
+    operation: str
+    """``"logs"``, ``"exec"``, ``"attach"`` or ``"portforward"``."""
+    namespace: str
+    """The pod's namespace."""
+    pod: str
+    """The pod's name."""
+    container: str
+    """The container's name in the pod spec (``""`` for port-forward)."""
+    window: int
+    """Bytes the edge may send on this stream before the hub grants more (``stream_window``)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Per operation: logs ``follow``, ``tail_lines``, ``since_seconds``, ``since_time``
+    (seconds since the epoch), ``timestamps``, ``previous``, ``limit_bytes``; exec
+    ``command`` (list of str), ``stdin``, ``stdout``, ``stderr``, ``tty``; portforward
+    ``port``."""
+    user: str = ""
+    """Who asked (the apiserver's ``X-Remote-User``), for the edge's log."""
+
+    def _check(self) -> None:
+        _check_stream_id(self.stream_id)
+        if self.operation not in _STREAM_OPERATIONS:
+            raise InvalidMessage("operation", f"must be one of {', '.join(_STREAM_OPERATIONS)}")
+        if not (0 <= self.window <= 2**31 - 1):
+            raise InvalidMessage("window", "must be in 0..2**31-1 bytes")
+        if not self.namespace or not self.pod:
+            raise InvalidMessage("pod", "namespace and pod must not be empty")
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class StreamData(Message):
+    """Bytes on one channel of a stream (either way), within the receiver's window."""
+
+    kind: ClassVar[str] = "stream_data"
+    from_edge: ClassVar[bool] = True
+    from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK
+
+    stream_id: int
+    """The stream."""
+    channel: int
+    """0 stdin, 1 stdout, 2 stderr (the Kubernetes channel numbers); 0 for logs and
+    port-forward data."""
+    data: bytes
+    """At most ``MAX_STREAM_CHUNK`` bytes; counts against the receiver's window."""
+    eof: bool = False
+    """The sender writes no more on this channel (stdin closed)."""
+
+    def _check(self) -> None:
+        _check_stream_id(self.stream_id)
+        if not (0 <= self.channel <= 255):
+            raise InvalidMessage("channel", "must be in 0..255")
+        if len(self.data) > MAX_STREAM_CHUNK:
+            raise InvalidMessage("data", f"must be at most {MAX_STREAM_CHUNK} bytes")
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class StreamWindow(Message):
+    """Credit: the receiver consumed data and the sender may send ``credit`` more bytes."""
+
+    kind: ClassVar[str] = "stream_window"
+    from_edge: ClassVar[bool] = True
+    from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
+
+    stream_id: int
+    """The stream."""
+    credit: int
+    """Bytes added to the sender's window (1..2**31-1)."""
+
+    def _check(self) -> None:
+        _check_stream_id(self.stream_id)
+        if not (1 <= self.credit <= 2**31 - 1):
+            raise InvalidMessage("credit", "must be in 1..2**31-1 bytes")
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class StreamResize(Message):
+    """The terminal of an exec/attach stream with ``tty`` changed size (hub to edge)."""
+
+    kind: ClassVar[str] = "stream_resize"
+    from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
+
+    stream_id: int
+    """The stream."""
+    width: int
+    """Columns (1..65535)."""
+    height: int
+    """Rows (1..65535)."""
+
+    def _check(self) -> None:
+        _check_stream_id(self.stream_id)
+        if not (1 <= self.width <= 65535 and 1 <= self.height <= 65535):
+            raise InvalidMessage("width", "width and height must be in 1..65535")
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class StreamClose(Message):
+    """The edge's orderly end of a stream: everything was sent (the command exited, the
+    log ended); the hub answers nothing."""
+
+    kind: ClassVar[str] = "stream_close"
+    from_edge: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # after the stream's data, never before it
+
+    stream_id: int
+    """The stream."""
+    exit_code: int | None = None
+    """The exec'd command's exit code, or ``None`` (logs, port-forward)."""
+
+    def _check(self) -> None:
+        _check_stream_id(self.stream_id)
+
+
+@_register
+@dataclass(frozen=True, slots=True)
+class StreamReset(Message):
+    """Either side aborts a stream at once (cancelled by the caller, refused, failed);
+    the receiver drops what it buffered for it and answers nothing."""
+
+    kind: ClassVar[str] = "stream_reset"
+    from_edge: ClassVar[bool] = True
+    from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
+
+    stream_id: int
+    """The stream."""
+    code: ErrorCode
+    """Why (``NOT_FOUND``: no such pod or container here; ``INVALID_MESSAGE``: a flow
+    control or channel rule broken; ``UNSUPPORTED``; ``INTERNAL``...)."""
+    reason: str = ""
+    """Human-readable detail, shown to the user (kubectl prints it)."""
+
+    def _check(self) -> None:
+        _check_stream_id(self.stream_id)
