@@ -36,6 +36,7 @@ from protocol.events import (
     MessageReceived,
     PeerDead,
     PeerError,
+    Refused,
     SendFailed,
     SessionEvent,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "Pong",
     "Priority",
     "ProtocolError",
+    "Refused",
     "RemoteProtocolError",
     "Role",
     "SendFailed",

@@ -20,6 +20,7 @@ __all__ = [
     "MessageReceived",
     "PeerDead",
     "PeerError",
+    "Refused",
     "SendFailed",
     "SessionEvent",
 ]
@@ -78,6 +79,16 @@ class PeerError(SessionEvent):
 
     error: Error
     """The error message (code, text, ``in_reply_to`` seq)."""
+
+
+@dataclass(slots=True)
+class Refused(SessionEvent):
+    """We refused one of the peer's messages and told it so; the session goes on: a kind
+    this version does not know (``UNKNOWN_KIND``), or a chunked message over our limits
+    (``TOO_LARGE``, refused before any of it was buffered). Its seq, if any, is acked."""
+
+    error: Error
+    """The error sent back (code, text naming the kind or the sizes, ``in_reply_to``)."""
 
 
 @dataclass(slots=True)

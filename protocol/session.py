@@ -40,6 +40,7 @@ from protocol.events import (
     MessageReceived,
     PeerDead,  # noqa: F401 - raised by protocol.timers; importable from here as before
     PeerError,
+    Refused,
     SendFailed,
     SessionEvent,
 )
@@ -695,7 +696,9 @@ class Session(SessionTimers):
                 self._received_up_to = seq
             if not self.config.manual_ack or self._released_up_to >= seq:
                 self._owe_ack(now)
-        self._queue(Error(code, text[:REASON_LIMIT], seq), None, now)
+        error = Error(code, text[:REASON_LIMIT], seq)
+        self._queue(error, None, now)
+        self._events.append(Refused(error))
 
     def _owe_ack(self, now: float, count: int = 1) -> None:
         self._acks_owed += count

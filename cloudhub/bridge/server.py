@@ -29,7 +29,7 @@ from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
 from cloudhub.observability.metrics import HubMetrics
 from protocol.errors import CloseCode, ErrorCode, InvalidMessage
-from protocol.events import Closed, MessageReceived, PeerError
+from protocol.events import Closed, MessageReceived, PeerError, Refused
 from protocol.messages import Message, Welcome
 from protocol.transport import Link
 
@@ -145,6 +145,8 @@ class EdgeServer:
                     self._on_message(session, event, resend_below)
                 elif isinstance(event, PeerError):
                     session.log.warning("the agent reported an error: %s", event.error.message)
+                elif isinstance(event, Refused):  # by our session: unknown kind, too large
+                    self._count_refused(session, event)
                 elif isinstance(event, Closed):
                     code = event.code
                     session.log.info(
@@ -184,6 +186,12 @@ class EdgeServer:
                 self.metrics.resends.inc()
             session.acks.received(seq)
         self.dispatcher.dispatch(Inbound(session, seq, message))
+
+    def _count_refused(self, session: NodeSession, event: Refused) -> None:
+        error = event.error
+        reason = "too_large" if error.code is ErrorCode.TOO_LARGE else "unknown_kind"
+        self.metrics.dead_letters.labels("up", "unknown", reason).inc()
+        session.log.warning("refused a message of the agent: %s", error.message)
 
     def _count_sent(self, message: Message) -> None:
         self.metrics.messages.labels("out", message.kind).inc()

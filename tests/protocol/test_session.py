@@ -27,6 +27,7 @@ from protocol import (
     PeerError,
     Ping,
     Pong,
+    Refused,
     Role,
     Session,
     SessionConfig,
@@ -511,12 +512,13 @@ def test_eof_while_closing_finishes_our_close() -> None:
 def test_unknown_kind_gets_an_error_reply_and_the_session_survives() -> None:
     pair = open_pair(server_config=SessionConfig(ack_every=1))
     pair.server.receive_data(raw({"k": "teleport", "s": 1, "b": {}}) + encode(status(), 2), 1.0)
-    [received] = pair.server.events_received()
+    refused, received = pair.server.events_received()
     assert received.seq == 2
     replies = frames(pair.server.data_to_send())
     assert replies[0] == Error(
         ErrorCode.UNKNOWN_KIND, "invalid k: unknown message kind 'teleport'", 1
     )
+    assert refused == Refused(replies[0])  # the application hears of it too (metrics)
     assert replies[-1] == Ack(2)
     assert pair.server.state is SessionState.OPEN
     pair.client.receive_data(encode(replies[0]), 1.0)

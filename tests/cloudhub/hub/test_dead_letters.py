@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 
 from cloudhub.kube import CONFIGMAPS, EVENTS, PODS, KubeClient
+from protocol.chunking import Limits
+from protocol.errors import ErrorCode
+from protocol.messages import KubeEvent, ObjectRef
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, configmap, eventually, pod
 
 LIMIT = 64 * 1024
@@ -65,3 +68,29 @@ async def test_a_configmap_over_the_limit_is_a_dead_letter_the_pod_explains(
     (letter,) = hub.dead_letters.entries(node)
     assert letter.ref is not None and letter.ref.name == "big"
     assert len(hub.registry.sessions()) == 1  # one session: nothing was closed over it
+
+
+async def test_an_edge_message_over_the_hub_limit_is_refused_acked_and_counted(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique
+) -> None:
+    """An agent that ignores the agreed limit (sends a chunked event over it): the hub
+    refuses it before buffering it, acks it (never resent), counts it, keeps the session,
+    and takes what follows."""
+    hub = await hubs.start({"session.max_message_size": LIMIT})
+    node = unique("edge-loud")
+    agent = hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    assert agent.link is not None
+    session = agent.link.session
+    assert session.limits.max_message_size == LIMIT  # agreed at the handshake
+    session._sendq.configure(Limits(session.limits.max_frame_size, 64 * LIMIT))  # misbehave
+    sessions = agent.sessions
+    agent.send(KubeEvent(ObjectRef("Node", "", node, node), "Warning", "Loud", "m" * LIMIT, 1.0))
+    await agent.wait_for(lambda: agent.errors and agent.all_acked, DEADLINE)
+    (error,) = agent.errors
+    assert error.code is ErrorCode.TOO_LARGE and f"{LIMIT}-byte limit" in error.message
+    counted = hub.metrics.registry.get_sample_value(
+        "edgefleet_hub_dead_letters_total",
+        {"direction": "up", "kind": "unknown", "reason": "too_large"},
+    )
+    assert counted == 1.0 and agent.connected and agent.sessions == sessions
