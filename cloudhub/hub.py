@@ -35,10 +35,12 @@ import inspect
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from cloudhub.bridge.authz import NodeAuthorizer
+from cloudhub.bridge.deadletters import DeadLetter, DeadLetters, pods_using
 from cloudhub.bridge.dispatch import Dispatcher, Inbound
 from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
@@ -66,7 +68,8 @@ from cloudhub.pods.handlers import PodHandlers
 from cloudhub.pods.source import POD_INDEXERS, PodSource
 from cloudhub.pods.writer import PodReportWriter
 from cloudhub.settings import HubSettings
-from protocol.errors import CloseCode, ErrorCode
+from protocol.errors import CloseCode, ErrorCode, InvalidMessage, MessageTooLarge
+from protocol.messages import Message, ObjectUpsert
 from protocol.tasks import TaskScope
 from protocol.transport import TLSCredentials, serve_quic, serve_websocket
 
@@ -98,6 +101,8 @@ class Hub:
         self.settings = settings
         self.metrics = HubMetrics()
         self.registry = SessionRegistry()
+        self.dead_letters = DeadLetters()
+        """Hub messages no link could send (bounded; :mod:`cloudhub.bridge.deadletters`)."""
         self.objects = NodeObjects()
         self.dispatcher = Dispatcher()
         self.authorizer = NodeAuthorizer(
@@ -322,6 +327,7 @@ class Hub:
             self.metrics,
             heartbeat_interval=s.session.heartbeat_interval,
             on_refused=self._refused,
+            on_dead_letter=self._dead_letter,
         )
         self.edge.on_session_refused.append(self._session_refused)
         self._nodes.add_handler(self._on_node)
@@ -483,6 +489,43 @@ class Hub:
         if self.events is not None and node:
             self.events.node_event(
                 node, "Warning", "SessionRefused", f"{link.transport} session refused: {reason}"
+            )
+
+    def _dead_letter(self, session: Any, message: Message, error: InvalidMessage) -> None:
+        """A message for a node that cannot be sent (:mod:`cloudhub.bridge.deadletters`):
+        the metric, the table, and a Warning Event on the object and on the node's pods
+        that use it (so ``kubectl describe pod`` says why its ConfigMap never arrives)."""
+        too_large = isinstance(error, MessageTooLarge)
+        reason = "too_large" if too_large else "invalid"
+        self.metrics.dead_letters.labels("down", message.kind, reason).inc()
+        node = session.node
+        ref = message.ref if isinstance(message, ObjectUpsert) else None
+        what = message.kind if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
+        if too_large:
+            assert isinstance(error, MessageTooLarge)
+            detail = (
+                f"{what} is {error.size / 1048576:.1f} MiB ({error.size} bytes) encoded, over "
+                f"the {error.limit} bytes the session to node {node} carries "
+                "(session.max_message_size of the hub and the agent, the smaller)"
+            )
+        else:
+            detail = f"{what} cannot be sent to node {node}: {error}"
+        self.dead_letters.add(DeadLetter(node, message.kind, ref, detail, time.time()))
+        session.log.error("dead letter: %s", detail)
+        if ref is None or self.events is None:
+            return
+        involved = {"apiVersion": "v1", "kind": ref.kind, "namespace": ref.namespace}
+        involved.update(name=ref.name, uid=ref.uid)
+        self.events.record(involved, "Warning", "ObjectTooLarge", f"not sent: {detail}", host=node)
+        for pod in pods_using(ref, session.objects.desired(node).values()):
+            meta = pod.get("metadata") or {}
+            self.events.record(
+                {"apiVersion": "v1", "kind": "Pod", "namespace": meta.get("namespace", "")}
+                | {"name": meta.get("name", ""), "uid": meta.get("uid", "")},
+                "Warning",
+                "ObjectTooLarge",
+                f"the pod cannot start on node {node}: {detail}",
+                host=node,
             )
 
     def _refused(self, inbound: Inbound, code: ErrorCode, text: str) -> None:

@@ -320,7 +320,18 @@ class SessionSettings:
         default=5.0, metadata=_h("time a closing session waits for the agent's close", "s")
     )
     max_frame_size: int = field(
-        default=4 * 1024 * 1024, metadata=_h("largest frame accepted or sent", "bytes")
+        default=4 * 1024 * 1024,
+        metadata=_h(
+            "largest frame accepted or sent (agreed with each agent: the smaller)", "bytes"
+        ),
+    )
+    max_message_size: int = field(
+        default=8 * 1024 * 1024,
+        metadata=_h(
+            "largest message accepted or sent, in chunks below the frame size (agreed with "
+            "each agent: the smaller); a larger object is a dead letter with an Event",
+            "bytes",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -340,6 +351,7 @@ class SessionSettings:
             ping_interval=min(self.heartbeat_interval, self.liveness_timeout / 2),
             close_timeout=self.close_timeout,
             max_frame_size=self.max_frame_size,
+            max_message_size=self.max_message_size,
             manual_ack=True,
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocol.chunking import DEFAULT_MAX_MESSAGE_SIZE
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE
 from protocol.errors import SettingsError
 from protocol.messages import MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION
@@ -44,7 +45,12 @@ class SessionConfig:
     close_timeout: float = 5.0
     """How long ``close()`` waits for the peer's ``close`` before giving up."""
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
-    """The largest frame payload accepted and sent (4 MiB)."""
+    """The largest frame payload accepted and sent (4 MiB); the handshake agrees on the
+    smaller of both sides' (``protocol.chunking.agree_limits``)."""
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    """The largest message accepted and sent (bytes), cut into chunks below the frame
+    limit (``protocol.chunking``); agreed at the handshake like ``max_frame_size``.
+    Reassembly holds at most three such messages."""
     min_version: int = MIN_PROTOCOL_VERSION
     """The oldest protocol version we speak (the server negotiates from this range)."""
     max_version: int = MAX_PROTOCOL_VERSION
@@ -59,6 +65,7 @@ class SessionConfig:
         _positive_int(self, "window")
         _positive_int(self, "ack_every")
         _positive_int(self, "max_frame_size")
+        _positive_int(self, "max_message_size")
         _positive_int(self, "min_version")
         _positive_int(self, "max_version")
         for key in ("ping_interval", "liveness_timeout", "ack_delay", "close_timeout"):
@@ -73,8 +80,9 @@ class SessionConfig:
                 f"> ping_interval ({self.ping_interval} s)",
                 self.liveness_timeout,
             )
-        if self.max_frame_size > 2**32 - 1:
-            raise SettingsError("max_frame_size", "<= 2**32 - 1 bytes", self.max_frame_size)
+        for key in ("max_frame_size", "max_message_size"):
+            if getattr(self, key) > 2**32 - 1:
+                raise SettingsError(key, "<= 2**32 - 1 bytes", getattr(self, key))
         if self.max_version < self.min_version:
             raise SettingsError(
                 "max_version", f">= min_version ({self.min_version})", self.max_version

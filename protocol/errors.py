@@ -41,6 +41,7 @@ __all__ = [
     "ErrorCode",
     "FrameTooLarge",
     "InvalidMessage",
+    "MessageTooLarge",
     "ProtocolError",
     "RemoteProtocolError",
     "SettingsError",
@@ -108,6 +109,9 @@ class ErrorCode(enum.IntEnum):
     """Too many requests of this kind; the sender should slow down."""
     INTERNAL = 8
     """The receiver failed while handling the message; the sender may retry later."""
+    TOO_LARGE = 9
+    """The message is over the receiver's ``max_message_size`` (or its reassembly memory):
+    refused and acknowledged; resending it cannot help (dead-letter it)."""
 
 
 class ProtocolError(Exception):
@@ -166,6 +170,22 @@ class InvalidMessage(UsageError, ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class MessageTooLarge(InvalidMessage):
+    """A message encodes to more than the session may send (``field="frame"``): over the
+    message limit agreed at the handshake, or over the frame limit when the peer takes no
+    chunks. Resending cannot help: dead-letter it.
+
+    Attributes:
+        size: the encoded payload (bytes).
+        limit: the limit it is over (bytes).
+    """
+
+    def __init__(self, kind: str, size: int, limit: int) -> None:
+        super().__init__("frame", f"{kind} encodes to {size} bytes, over {limit} bytes")
+        self.size = size
+        self.limit = limit
 
 
 class SettingsError(UsageError, ValueError):

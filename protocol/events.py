@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.errors import CloseCode
+from protocol.errors import CloseCode, MessageTooLarge
 from protocol.messages import Error, Hello, Message, Welcome
 
 __all__ = [
@@ -20,6 +20,8 @@ __all__ = [
     "MessageReceived",
     "PeerDead",
     "PeerError",
+    "Refused",
+    "SendFailed",
     "SessionEvent",
 ]
 
@@ -77,6 +79,30 @@ class PeerError(SessionEvent):
 
     error: Error
     """The error message (code, text, ``in_reply_to`` seq)."""
+
+
+@dataclass(slots=True)
+class Refused(SessionEvent):
+    """We refused one of the peer's messages and told it so; the session goes on: a kind
+    this version does not know (``UNKNOWN_KIND``), or a chunked message over our limits
+    (``TOO_LARGE``, refused before any of it was buffered). Its seq, if any, is acked."""
+
+    error: Error
+    """The error sent back (code, text naming the kind or the sizes, ``in_reply_to``)."""
+
+
+@dataclass(slots=True)
+class SendFailed(SessionEvent):
+    """Client: a pending message passed to ``connect()`` cannot be resent: it is over the
+    limits the handshake agreed on (the hub takes less than it did). It is not resent and
+    its seq is skipped; dead-letter it (nothing will acknowledge it)."""
+
+    seq: int
+    """Its seq."""
+    message: Message
+    """The message."""
+    error: MessageTooLarge
+    """Why (its size and the limit, bytes)."""
 
 
 @dataclass(slots=True)

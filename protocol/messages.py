@@ -11,6 +11,7 @@ outboxes need to know about it, so that nothing is inferred from strings or payl
 - ``from_edge`` / ``from_hub``: which side may send it; the session refuses the rest.
 - ``control``: the session itself sends it (hello, welcome, ack, ping, pong, close);
   ``Session.send()`` refuses it.
+- ``priority``: its send lane, CONTROL > STATUS > BULK (``protocol.chunking``).
 - ``coalesce_key()``: messages with equal keys replace each other in an outbox while not
   yet sent (latest-wins), e.g. pod status per pod uid; ``None`` means "never coalesce".
 
@@ -31,6 +32,7 @@ from typing import Any, ClassVar, TypeVar
 from protocol.errors import CloseCode, ErrorCode, InvalidMessage
 from protocol.fields import MAX_SEQ, compile_message
 from protocol.objectref import ObjectRef
+from protocol.priority import Priority
 
 __all__ = [
     "MAX_PROTOCOL_VERSION",
@@ -41,6 +43,7 @@ __all__ = [
     "Ack",
     "CertRenewRequest",
     "CertRenewResponse",
+    "Chunk",
     "Close",
     "Error",
     "Hello",
@@ -54,6 +57,7 @@ __all__ = [
     "PodDeleted",
     "PodStatus",
     "Pong",
+    "Priority",
     "StreamClose",
     "StreamData",
     "StreamOpen",
@@ -102,6 +106,8 @@ class Message:
     """The hub (session server) may send it."""
     control: ClassVar[bool] = False
     """Sent by the session itself; ``Session.send()`` refuses it."""
+    priority: ClassVar[Priority] = Priority.STATUS
+    """The send lane (:class:`Priority`); numbered kinds always ride STATUS."""
     _expected: ClassVar[dict[str, str]] = {}
 
     def _check(self) -> None:
@@ -166,6 +172,10 @@ class Hello(Message):
     node_info: dict[str, Any] = field(default_factory=dict)
     """Node facts as Kubernetes JSON: ``labels``, ``capacity``, ``allocatable``,
     ``nodeInfo``, ``addresses``."""
+    max_frame_size: int = 0
+    """The largest frame payload (bytes) the edge takes; 0: an edge before negotiation."""
+    max_message_size: int = 0
+    """The largest message (bytes, reassembled) the edge takes; 0: it takes no chunks."""
 
     def _check(self) -> None:
         if not (self.min_version >= 1):
@@ -179,6 +189,8 @@ class Hello(Message):
                 "node_name",
                 f"{self.node_name!r} is not an RFC 1123 subdomain (a Kubernetes Node name)",
             )
+        if not (0 <= self.max_frame_size <= 2**32 - 1 and 0 <= self.max_message_size <= 2**32 - 1):
+            raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
 
 
 @_register
@@ -202,6 +214,10 @@ class Welcome(Message):
     heartbeat_interval: float
     """Seconds; the edge pings after this long (plus 5%) without traffic (overrides its own
     ``ping_interval``, so the hub can tune the load of 10,000 idle nodes)."""
+    max_frame_size: int = 0
+    """The frame limit both use (bytes): the smaller of both; 0: a hub before negotiation."""
+    max_message_size: int = 0
+    """The message limit both use (bytes): the smaller of both; 0: no chunks."""
 
     def _check(self) -> None:
         if not (self.version >= 1):
@@ -212,6 +228,8 @@ class Welcome(Message):
             raise InvalidMessage("received_up_to", "must be >= 0")
         if not (self.heartbeat_interval > 0):
             raise InvalidMessage("heartbeat_interval", "must be > 0 seconds")
+        if not (0 <= self.max_frame_size <= 2**32 - 1 and 0 <= self.max_message_size <= 2**32 - 1):
+            raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
 
 
 # --- level-based object state (hub -> edge) ---------------------------------------------------
@@ -224,6 +242,7 @@ class ObjectUpsert(Message):
 
     kind: ClassVar[str] = "object_upsert"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # upserts, deletes, sync_done: one lane, in order
 
     ref: ObjectRef
     """The object."""
@@ -244,6 +263,7 @@ class ObjectDelete(Message):
 
     kind: ClassVar[str] = "object_delete"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # upserts, deletes, sync_done: one lane, in order
 
     ref: ObjectRef
     """The object."""
@@ -262,6 +282,7 @@ class SyncDone(Message):
 
     kind: ClassVar[str] = "sync_done"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # upserts, deletes, sync_done: one lane, in order
 
     inventory_size: int
     """How many objects the edge should now hold (a cross-check, >= 0)."""
@@ -537,6 +558,38 @@ class CertRenewResponse(Message):
 
 @_register
 @dataclass(frozen=True, slots=True)
+class Chunk(Message):
+    """A piece of one frame payload over ``CHUNK_SIZE``, sent in order under one ``id``
+    (ids of different lanes interleave); reassembled within ``max_message_size``
+    (``protocol.chunking``)."""
+
+    kind: ClassVar[str] = "chunk"
+    from_edge: ClassVar[bool] = True
+    from_hub: ClassVar[bool] = True
+    control: ClassVar[bool] = True
+
+    id: int
+    """The sender's number for the chunked message (increasing within a session)."""
+    offset: int
+    """Where ``data`` starts in the payload (bytes); 0 first, then in order."""
+    total: int
+    """The payload's length (bytes), the same on every chunk of the id."""
+    data: bytes
+    """The payload's bytes from ``offset``."""
+    seq: int = 0
+    """The seq inside (0 if none): a refusal names it (``Error(TOO_LARGE)``) and acks it."""
+
+    def _check(self) -> None:
+        if not (0 <= self.id <= MAX_SEQ and 0 <= self.seq <= MAX_SEQ):
+            raise InvalidMessage("id", "id and seq must be in 0..2**64-1")
+        if not (0 < self.total <= 2**32 - 1):
+            raise InvalidMessage("total", "must be in 1..2**32-1 bytes")
+        if not (self.data and 0 <= self.offset and self.offset + len(self.data) <= self.total):
+            raise InvalidMessage("offset", "the chunk must be non-empty and inside total")
+
+
+@_register
+@dataclass(frozen=True, slots=True)
 class Error(Message):
     """A problem with one message; the session goes on."""
 
@@ -600,6 +653,7 @@ class StreamOpen(Message):
 
     kind: ClassVar[str] = "stream_open"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
 
     stream_id: int
     """Chosen by the hub, unique among the session's open streams (1..2**32-1)."""
@@ -639,6 +693,7 @@ class StreamData(Message):
     kind: ClassVar[str] = "stream_data"
     from_edge: ClassVar[bool] = True
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK
 
     stream_id: int
     """The stream."""
@@ -666,6 +721,7 @@ class StreamWindow(Message):
     kind: ClassVar[str] = "stream_window"
     from_edge: ClassVar[bool] = True
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
 
     stream_id: int
     """The stream."""
@@ -685,6 +741,7 @@ class StreamResize(Message):
 
     kind: ClassVar[str] = "stream_resize"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
 
     stream_id: int
     """The stream."""
@@ -707,6 +764,7 @@ class StreamClose(Message):
 
     kind: ClassVar[str] = "stream_close"
     from_edge: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # after the stream's data, never before it
 
     stream_id: int
     """The stream."""
@@ -726,6 +784,7 @@ class StreamReset(Message):
     kind: ClassVar[str] = "stream_reset"
     from_edge: ClassVar[bool] = True
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.CONTROL
 
     stream_id: int
     """The stream."""

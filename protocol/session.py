@@ -16,12 +16,16 @@ transitions are in :mod:`protocol.states`; this module is the engine that applie
 
 from __future__ import annotations
 
-from protocol.codec import FrameDecoder, decode_payload, encode
+from dataclasses import replace
+
+from protocol.chunking import ChunkRefused, Limits, Reassembler, SendQueue, agree_limits
+from protocol.codec import HEADER_SIZE, FrameDecoder, decode_payload, encode
 from protocol.config import DEFAULT_CONFIG, SessionConfig
 from protocol.errors import (
     CloseCode,
     DecodeError,
     ErrorCode,
+    MessageTooLarge,
     StateError,
     UnknownKind,
     UsageError,
@@ -34,19 +38,22 @@ from protocol.events import (
     Established,
     HelloReceived,
     MessageReceived,
-    PeerDead,
+    PeerDead,  # noqa: F401 - raised by protocol.timers; importable from here as before
     PeerError,
+    Refused,
+    SendFailed,
     SessionEvent,
 )
 from protocol.messages import (
     MAX_SEQ,
     Ack,
+    Chunk,
     Close,
     Error,
     Hello,
     Message,
-    Ping,
     Pong,
+    Priority,
     Welcome,
 )
 from protocol.states import (
@@ -59,6 +66,7 @@ from protocol.states import (
     close_message,
     negotiate_version,
 )
+from protocol.timers import SessionTimers
 
 # The events, SessionConfig and the states have their own modules (as in aioquic and h11);
 # they stay importable from here for the code that imported them from protocol.session.
@@ -71,13 +79,10 @@ __all__ = [
 ]
 
 
-_PING_SLACK = 1.05  # the client's ping rules wait ping_interval x this (see _next_ping_at)
-
-
 # --- the session -------------------------------------------------------------------------------
 
 
-class Session:
+class Session(SessionTimers):
     """One edge-hub session, with no I/O.
 
     Args:
@@ -110,13 +115,14 @@ class Session:
         "_last_sent",
         "_moves",
         "_next_seq",
-        "_out",
-        "_out_bytes",
+        "_peer_limits",
         "_pending",
         "_ping_interval",
         "_ping_nonce",
+        "_reassembler",
         "_received_up_to",
         "_released_up_to",
+        "_sendq",
         "_state",
         "_unacked",
         "_version",
@@ -137,8 +143,10 @@ class Session:
         self._state = SessionState.IDLE
         self._moves = MOVES[role][SessionState.IDLE]
         self._decoder = FrameDecoder(config.max_frame_size)
-        self._out: list[bytes] = []
-        self._out_bytes = 0
+        # Whole frames under our own limit until the handshake agrees on the limits.
+        self._sendq = SendQueue(Limits(config.max_frame_size, 0))
+        self._reassembler = Reassembler(config.max_message_size)
+        self._peer_limits = (0, 0)  # server: what the hello announced
         self._events: list[SessionEvent] = []
         # sending side
         self._next_seq = next_seq
@@ -205,7 +213,17 @@ class Session:
     def bytes_to_send(self) -> int:
         """Bytes waiting in ``data_to_send()`` / ``frames_to_send()`` (a transport that
         defers its writes flushes once this grows large)."""
-        return self._out_bytes
+        return self._sendq.bytes
+
+    @property
+    def limits(self) -> Limits:
+        """What we send: the frame and message limits (bytes) agreed at the handshake."""
+        return self._sendq.limits
+
+    def backlog(self, priority: Priority) -> int:
+        """Messages queued in one send lane and not yet taken by the transport (streams
+        stop producing while their lane's backlog is above their bound)."""
+        return self._sendq.backlog(priority)
 
     @property
     def window_free(self) -> int:
@@ -229,21 +247,19 @@ class Session:
         events, self._events = self._events, []
         return events
 
-    def data_to_send(self) -> bytes:
-        """Drain the bytes to write to a stream transport (QUIC stream 0), frames back to back."""
-        out = self._out
+    def data_to_send(self, max_bytes: int | None = None) -> bytes:
+        """Drain the bytes to write to a stream transport (QUIC stream 0), frames back to
+        back: every CONTROL frame, then STATUS and BULK frames and chunks up to about
+        ``max_bytes`` (``None``: all; see ``protocol.chunking.SendQueue.pull``)."""
+        out = self._sendq.pull(max_bytes)
         if not out:
             return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._out_bytes = 0
-        return data
+        return out[0] if len(out) == 1 else b"".join(out)
 
-    def frames_to_send(self) -> list[bytes]:
-        """Drain the frames as a list (to pack whole frames into WebSocket messages)."""
-        frames, self._out = self._out, []
-        self._out_bytes = 0
-        return frames
+    def frames_to_send(self, max_bytes: int | None = None) -> list[bytes]:
+        """Drain the frames as a list (to pack whole frames into WebSocket messages), as
+        ``data_to_send(max_bytes)`` orders and bounds them."""
+        return self._sendq.pull(max_bytes)
 
     def unacked(self) -> list[tuple[int, Message]]:
         """Everything sent with a seq and not yet acknowledged, in seq order.
@@ -254,9 +270,9 @@ class Session:
         return [*((seq, message) for seq, message, _ in self._pending), *self._unacked]
 
     def _queue(self, message: Message, seq: int | None, now: float) -> None:
-        frame = encode(message, seq)
-        self._out.append(frame)
-        self._out_bytes += len(frame)
+        # Session control jumps every queue; a close leaves after what was said before it.
+        lane = Priority.BULK if message.__class__ is Close else Priority.CONTROL
+        self._sendq.put(encode(message, seq), lane)
         self._last_sent = now
 
     # --- client ----------------------------------------------------------------------------
@@ -286,7 +302,14 @@ class Session:
             raise StateError(self._state, "connect", self.role)
         checked: list[tuple[int, Message, bytes]] = []
         previous = 0
-        limit = self.config.max_frame_size
+        config = self.config
+        limit = max(config.max_frame_size, config.max_message_size)
+        if not (hello.max_frame_size or hello.max_message_size):  # announce our limits
+            hello = replace(
+                hello,
+                max_frame_size=config.max_frame_size,
+                max_message_size=config.max_message_size,
+            )
         for seq, message in pending:
             if not (isinstance(message, Message) and message.needs_ack):
                 raise UsageError(f"pending seq {seq}: {type(message).__name__} needs no ack")
@@ -302,12 +325,11 @@ class Session:
             # Encoded now, so that a bad one fails here rather than inside receive_data().
             checked.append((seq, message, encode(message, seq, limit)))
             previous = seq
-        frame = encode(hello, None, limit)
+        frame = encode(hello, None, config.max_frame_size)
         self._go("connect")
         self._pending = checked
         self._hello_range = (hello.min_version, hello.max_version)
-        self._out.append(frame)
-        self._out_bytes += len(frame)
+        self._sendq.put(frame, Priority.CONTROL)
         self._last_sent = now
 
     def _on_welcome(self, welcome: Welcome, now: float) -> None:
@@ -325,16 +347,32 @@ class Session:
         up_to = welcome.received_up_to
         if up_to >= self._next_seq:  # our store is older than the hub's memory of us
             self._next_seq = min(up_to + 1, MAX_SEQ)
+        config = self.config
+        sendq = self._sendq
+        sendq.configure(
+            agree_limits(
+                config.max_frame_size,
+                config.max_message_size,
+                welcome.max_frame_size,
+                welcome.max_message_size,
+            )
+        )
         self._events.append(Established(welcome))
         pending, self._pending = self._pending, []
         if pending and pending[0][0] <= up_to:
             self._acked_up_to = up_to
             self._events.append(Acked(up_to))
         for seq, message, frame in pending:
-            if seq > up_to:
-                self._out.append(frame)
-                self._out_bytes += len(frame)
+            if seq <= up_to:
+                continue
+            if sendq.fits(len(frame) - HEADER_SIZE):
+                sendq.put(frame, Priority.STATUS, seq)
                 self._unacked.append((seq, message))
+            else:  # the hub takes less than we had encoded it for: it cannot go
+                limit = sendq.limits.largest_message
+                self._events.append(
+                    SendFailed(seq, message, MessageTooLarge(message.kind, len(frame) - 4, limit))
+                )
         if self._unacked:
             self._acks_awaited_since = now
         self._last_sent = now
@@ -352,6 +390,7 @@ class Session:
             return
         self._go("recv_hello")
         self._version = version
+        self._peer_limits = (hello.max_frame_size, hello.max_message_size)
         self._events.append(HelloReceived(hello, version))
 
     def accept(self, welcome: Welcome, now: float) -> None:
@@ -382,7 +421,16 @@ class Session:
                 )
         self._go("accept")
         self._received_up_to = self._released_up_to = welcome.received_up_to
+        limits = agree_limits(
+            self.config.max_frame_size, self.config.max_message_size, *self._peer_limits
+        )
+        welcome = replace(
+            welcome,
+            max_frame_size=limits.max_frame_size,
+            max_message_size=limits.max_message_size,
+        )
         self._queue(welcome, None, now)
+        self._sendq.configure(limits)
 
     def reject(
         self, code: CloseCode, reason: str, now: float, *, retry_after: float | None = None
@@ -422,7 +470,9 @@ class Session:
             StateError: the session is not ``OPEN``.
             WindowFull: ``window`` messages are unacknowledged; keep this one for later.
             UsageError: a session-managed kind, a kind the other side sends, or not a message.
-            InvalidMessage: it does not encode (``field`` says why), e.g. over the frame size.
+            MessageTooLarge: it encodes to more than the agreed limits (nothing is sent and
+                no seq is used: dead-letter it).
+            InvalidMessage: it does not encode (``field`` says why).
         """
         if not isinstance(message, Message):
             raise UsageError(f"send() takes a Message, got {type(message).__name__}")
@@ -439,20 +489,23 @@ class Session:
             seq = self._next_seq
             if seq > MAX_SEQ:  # pragma: no cover - 2**64 messages
                 raise UsageError("sequence numbers exhausted")
-            frame = encode(message, seq, self.config.max_frame_size)
-            self._out.append(frame)
-            self._out_bytes += len(frame)
+            self._sendq.put(self._encode_to_send(message, seq), Priority.STATUS, seq)
             self._next_seq = seq + 1
             if not self._unacked:
                 self._acks_awaited_since = now
             self._unacked.append((seq, message))
             self._last_sent = now
             return seq
-        frame = encode(message, None, self.config.max_frame_size)
-        self._out.append(frame)
-        self._out_bytes += len(frame)
+        self._sendq.put(self._encode_to_send(message, None), cls.priority)
         self._last_sent = now
         return None
+
+    def _encode_to_send(self, message: Message, seq: int | None) -> bytes:
+        frame = encode(message, seq)
+        size = len(frame) - HEADER_SIZE
+        if not self._sendq.fits(size):
+            raise MessageTooLarge(message.kind, size, self._sendq.limits.largest_message)
+        return frame
 
     def close(
         self, code: CloseCode, reason: str, now: float, *, retry_after: float | None = None
@@ -506,51 +559,74 @@ class Session:
             return
         self._last_received = now
         payloads, too_large = self._decoder.feed_frames(data)
-        events = self._events
-        kinds = self._kinds_in
         for payload in payloads:
-            try:
-                seq, message = decode_payload(payload)
-            except UnknownKind as exc:
-                self._on_unknown_kind(exc, now)
-                continue
-            except DecodeError as exc:
-                self._fail(CloseCode.PROTOCOL_ERROR, str(exc), now)
+            if not self._on_payload(payload, now, False):
                 return
-            cls = message.__class__
-            event = kinds.get(cls)
-            if event is None:
-                sender = "hub" if self._is_client else "edge"
-                self._fail(CloseCode.PROTOCOL_ERROR, f"the {sender} may not send {cls.kind}", now)
-                return
-            if event not in self._moves:
-                self._fail(
-                    CloseCode.PROTOCOL_ERROR,
-                    f"unexpected {cls.kind} in state {self._state.name}",
-                    now,
-                )
-                return
-            if event == "recv_message":
-                if seq is not None:
-                    if seq <= self._received_up_to:
-                        # A duplicate (resent after a reconnect): acked, not delivered. With
-                        # manual_ack, one not yet released is acked when release() covers it.
-                        if not self.config.manual_ack or seq <= self._released_up_to:
-                            self._owe_ack(now)
-                        continue
-                    self._received_up_to = seq
-                    if not self.config.manual_ack:
-                        self._owe_ack(now)
-                events.append(MessageReceived(seq, message))
-            else:
-                self._on_control(event, message, now)
-                if self._state is SessionState.CLOSED:
-                    return
         if too_large is not None:
             self._fail(CloseCode.FRAME_TOO_LARGE, str(too_large), now)
             return
         if self._acks_owed >= self.config.ack_every:
             self._flush_ack(now)
+
+    def heard(self, now: float) -> None:
+        """The transport received bytes that do not make a whole frame yet (a large
+        WebSocket message on a slow link): the peer is alive. Adapters call it per read."""
+        if self._state is not SessionState.CLOSED:
+            self._last_received = now
+
+    def _on_payload(self, payload: bytes | bytearray | memoryview, now: float, whole: bool) -> bool:
+        """Decode and apply one frame payload (``whole``: reassembled from chunks); False
+        once the session has ended."""
+        try:
+            seq, message = decode_payload(payload)
+        except UnknownKind as exc:
+            self._refuse(exc.seq, ErrorCode.UNKNOWN_KIND, str(exc), now)
+            return True
+        except DecodeError as exc:
+            self._fail(CloseCode.PROTOCOL_ERROR, str(exc), now)
+            return False
+        cls = message.__class__
+        event = self._kinds_in.get(cls)
+        if event is None:
+            sender = "hub" if self._is_client else "edge"
+            self._fail(CloseCode.PROTOCOL_ERROR, f"the {sender} may not send {cls.kind}", now)
+            return False
+        if event not in self._moves:
+            self._fail(
+                CloseCode.PROTOCOL_ERROR, f"unexpected {cls.kind} in state {self._state.name}", now
+            )
+            return False
+        if cls is Chunk:
+            return self._on_chunk(message, now, whole)  # type: ignore[arg-type]
+        if event != "recv_message":
+            self._on_control(event, message, now)
+            return self._state is not SessionState.CLOSED
+        if seq is not None:
+            if seq <= self._received_up_to:
+                # A duplicate (resent after a reconnect): acked, not delivered. With
+                # manual_ack, one not yet released is acked when release() covers it.
+                if not self.config.manual_ack or seq <= self._released_up_to:
+                    self._owe_ack(now)
+                return True
+            self._received_up_to = seq
+            if not self.config.manual_ack:
+                self._owe_ack(now)
+        self._events.append(MessageReceived(seq, message))
+        return True
+
+    def _on_chunk(self, chunk: Chunk, now: float, whole: bool) -> bool:
+        if whole:
+            self._fail(CloseCode.PROTOCOL_ERROR, "a chunk inside a chunked message", now)
+            return False
+        try:
+            payload = self._reassembler.feed(chunk)
+        except ChunkRefused as exc:
+            self._refuse(exc.seq or None, ErrorCode.TOO_LARGE, exc.reason, now)
+            return True
+        except DecodeError as exc:
+            self._fail(CloseCode.PROTOCOL_ERROR, str(exc), now)
+            return False
+        return True if payload is None else self._on_payload(payload, now, True)
 
     def _on_control(self, event: str, message: Message, now: float) -> None:
         if event == "recv_ack":
@@ -605,21 +681,24 @@ class Session:
         self._go("recv_close")
         self._events.append(Closed(close.code, close.reason, True, close.retry_after))
 
-    def _on_unknown_kind(self, exc: UnknownKind, now: float) -> None:
+    def _refuse(self, seq: int | None, code: ErrorCode, text: str, now: float) -> None:
+        """Answer an error for a message we will not deliver (unknown kind, too large)."""
         state = self._state
         if state is SessionState.CLOSED or state is SessionState.CLOSING:
             return
-        if exc.seq is not None:
+        if seq is not None:
             # Processed (by refusing it): ack it so the sender does not resend it forever.
             # With manual_ack it is released at once if everything before it is, else the
             # application's release() of ``received_up_to`` covers it later.
-            if exc.seq > self._received_up_to:
+            if seq > self._received_up_to:
                 if self._released_up_to == self._received_up_to:
-                    self._released_up_to = exc.seq
-                self._received_up_to = exc.seq
-            if not self.config.manual_ack or self._released_up_to >= exc.seq:
+                    self._released_up_to = seq
+                self._received_up_to = seq
+            if not self.config.manual_ack or self._released_up_to >= seq:
                 self._owe_ack(now)
-        self._queue(Error(ErrorCode.UNKNOWN_KIND, str(exc)[:REASON_LIMIT], exc.seq), None, now)
+        error = Error(code, text[:REASON_LIMIT], seq)
+        self._queue(error, None, now)
+        self._events.append(Refused(error))
 
     def _owe_ack(self, now: float, count: int = 1) -> None:
         self._acks_owed += count
@@ -701,85 +780,3 @@ class Session:
         except DecodeError as exc:
             reason = f"{reason}; {exc}"
         self._events.append(Closed(CloseCode.CONNECTION_LOST, reason, True))
-
-    # --- time ------------------------------------------------------------------------------
-
-    def get_timer(self) -> float | None:
-        """The next time ``handle_timer()`` must run (same clock as ``now``), or ``None``."""
-        state = self._state
-        if state is SessionState.CLOSED:
-            return None
-        if state is SessionState.CLOSING:
-            return self._close_deadline
-        deadline = self._last_received + self.config.liveness_timeout
-        if state is SessionState.OPEN:
-            if self._ack_deadline is not None and self._ack_deadline < deadline:
-                deadline = self._ack_deadline
-            if self._is_client:
-                ping_at = self._next_ping_at()
-                if ping_at < deadline:
-                    deadline = ping_at
-        return deadline
-
-    def _next_ping_at(self) -> float:
-        # Both rules wait the interval plus 5% (_PING_SLACK). The slack keeps an application
-        # that sends every N intervals (metrics every 60 s, pings every 20 s) from tying
-        # with the N-th ping, which would then go out just before the application's message
-        # and be wasted: each ping slips by the slack, so the N-th comes after the message
-        # whichever of two timers due at the same moment runs first.
-        wait = self._ping_interval * _PING_SLACK
-        # The hub (and the NATs on the way) hear from us at least this often.
-        keep_fed = self._last_sent + wait
-        # Is the hub still there? Probe when nothing was heard for as long since we last
-        # asked for an answer: our last ping, or our oldest unacknowledged message (its ack
-        # is an answer on its way; pinging before it is due would cost a ping per message).
-        asked = self._last_ping
-        awaited = self._acks_awaited_since
-        if awaited is not None and awaited > asked:
-            asked = awaited
-        heard = self._last_received
-        probe = (heard if heard > asked else asked) + wait
-        return keep_fed if keep_fed < probe else probe
-
-    def handle_timer(self, now: float) -> None:
-        """Run what is due at ``now``: close timeout, liveness, delayed ack, ping.
-
-        Then drain ``events_received()`` and ``data_to_send()`` and re-arm with
-        ``get_timer()``. Calling it early is harmless.
-
-        Args:
-            now: the current time (s).
-        """
-        state = self._state
-        if state is SessionState.CLOSED:
-            return
-        if state is SessionState.CLOSING:
-            if self._close_deadline is not None and now >= self._close_deadline:
-                self._go("close_timeout")
-                reason = self._close_reason or "closed"
-                self._events.append(
-                    Closed(
-                        self._close_code,
-                        f"{reason} (no close from the peer within {self.config.close_timeout} s)",
-                        False,
-                        self._close_retry_after,
-                    )
-                )
-            return
-        silent_for = now - self._last_received
-        if silent_for >= self.config.liveness_timeout:
-            self._go("peer_dead")
-            self._acks_owed, self._ack_deadline = 0, None
-            self._events.append(PeerDead(silent_for))
-            self._events.append(
-                Closed(CloseCode.PEER_DEAD, f"nothing received for {silent_for:.1f} s", True)
-            )
-            return
-        if state is not SessionState.OPEN:
-            return
-        if self._ack_deadline is not None and now >= self._ack_deadline:
-            self._flush_ack(now)
-        if self._is_client and now >= self._next_ping_at():
-            self._ping_nonce += 1
-            self._last_ping = now
-            self._queue(Ping(self._ping_nonce), None, now)

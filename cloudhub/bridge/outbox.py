@@ -7,6 +7,10 @@ queued one and moves it to the back, so it still goes out after anything queued 
 (a ConfigMap queued before the pod that now needs it stays ahead of that pod). Messages
 without a key (errors, ``sync_done``) are never coalesced.
 
+A message the link refuses to send (over the limits agreed with the agent, or one that
+does not encode) is a dead letter: handed to ``on_dead_letter`` (:mod:`.deadletters`) and
+skipped, so it never blocks what is queued behind it.
+
 No task runs while the outbox is empty: a flush task is started when a message is queued
 and ends when the queue is drained, so 10,000 idle sessions cost no tasks here.
 """
@@ -35,14 +39,22 @@ class Outbox:
     Args:
         link: where messages go.
         on_sent: called with each message once handed to the link (metrics).
+        on_dead_letter: called with each message the link cannot send and why (the
+            ``InvalidMessage``, e.g. ``MessageTooLarge``); logged if ``None``.
     """
 
-    __slots__ = ("_items", "_link", "_on_sent", "_task")
+    __slots__ = ("_items", "_link", "_on_dead_letter", "_on_sent", "_task")
 
-    def __init__(self, link: Link, on_sent: Callable[[Message], None] | None = None) -> None:
+    def __init__(
+        self,
+        link: Link,
+        on_sent: Callable[[Message], None] | None = None,
+        on_dead_letter: Callable[[Message, InvalidMessage], None] | None = None,
+    ) -> None:
         self._link = link
         self._items: dict[Hashable, Message] = {}
         self._on_sent = on_sent
+        self._on_dead_letter = on_dead_letter
         self._task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -68,8 +80,11 @@ class Outbox:
                 message = items.pop(key)
                 try:
                     await link.send(message)
-                except InvalidMessage as exc:  # e.g. an object over the frame size limit
-                    log.error("cannot send %s: %s", message.kind, exc)
+                except InvalidMessage as exc:  # e.g. an object over the agreed message size
+                    if self._on_dead_letter is None:
+                        log.error("cannot send %s: %s", message.kind, exc)
+                    else:
+                        self._on_dead_letter(message, exc)
                     continue
                 if self._on_sent is not None:
                     self._on_sent(message)

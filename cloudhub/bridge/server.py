@@ -28,8 +28,8 @@ from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
 from cloudhub.observability.metrics import HubMetrics
-from protocol.errors import CloseCode, ErrorCode
-from protocol.events import Closed, MessageReceived, PeerError
+from protocol.errors import CloseCode, ErrorCode, InvalidMessage
+from protocol.events import Closed, MessageReceived, PeerError, Refused
 from protocol.messages import Message, Welcome
 from protocol.transport import Link
 
@@ -52,6 +52,8 @@ class EdgeServer:
         heartbeat_interval: seconds, sent in every welcome.
         on_refused: called for every refused message (logs, Events); see
             :meth:`cloudhub.bridge.session.NodeSession.refuse`.
+        on_dead_letter: ``(session, message, error)`` for every hub message a link cannot
+            send (:mod:`cloudhub.bridge.deadletters`).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class EdgeServer:
         *,
         heartbeat_interval: float,
         on_refused: Callable[[Inbound, ErrorCode, str], None] | None = None,
+        on_dead_letter: Callable[[NodeSession, Message, InvalidMessage], None] | None = None,
     ) -> None:
         self.registry = registry
         self.objects = objects
@@ -76,6 +79,7 @@ class EdgeServer:
         self.closing = False
         """Set when the hub shuts down: new sessions are turned away (``GOING_AWAY``)."""
         self._on_refused = on_refused
+        self._on_dead_letter = on_dead_letter
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-{int(time.time()) & 0xFFFFFF:x}"
         objects.add_listener(registry.refresh, wants=registry.connected)
@@ -108,6 +112,7 @@ class EdgeServer:
             self.objects,
             on_refused=self._on_refused,
             on_sent=self._count_sent,
+            on_dead_letter=self._on_dead_letter,
         )
         registry = self.registry
         resend_below = registry.received_up_to(node) + 1
@@ -140,6 +145,8 @@ class EdgeServer:
                     self._on_message(session, event, resend_below)
                 elif isinstance(event, PeerError):
                     session.log.warning("the agent reported an error: %s", event.error.message)
+                elif isinstance(event, Refused):  # by our session: unknown kind, too large
+                    self._count_refused(session, event)
                 elif isinstance(event, Closed):
                     code = event.code
                     session.log.info(
@@ -179,6 +186,12 @@ class EdgeServer:
                 self.metrics.resends.inc()
             session.acks.received(seq)
         self.dispatcher.dispatch(Inbound(session, seq, message))
+
+    def _count_refused(self, session: NodeSession, event: Refused) -> None:
+        error = event.error
+        reason = "too_large" if error.code is ErrorCode.TOO_LARGE else "unknown_kind"
+        self.metrics.dead_letters.labels("up", "unknown", reason).inc()
+        session.log.warning("refused a message of the agent: %s", error.message)
 
     def _count_sent(self, message: Message) -> None:
         self.metrics.messages.labels("out", message.kind).inc()

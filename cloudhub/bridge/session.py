@@ -56,6 +56,8 @@ class NodeSession:
         objects: the desired sets.
         on_refused: called for every refused message (metrics, logs, Events).
         on_sent: called for every message handed to the link (metrics).
+        on_dead_letter: ``(session, message, error)`` for every message the link cannot
+            send (:mod:`.deadletters`: metrics, Events, the table).
     """
 
     __slots__ = (
@@ -81,13 +83,15 @@ class NodeSession:
         *,
         on_refused: Callable[[Answerable, ErrorCode, str], None] | None = None,
         on_sent: Callable[[Message], None] | None = None,
+        on_dead_letter: Callable[[NodeSession, Message, InvalidMessage], None] | None = None,
     ) -> None:
         self.node = node
         self.link = link
         self.session_id = session_id
         self.objects = objects
         self.held: dict[str, tuple[str, ObjectRef | None]] = {}
-        self.outbox = Outbox(link, on_sent)
+        dead = None if on_dead_letter is None else (lambda m, e: on_dead_letter(self, m, e))
+        self.outbox = Outbox(link, on_sent, dead)
         self.acks = AckTracker(link)
         self.log = logging.LoggerAdapter(log, {"node": node, "session": session_id})
         self._on_refused = on_refused

@@ -124,6 +124,14 @@ class HubMetrics:
             ["kind"],
             registry=registry,
         )
+        self.dead_letters = Counter(
+            f"{NS}_dead_letters",
+            "Messages given up for good, by direction (down: hub to edge, not sendable; up: "
+            "edge messages refused for size), kind and reason (too_large, invalid); each "
+            "also gets a Warning Event on the object",
+            ["direction", "kind", "reason"],
+            registry=registry,
+        )
         self.serving_not_after = Gauge(
             f"{NS}_serving_certificate_expiry_timestamp_seconds",
             "When the certificate the edge listeners present expires (Unix time); it "

@@ -149,6 +149,12 @@ class Link:
         session.receive_data(data, self._loop.time())
         self._pump()
 
+    def heard(self) -> None:
+        """The transport read bytes from the peer that may not make a frame yet (a large
+        WebSocket message on a slow link, a QUIC packet of acks): the peer is alive.
+        Adapters call it per read; it costs a clock read and a store."""
+        self._session.heard(self._loop.time())
+
     def connection_lost(self, reason: str) -> None:
         """Tell the link its transport has ended (adapters call this).
 

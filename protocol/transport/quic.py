@@ -83,6 +83,11 @@ _APPLICATION_CLOSE = 0x0
 ACK_DELAY = 0.005
 """Seconds before a received 1-RTT packet is acknowledged (aioquic's own: 0.001)."""
 
+QUIC_AHEAD = 64 * 1024
+"""Bytes of the session's status and bulk lanes handed to aioquic ahead of the wire: a
+heartbeat or an ack waits behind at most this (plus one chunk), whatever is queued."""
+_REFILLS = 16  # rounds of (take from the session, make datagrams) per transmit
+
 
 def _configuration(
     credentials: TLSCredentials | PEMCredentials,
@@ -152,6 +157,8 @@ class _QuicEndpoint:
     # bytes in
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self.quic.receive_datagram(data, addr, now=self._loop.time())
+        if self.link is not None:
+            self.link.heard()  # any packet counts as liveness (acks of our bulk, too)
         self._process()
 
     def _process(self) -> None:
@@ -251,21 +258,37 @@ class _QuicEndpoint:
         if self._transmit_needed:
             self.transmit()
 
-    def _take_session_data(self) -> None:
-        """The session's bytes → QUIC stream 0, in one write per round of datagrams."""
+    def _unsent(self) -> int:
+        """Bytes written to stream 0 that aioquic has not put in a packet yet."""
+        stream = self.quic._streams.get(STREAM_ID)  # no public accessor (module docstring)
+        if stream is None:
+            return 0
+        sender = stream.sender
+        return sender._buffer_stop - sender.next_offset
+
+    def _take_session_data(self, everything: bool = False) -> None:
+        """The session's bytes → QUIC stream 0, in one write per round of datagrams:
+        its control frames, then status and bulk while aioquic holds less than
+        ``QUIC_AHEAD`` bytes unsent (so a heartbeat never waits behind more)."""
         link = self.link
         if link is not None and self.termination is None:
-            data = link.session.data_to_send()
+            budget = None if everything else max(0, QUIC_AHEAD - self._unsent())
+            data = link.session.data_to_send(budget)
             if data:
                 link.bytes_out += len(data)
                 self.quic.send_stream_data(STREAM_ID, data)
 
     def transmit(self) -> None:
         self._transmit_needed = False
-        self._take_session_data()
         now = self._loop.time()
-        for data, addr in self.quic.datagrams_to_send(now=now):
-            self._send(data, addr)
+        link = self.link
+        for _ in range(_REFILLS):
+            self._take_session_data()
+            for data, addr in self.quic.datagrams_to_send(now=now):
+                self._send(data, addr)
+            # More of the session's lanes while the congestion window drained what we gave.
+            if link is None or not link.session.bytes_to_send or self._unsent() > QUIC_AHEAD // 2:
+                break
         self._arm(self.quic.get_timer())
 
     def _arm(self, deadline: float | None) -> None:
@@ -288,7 +311,7 @@ class _QuicEndpoint:
         """Send CONNECTION_CLOSE; wait up to ``timeout`` s for it to go out, then drop."""
         try:
             if self.termination is None:
-                self._take_session_data()  # e.g. the session's close, before the connection's
+                self._take_session_data(everything=True)  # the session's close, before ours
                 self.quic.close(error_code=_APPLICATION_CLOSE, reason_phrase="session closed")
                 self.transmit()
                 try:

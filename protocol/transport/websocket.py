@@ -195,6 +195,8 @@ class _WebSocketConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         ws = self._ws
+        if self.link is not None:
+            self.link.heard()  # bytes count as liveness, whole WebSocket messages or not
         ws.receive_data(data)
         chunks: list[bytes] = []
         control = False  # anything but data: websockets may have something to send
@@ -349,7 +351,7 @@ class _WebSocketConnection(asyncio.Protocol):
     def data_ready(self) -> None:
         """The link's session has frames: they leave at the end of this loop iteration,
         packed into binary messages of at most ``BATCH_BYTES`` (at once if that much is
-        waiting)."""
+        waiting), for as long as the TLS transport is writable (control frames always)."""
         link = self.link
         if link is not None and link.session.bytes_to_send >= BATCH_BYTES:
             self.flush()
@@ -362,14 +364,23 @@ class _WebSocketConnection(asyncio.Protocol):
         self.flush()
 
     def flush(self) -> None:
-        """Send the session's frames now."""
+        """Send the session's frames now: its control frames, then its status and bulk
+        frames a batch at a time while the TLS transport is under its high-water mark
+        (``resume_writing`` sends more). So the socket buffer never holds more than that
+        mark of bulk data ahead of a heartbeat."""
         link = self.link
         if link is None:
             return
-        frames = link.session.frames_to_send()
+        session = link.session
+        while True:
+            frames = session.frames_to_send(0 if self._paused else BATCH_BYTES)
+            if not frames or not self._send_frames(link, frames) or not session.bytes_to_send:
+                return
+
+    def _send_frames(self, link: Link, frames: list[bytes]) -> bool:
         ws = self._ws
-        if not frames or ws.state is not _OPEN or self.transport is None:
-            return  # closing: the session said its last word already, or cannot any more
+        if ws.state is not _OPEN or self.transport is None:
+            return False  # closing: the session said its last word already, or cannot any more
         link.bytes_out += sum(map(len, frames))
         send = ws.send_binary
         if len(frames) == 1:
@@ -386,6 +397,7 @@ class _WebSocketConnection(asyncio.Protocol):
                 size += n
             send(batch[0] if len(batch) == 1 else b"".join(batch))
         self._send_pending()
+        return not self._paused
 
     def _send_pending(self) -> None:
         writes = self._ws.data_to_send()
@@ -416,6 +428,12 @@ class _WebSocketConnection(asyncio.Protocol):
         self._paused = False
         if not self._client and self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
+        if self.link is not None:
+            # The peer's TCP took what we had buffered: it is there, although the hub did
+            # not read it meanwhile (pause_writing paused our reading).
+            self.link.heard()
+            if self.link.session.bytes_to_send:
+                self.flush()  # the next batches of what waits in the session's lanes
         self._wake_writers()
 
     def _wake_writers(self) -> None:
@@ -439,7 +457,11 @@ class _WebSocketConnection(asyncio.Protocol):
         """Close the WebSocket (close frame, then TLS and TCP); abort at ``timeout``."""
         deadline = self._loop.time() + timeout
         try:
-            self.flush()  # e.g. the session's close
+            link = self.link
+            if link is not None:  # everything, e.g. the session's close after its bulk
+                frames = link.session.frames_to_send()
+                if frames:
+                    self._send_frames(link, frames)
             ws = self._ws
             if ws.state is _OPEN and self.transport is not None:
                 ws.send_close(_NORMAL_CLOSURE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 import pytest
 
@@ -18,12 +20,14 @@ from protocol import (
     HelloReceived,
     InvalidMessage,
     MessageReceived,
+    MessageTooLarge,
     MetricsBatch,
     ObjectUpsert,
     PeerDead,
     PeerError,
     Ping,
     Pong,
+    Refused,
     Role,
     Session,
     SessionConfig,
@@ -79,7 +83,9 @@ def test_handshake_opens_both_sides() -> None:
     welcome = Welcome(1, 1_700_000_000.0, "s-9", 0, 15.0)
     pair.server.accept(welcome, pair.now)
     pair.pump()
-    assert pair.take(pair.client) == [Established(welcome)]
+    # The session fills in the limits both sides agreed on (the defaults on both here).
+    agreed = replace(welcome, max_frame_size=4 * 1024 * 1024, max_message_size=8 * 1024 * 1024)
+    assert pair.take(pair.client) == [Established(agreed)]
     assert pair.client.state is pair.server.state is SessionState.OPEN
     assert pair.client.version == pair.server.version == 1
 
@@ -506,12 +512,13 @@ def test_eof_while_closing_finishes_our_close() -> None:
 def test_unknown_kind_gets_an_error_reply_and_the_session_survives() -> None:
     pair = open_pair(server_config=SessionConfig(ack_every=1))
     pair.server.receive_data(raw({"k": "teleport", "s": 1, "b": {}}) + encode(status(), 2), 1.0)
-    [received] = pair.server.events_received()
+    refused, received = pair.server.events_received()
     assert received.seq == 2
     replies = frames(pair.server.data_to_send())
     assert replies[0] == Error(
         ErrorCode.UNKNOWN_KIND, "invalid k: unknown message kind 'teleport'", 1
     )
+    assert refused == Refused(replies[0])  # the application hears of it too (metrics)
     assert replies[-1] == Ack(2)
     assert pair.server.state is SessionState.OPEN
     pair.client.receive_data(encode(replies[0]), 1.0)
@@ -553,10 +560,11 @@ def test_frames_before_an_oversized_one_in_the_same_read_are_delivered_and_acked
     assert ack == Ack(2) and close.code is CloseCode.FRAME_TOO_LARGE
 
 
-def test_send_refuses_a_frame_over_the_limit_without_using_a_seq() -> None:
-    pair = open_pair(client_config=SessionConfig(max_frame_size=1024))
-    with pytest.raises(InvalidMessage):
+def test_send_refuses_a_message_over_the_limit_without_using_a_seq() -> None:
+    pair = open_pair(client_config=SessionConfig(max_frame_size=1024, max_message_size=1500))
+    with pytest.raises(MessageTooLarge) as caught:
         pair.client.send(MetricsBatch("e", {"x": ["y" * 2000]}), pair.now)
+    assert caught.value.limit == 1500 and caught.value.size > 2000
     assert pair.client.next_seq == 1 and pair.client.unacked() == []
 
 
@@ -622,7 +630,9 @@ def test_decode_of_what_a_session_sends_is_plain_codec() -> None:
     client = Session(Role.CLIENT, now=0.0)
     client.connect(hello(), 0.0)
     data = client.data_to_send()
-    assert decode_payload(data[4:]) == (None, hello())
+    # with the session's limits filled in (docs/protocol.md, "Lanes and chunks")
+    announced = replace(hello(), max_frame_size=4 * 1024 * 1024, max_message_size=8 * 1024 * 1024)
+    assert decode_payload(data[4:]) == (None, announced)
 
 
 def test_a_pending_message_that_does_not_encode_fails_at_connect() -> None:

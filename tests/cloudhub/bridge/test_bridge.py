@@ -24,7 +24,7 @@ from cloudhub.bridge import (
 )
 from protocol.codec import FrameDecoder, encode
 from protocol.config import SessionConfig
-from protocol.errors import CloseCode, ErrorCode
+from protocol.errors import CloseCode, ErrorCode, MessageTooLarge
 from protocol.messages import (
     Ack,
     Error,
@@ -96,24 +96,29 @@ async def test_outbox_is_in_order_and_latest_wins_per_object() -> None:
     a1 = ObjectUpsert(ObjectRef("Pod", "ns", "a", "ua"), "1", {})
     b = ObjectUpsert(ObjectRef("ConfigMap", "ns", "b", "ub"), "1", {})
     a2 = ObjectUpsert(ObjectRef("Pod", "ns", "a", "ua"), "2", {})
-    err = Error(ErrorCode.FORBIDDEN, "no", None)
-    for message in (a1, b, a2, err, err):
+    done = SyncDone(2)  # no coalescing key; the BULK lane, like the upserts
+    for message in (a1, b, a2, done, done):
         outbox.put(message)
     assert len(outbox) == 4
     await outbox.drained()
-    assert sent(link) == [b, a2, err, err]
+    assert sent(link) == [b, a2, done, done]
     await outbox.aclose()
 
 
 async def test_outbox_skips_a_message_that_cannot_be_sent() -> None:
     link = open_link()
-    outbox = Outbox(link)
-    huge = ObjectUpsert(ObjectRef("ConfigMap", "ns", "big", "ub"), "1", {"d": "x" * 5_000_000})
+    dead: list = []
+    outbox = Outbox(link, on_dead_letter=lambda message, error: dead.append((message, error)))
+    huge = ObjectUpsert(ObjectRef("ConfigMap", "ns", "big", "ub"), "1", {"d": "x" * 9_000_000})
     small = ObjectUpsert(ObjectRef("ConfigMap", "ns", "small", "us"), "1", {})
     outbox.put(huge)
     outbox.put(small)
     await outbox.drained()
-    assert sent(link) == [small]  # over the 4 MiB frame limit: logged and skipped
+    assert sent(link) == [small]  # over the limit: a dead letter, skipped
+    [(message, error)] = dead
+    assert message is huge and isinstance(error, MessageTooLarge)
+    # open_link's hello announces no limits: whole frames only, under the 4 MiB default
+    assert error.limit == 4 * 1024 * 1024 and error.size > 9_000_000
     await outbox.aclose()
 
 

@@ -1,0 +1,96 @@
+"""A ConfigMap over the session's message limit (issue 15 item 3) is a dead letter: it is
+not sent, the pod that uses it and the ConfigMap say why (a Warning Event naming the size
+limit, not only the agent's ``configmap "big" not found``), it is counted in
+``edgefleet_hub_dead_letters_total``, and nothing queued behind it is held up. On both APIs
+and both transports."""
+
+from __future__ import annotations
+
+import pytest
+
+from cloudhub.kube import CONFIGMAPS, EVENTS, PODS, KubeClient
+from protocol.chunking import Limits
+from protocol.errors import ErrorCode
+from protocol.messages import KubeEvent, ObjectRef
+from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, configmap, eventually, pod
+
+LIMIT = 64 * 1024
+
+
+def uses(name: str) -> dict:
+    return {"volumes": [{"name": "cfg", "configMap": {"name": name}}]}
+
+
+@pytest.mark.parametrize("transport", ["quic", "websocket"])
+@pytest.mark.parametrize("cluster", BOTH, indirect=True)
+async def test_a_configmap_over_the_limit_is_a_dead_letter_the_pod_explains(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique, transport: str
+) -> None:
+    hub = await hubs.start({"session.max_message_size": LIMIT})
+    node = unique("edge-big")
+    await kube.create(CONFIGMAPS, configmap("big", namespace, {"blob": "x" * (100 * 1024)}))
+    await kube.create(CONFIGMAPS, configmap("small", namespace, {"k": "v"}))
+    big_pod = await kube.create(PODS, pod("web", namespace, node, **uses("big")))
+    small_pod = await kube.create(PODS, pod("ok", namespace, node, **uses("small")))
+    agent = hubs.agent(node, transport=transport)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    # What follows the dead letter arrives: both pods, the small ConfigMap, the sync's end.
+    held = {ref.name for ref, _, _ in agent.store.values()}
+    assert {"web", "ok", "small"} <= held and "big" not in held
+    assert big_pod["metadata"]["uid"] in agent.store and small_pod["metadata"]["uid"] in agent.store
+
+    async def warnings(kind: str, name: str) -> list[dict]:
+        items, _ = await kube.list(
+            EVENTS,
+            namespace,
+            field_selector=f"involvedObject.kind={kind},involvedObject.name={name}",
+        )
+        return [e for e in items if e["reason"] == "ObjectTooLarge"]
+
+    async def pod_warned() -> bool:
+        return bool(await warnings("Pod", "web"))
+
+    async def configmap_warned() -> bool:
+        return bool(await warnings("ConfigMap", "big"))
+
+    await eventually(pod_warned, "an ObjectTooLarge Event on the pod")
+    await eventually(configmap_warned, "an ObjectTooLarge Event on the ConfigMap")
+    (event,) = await warnings("Pod", "web")
+    assert event["type"] == "Warning"
+    assert f"ConfigMap {namespace}/big" in event["message"]
+    assert f"over the {LIMIT} bytes the session to node {node} carries" in event["message"]
+    assert not await warnings("Pod", "ok")
+    counted = hub.metrics.registry.get_sample_value(
+        "edgefleet_hub_dead_letters_total",
+        {"direction": "down", "kind": "object_upsert", "reason": "too_large"},
+    )
+    assert counted == 1.0
+    (letter,) = hub.dead_letters.entries(node)
+    assert letter.ref is not None and letter.ref.name == "big"
+    assert len(hub.registry.sessions()) == 1  # one session: nothing was closed over it
+
+
+async def test_an_edge_message_over_the_hub_limit_is_refused_acked_and_counted(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique
+) -> None:
+    """An agent that ignores the agreed limit (sends a chunked event over it): the hub
+    refuses it before buffering it, acks it (never resent), counts it, keeps the session,
+    and takes what follows."""
+    hub = await hubs.start({"session.max_message_size": LIMIT})
+    node = unique("edge-loud")
+    agent = hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    assert agent.link is not None
+    session = agent.link.session
+    assert session.limits.max_message_size == LIMIT  # agreed at the handshake
+    session._sendq.configure(Limits(session.limits.max_frame_size, 64 * LIMIT))  # misbehave
+    sessions = agent.sessions
+    agent.send(KubeEvent(ObjectRef("Node", "", node, node), "Warning", "Loud", "m" * LIMIT, 1.0))
+    await agent.wait_for(lambda: agent.errors and agent.all_acked, DEADLINE)
+    (error,) = agent.errors
+    assert error.code is ErrorCode.TOO_LARGE and f"{LIMIT}-byte limit" in error.message
+    counted = hub.metrics.registry.get_sample_value(
+        "edgefleet_hub_dead_letters_total",
+        {"direction": "up", "kind": "unknown", "reason": "too_large"},
+    )
+    assert counted == 1.0 and agent.connected and agent.sessions == sessions
