@@ -1,0 +1,133 @@
+"""Node ownership across hub replicas (issue 18 item 1), against the embedded API and the
+reference kube-apiserver: one owner per node, recorded on its Lease; a second agent with the
+same certificate at another replica is turned away (no split-brain); an orderly stop hands
+the nodes over at once; a Lease edited by hand makes the owner stop serving the node; a
+replica whose API access is cut stops serving before the others take its nodes over."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from cloudhub.errors import KubeNotFound
+from cloudhub.ha import OWNER_ANNOTATION, owner_of, replica_lease_name
+from cloudhub.kube import LEASES, NODES, KubeClient
+from protocol.errors import CloseCode
+from tests.cloudhub.ha.conftest import REPLICA_LEASE_S, ha_settings
+from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually
+from tests.cloudhub.kube.proxy import FaultyProxy
+
+pytestmark = pytest.mark.parametrize("cluster", BOTH, indirect=True)
+
+
+async def _owner(kube: KubeClient, namespace: str, node: str) -> str | None:
+    try:
+        return owner_of(await kube.get(LEASES, node, namespace))
+    except KubeNotFound:
+        return None
+
+
+def _ready(node: dict) -> str:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return c.get("status") or ""
+    return ""
+
+
+async def test_a_second_agent_with_the_same_identity_at_another_replica_is_turned_away(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, caplog
+) -> None:
+    caplog.set_level(logging.WARNING)
+    await hubs.start(ha_settings(namespace, "replica-a"))
+    first = hubs.agent(node_name)
+    await first.wait_for(lambda: first.synced, DEADLINE)
+    assert await _owner(kube, namespace, node_name) == "replica-a"
+
+    await hubs.start(ha_settings(namespace, "replica-b"))
+    second = hubs.agent(node_name)  # same certificate, dialing replica B
+
+    async def refused_twice() -> bool:
+        return len(second.refusals) >= 2
+
+    await eventually(refused_twice, "two refusals of the second agent")
+    assert not second.connected and second.sessions == 0
+    assert any("served by hub replica replica-a" in r for r in second.refusals), second.refusals
+    # No split-brain: A still serves the node and still owns it.
+    assert first.connected and first.sessions == 1
+    assert await _owner(kube, namespace, node_name) == "replica-a"
+    assert any(
+        "turned a session away" in r.getMessage() and "replica-a" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_an_orderly_stop_hands_the_nodes_over_without_waiting_for_expiry(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str
+) -> None:
+    a = await hubs.start(ha_settings(namespace, "replica-a"))
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+
+    async def ready() -> bool:
+        try:
+            return _ready(await kube.get(NODES, node_name)) == "True"
+        except KubeNotFound:
+            return False
+
+    await eventually(ready, f"Node {node_name} Ready")
+    b = await hubs.start(ha_settings(namespace, "replica-b"))
+    agent.websocket_port = b.websocket_port or 0  # the Service now routes to B only
+    await hubs.stop(a)  # a rolling update's SIGTERM
+    with pytest.raises(KubeNotFound):  # released: one delete, not an expiry
+        await kube.get(LEASES, replica_lease_name("replica-a"), namespace)
+    await agent.wait_for(lambda: agent.synced and agent.sessions == 2, DEADLINE)
+    assert await _owner(kube, namespace, node_name) == "replica-b"
+    # The first close was A's GOING_AWAY; B served the node at its first attempt.
+    assert [c.code for c in agent.closes][:1] == [CloseCode.GOING_AWAY]
+    assert not agent.refusals, agent.refusals
+    assert _ready(await kube.get(NODES, node_name)) == "True"
+
+
+async def test_a_lease_edited_by_hand_makes_the_owner_stop_serving_the_node(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    await hubs.start(ha_settings(namespace, "replica-a"))
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    await kube.patch(
+        LEASES, node_name, {"metadata": {"annotations": {OWNER_ANNOTATION: "replica-x"}}}, namespace
+    )
+    # A's next renewal conflicts, it reads the Lease, sees another owner and closes.
+    await agent.wait_for(lambda: agent.sessions >= 2 and agent.synced, DEADLINE)
+    first_close = agent.closes[0]
+    assert first_close.code is CloseCode.GOING_AWAY
+    assert "no longer owns the node" in first_close.reason
+    assert "replica-x" in first_close.reason
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"stopping serving node {node_name}" in m for m in messages), messages
+    # replica-x has no replica Lease: A may take the node back when the agent returns.
+    assert any(f"took node {node_name} over from hub replica replica-x" in m for m in messages)
+    assert await _owner(kube, namespace, node_name) == "replica-a"
+
+
+async def test_a_replica_whose_api_access_is_cut_stops_serving_before_others_take_over(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy
+) -> None:
+    overrides = ha_settings(namespace, "replica-a", **{"kube.kubeconfig": str(proxy.kubeconfig)})
+    a = await hubs.start(overrides)
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    b = await hubs.start(ha_settings(namespace, "replica-b"))
+    agent.websocket_port = b.websocket_port or 0
+    assert a.replicas is not None and a.ownership is not None
+    proxy.fail("PATCH", "/leases/", 503, times=10**6)  # no renewal gets through any more
+    proxy.fail("DELETE", "/leases/", 503, times=10**6)
+    await agent.wait_for(lambda: agent.sessions >= 2 and agent.synced, DEADLINE + REPLICA_LEASE_S)
+    assert agent.closes[0].code is CloseCode.GOING_AWAY
+    assert "could not renew its Lease" in agent.closes[0].reason
+    assert not a.replicas.valid() and len(a.ownership) == 0
+    # B waited for A's Lease to expire (refusing meanwhile), then took the node over.
+    assert any("served by hub replica replica-a" in r for r in agent.refusals), agent.refusals
+    assert await _owner(kube, namespace, node_name) == "replica-b"
