@@ -310,6 +310,7 @@ class Hub:
             workers=s.status.workers,
             retry_cap=s.status.retry_cap,
             on_refused=self._pod_report_refused,
+            may_write=self._owns,
         )
         PodHandlers(self.authorizer, self.pod_writer).register(self.dispatcher)
         self.events.register(self.dispatcher, self.authorizer)
@@ -382,6 +383,10 @@ class Hub:
         if claim.granted:
             return None
         return Refusal(CloseCode.GOING_AWAY, claim.reason, retry_after=claim.retry_after)
+
+    def _owns(self, node: str) -> bool:
+        """Whether this replica may write for ``node`` (always, without HA)."""
+        return self.ownership is None or self.ownership.holds(node)
 
     def _release_node(self, session: Any, was_current: bool) -> None:
         if not was_current or self.ownership is None:

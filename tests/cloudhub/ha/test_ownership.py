@@ -11,11 +11,11 @@ import logging
 import pytest
 
 from cloudhub.errors import KubeNotFound
-from cloudhub.ha import OWNER_ANNOTATION, owner_of, replica_lease_name
-from cloudhub.kube import LEASES, NODES, KubeClient
+from cloudhub.ha import OWNER_ANNOTATION, REPLICA_LABEL, owner_of, replica_lease_name
+from cloudhub.kube import LEASES, NODES, PODS, KubeClient
 from protocol.errors import CloseCode
 from tests.cloudhub.ha.conftest import REPLICA_LEASE_S, ha_settings
-from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually
+from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually, pod
 from tests.cloudhub.kube.proxy import FaultyProxy
 
 pytestmark = pytest.mark.parametrize("cluster", BOTH, indirect=True)
@@ -131,3 +131,60 @@ async def test_a_replica_whose_api_access_is_cut_stops_serving_before_others_tak
     # B waited for A's Lease to expire (refusing meanwhile), then took the node over.
     assert any("served by hub replica replica-a" in r for r in agent.refusals), agent.refusals
     assert await _owner(kube, namespace, node_name) == "replica-b"
+
+
+async def test_a_pod_report_queued_for_a_node_the_replica_lost_is_not_written(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy
+) -> None:
+    overrides = ha_settings(
+        namespace,
+        "replica-a",
+        **{"kube.kubeconfig": str(proxy.kubeconfig), "status.retry_cap": 0.3},
+    )
+    a = await hubs.start(overrides)
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    proxy.fail("PUT", "/status", 503, times=10**6)  # the report waits in the writer, retrying
+    await kube.create(PODS, pod("app", namespace, node_name), namespace)
+
+    def dropped() -> float:
+        return a.metrics.status_writes.labels("dropped")._value.get()
+
+    def retried() -> float:
+        return a.metrics.status_writes.labels("retried")._value.get()
+
+    async def retrying() -> bool:
+        return retried() >= 1
+
+    await eventually(retrying, "the pod's status write retrying")
+    before = dropped()
+    # A live replica-x (its own Lease, 30 s long) now owns the node: A must stop writing
+    # for it, and cannot take it back while replica-x lives.
+    other = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": replica_lease_name("replica-x"), "labels": {REPLICA_LABEL: "true"}},
+        "spec": {"holderIdentity": "replica-x", "leaseDurationSeconds": 30},
+    }
+    await kube.create(LEASES, other, namespace)
+    await kube.patch(
+        LEASES, node_name, {"metadata": {"annotations": {OWNER_ANNOTATION: "replica-x"}}}, namespace
+    )
+
+    async def was_dropped() -> bool:
+        return dropped() > before
+
+    await eventually(was_dropped, "the queued report dropped once the node was lost")
+    assert ((await kube.get(PODS, "app", namespace)).get("status") or {}).get("phase") != "Running"
+    proxy.clear_faults()
+    await kube.delete(LEASES, replica_lease_name("replica-x"), namespace)  # replica-x stops
+    # The agent resends the unacknowledged report to its next session (A again, which takes
+    # the node back from the replica-x that is gone): written, Running.
+
+    async def running() -> bool:
+        return ((await kube.get(PODS, "app", namespace)).get("status") or {}).get(
+            "phase"
+        ) == "Running"
+
+    await eventually(running, "the pod Running")
+    assert await _owner(kube, namespace, node_name) == "replica-a"
