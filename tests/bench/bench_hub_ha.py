@@ -157,6 +157,17 @@ def _writes(replicas: list[ReplicaProcess]) -> float:
     return total
 
 
+def _keep_logs(root: pathlib.Path, keep: str) -> None:
+    """Copy the replicas' and the fleet's logs to ``keep`` (if set), for a look afterwards."""
+    if not keep:
+        return
+    import shutil
+
+    pathlib.Path(keep).mkdir(parents=True, exist_ok=True)
+    for log in root.glob("**/*.log"):
+        shutil.copy(log, pathlib.Path(keep) / f"{log.parent.name}-{log.name}")
+
+
 def _popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
     """A child process in a session of its own, with the repository on its path."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -342,13 +353,7 @@ async def run_async(quick: bool) -> dict:
                     sim.kill()
             for r in replicas:
                 await asyncio.to_thread(r.stop)
-            keep = os.environ.get("EDGEFLEET_BENCH_LOGS")
-            if keep:  # the replicas' and the fleet's logs, for a look afterwards
-                import shutil
-
-                pathlib.Path(keep).mkdir(parents=True, exist_ok=True)
-                for log in root.glob("**/*.log"):
-                    shutil.copy(log, pathlib.Path(keep) / f"{log.parent.name}-{log.name}")
+            _keep_logs(root, os.environ.get("EDGEFLEET_BENCH_LOGS", ""))
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
