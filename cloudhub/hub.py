@@ -47,6 +47,7 @@ from cloudhub.credentials import CredentialsReloader, FileCredentials
 from cloudhub.errors import ConfigError, HubError, KubeAPIError
 from cloudhub.events import EventRecorder
 from cloudhub.ha import REPLICA_LABEL, NodeOwnership, ReplicaLeases
+from cloudhub.ha.overload import LoopLag
 from cloudhub.heap import HeapTrimmer
 from cloudhub.kube import (
     CONFIGMAPS,
@@ -129,6 +130,7 @@ class Hub:
         self.pod_writer: PodReportWriter | None = None
         self.replicas: ReplicaLeases | None = None  # with ha.enabled
         self.ownership: NodeOwnership | None = None
+        self.overload: LoopLag | None = None  # with ha.overload_lag > 0
         self.health = HealthServer(
             self.metrics,
             self.readiness,
@@ -335,6 +337,10 @@ class Hub:
             on_refused=self._refused,
         )
         self.edge.on_session_refused.append(self._session_refused)
+        if s.ha.overload_lag > 0:  # before the claim: a refused session costs no write
+            self.overload = LoopLag(s.ha.overload_lag, s.ha.overload_retry_max)
+            self.edge.admission.append(self.overload.admit)
+            self._scope.create_task(self.overload.run(), name="loop-lag")
         if self.ownership is not None:
             self.edge.admission.append(self._claim)
         self._nodes.add_handler(self._on_node)

@@ -55,9 +55,26 @@ class HASettings:
         metadata=_h("renew the replica's own Lease this often (a third of its duration)", "s"),
     )
 
+    overload_lag: float = field(
+        default=0.0,
+        metadata=_h(
+            "turn new sessions away with OVERLOADED while the event loop lags more than "
+            "this (the worst of the last second); 0: never (admission control off)",
+            "s",
+        ),
+    )
+    overload_retry_max: float = field(
+        default=30.0,
+        metadata=_h("OVERLOADED refusals ask agents to wait uniformly 0 to this long", "s"),
+    )
+
     def __post_init__(self) -> None:
         if not _K8S_NAME.match(self.namespace) or len(self.namespace) > 63:
             raise SettingsError("namespace", "a namespace name (RFC 1123 label)", self.namespace)
+        if self.overload_lag < 0:
+            raise SettingsError("overload_lag", ">= 0 (0: off)", self.overload_lag)
+        if self.overload_retry_max <= 0:
+            raise SettingsError("overload_retry_max", "> 0", self.overload_retry_max)
         if self.replica_lease_duration < 1:
             raise SettingsError(
                 "replica_lease_duration",

@@ -20,6 +20,7 @@ from tests.cloudhub.hub.conftest import (  # noqa: F401  (fixtures)
     kube,
     kube_apiserver,
     namespace,
+    unique,
 )
 from tests.cloudhub.kube.proxy import FaultyProxy
 

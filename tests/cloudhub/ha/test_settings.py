@@ -32,6 +32,8 @@ def test_settings_come_from_the_environment_like_every_group() -> None:
         ({"replica_lease_duration": 0}, "replica_lease_duration"),
         ({"replica_renew_interval": 0}, "replica_renew_interval"),
         ({"replica_lease_duration": 4, "replica_renew_interval": 3}, "replica_renew_interval"),
+        ({"overload_lag": -1}, "overload_lag"),
+        ({"overload_retry_max": 0}, "overload_retry_max"),
     ],
 )
 def test_bad_values_are_refused_with_their_key(values: dict, key: str) -> None:
