@@ -13,8 +13,9 @@ Rules (docs/hub.md, "High availability"):
 
 - A node connecting to replica B is served (``claim`` writes B as owner) when its Lease
   names no owner, names B, or names a replica that is dead (its own Lease expired or was
-  deleted). Otherwise B refuses the session with ``GOING_AWAY`` and a ``retry_after`` of
-  the owner's remaining validity plus full jitter: a second agent with the same
+  deleted) or restarted since it last renewed the node's Lease. Otherwise B refuses the
+  session with ``GOING_AWAY`` and a ``retry_after`` of the owner's remaining validity plus
+  full jitter: a second agent with the same
   certificate, or an agent whose old connection the owner has not yet seen die, never
   makes two replicas write one node (no split-brain).
 - Every renewal by the owner is ``PATCH`` with ``metadata.resourceVersion`` = the version
@@ -37,7 +38,7 @@ from typing import Any
 
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.ha.replicas import ReplicaLeases
-from cloudhub.kube import LEASES, KubeClient, micro_time
+from cloudhub.kube import LEASES, KubeClient, micro_time, parse_time
 
 __all__ = ["OWNER_ANNOTATION", "Claim", "NodeOwnership", "owner_of"]
 
@@ -170,7 +171,13 @@ class NodeOwnership:
                 self._held[node] = _version(created)
                 return Claim(True)
             owner = owner_of(lease)
-            if owner and owner != self.identity and await self.replicas.confirm_alive(owner):
+            renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
+            if (
+                owner
+                and owner != self.identity
+                and not self.replicas.started_after(owner, renewed)
+                and await self.replicas.confirm_alive(owner)
+            ):
                 return self._refusal(
                     owner,
                     self.replicas.seconds_left(owner),
@@ -191,7 +198,7 @@ class NodeOwnership:
             if owner and owner != self.identity:
                 log.warning(
                     "took node %s over from hub replica %s (its replica Lease expired or "
-                    "was released)",
+                    "was released, or it restarted since)",
                     node,
                     owner,
                     extra={"node": node},

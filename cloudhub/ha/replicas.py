@@ -13,7 +13,9 @@ by the ``renewTime`` written there: clocks of two machines need not agree, their
 (closely enough over seconds). A Lease not seen to change for ``leaseDurationSeconds`` is
 dead; a deleted Lease (a replica that stopped in order) or one with an empty
 ``holderIdentity`` is dead at once. Leases present when this replica starts count as just
-renewed, so a restart never takes a live replica's nodes.
+renewed, so a restart never takes a live replica's nodes. A replica that restarts under the
+same identity (a pod's container restarted) writes a new ``acquireTime``: a node Lease it
+last renewed before that is not served by it any more (:meth:`ReplicaLeases.started_after`).
 
 **Fencing.** A replica counts its own Lease as valid until the *start* of its last
 successful renewal plus ``leaseDurationSeconds`` minus half a renewal interval. Any other
@@ -33,7 +35,7 @@ from collections.abc import Callable
 
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.ha.settings import HASettings
-from cloudhub.kube import LEASES, KubeClient, micro_time
+from cloudhub.kube import LEASES, KubeClient, micro_time, parse_time
 
 __all__ = ["REPLICA_LABEL", "ReplicaLeases", "replica_lease_name"]
 
@@ -59,12 +61,13 @@ def replica_lease_name(identity: str) -> str:
 
 
 class _Seen:
-    __slots__ = ("at", "duration", "version")
+    __slots__ = ("acquired", "at", "duration", "version")
 
-    def __init__(self, version: str, at: float, duration: float) -> None:
+    def __init__(self, version: str, at: float, duration: float, acquired: float | None) -> None:
         self.version = version
         self.at = at
         self.duration = duration
+        self.acquired = acquired
 
 
 class ReplicaLeases:
@@ -110,12 +113,14 @@ class ReplicaLeases:
         return self._monotonic() < self._valid_until
 
     async def start(self) -> None:
-        """Create or renew this replica's Lease once, before the hub serves.
+        """Create or renew this replica's Lease once, before the hub serves, with a new
+        ``acquireTime``: this process is a new incarnation, holding no node yet, so node
+        Leases that name this identity but were last renewed before it are free.
 
         Raises:
             KubeAPIError: the API refused or failed.
         """
-        await self._renew()
+        await self._renew(acquire=True)
 
     async def run(self) -> None:
         """Renew every ``replica_renew_interval`` seconds until cancelled (the interval is
@@ -137,7 +142,7 @@ class ReplicaLeases:
                     f"still valid for {left:.1f} s" if left > 0 else "fenced",
                 )
 
-    async def _renew(self) -> None:
+    async def _renew(self, *, acquire: bool = False) -> None:
         s = self.settings
         started = self._monotonic()
         now = self._clock()
@@ -146,6 +151,8 @@ class ReplicaLeases:
             "leaseDurationSeconds": s.replica_lease_duration,
             "renewTime": micro_time(now),
         }
+        if acquire:
+            spec["acquireTime"] = micro_time(now)
         try:
             await self.client.patch(LEASES, self.lease_name, {"spec": spec}, s.namespace)
         except KubeNotFound:
@@ -157,7 +164,7 @@ class ReplicaLeases:
                     "namespace": s.namespace,
                     "labels": {REPLICA_LABEL: "true"},
                 },
-                "spec": {**spec, "acquireTime": micro_time(now)},
+                "spec": {"acquireTime": micro_time(now), **spec},
             }
             try:
                 await self.client.create(LEASES, body, s.namespace)
@@ -240,7 +247,8 @@ class ReplicaLeases:
         duration = float(spec.get("leaseDurationSeconds") or self.settings.replica_lease_duration)
         seen = self._seen.get(holder)
         if seen is None or seen.version != version:
-            self._seen[holder] = _Seen(version, self._monotonic(), duration)
+            acquired = parse_time(spec.get("acquireTime"))
+            self._seen[holder] = _Seen(version, self._monotonic(), duration, acquired)
 
     def seconds_left(self, identity: str) -> float:
         """Seconds until replica ``identity`` counts as dead here (0 when it already does;
@@ -251,6 +259,16 @@ class ReplicaLeases:
         if seen is None:
             return 0.0
         return max(0.0, seen.at + seen.duration - self._monotonic())
+
+    def started_after(self, identity: str, renewed: float | None) -> bool:
+        """Whether replica ``identity``'s current incarnation started (its Lease's
+        ``acquireTime``) after ``renewed`` (a node Lease's ``renewTime``, epoch seconds),
+        so that it cannot be the one serving that node: both times come from that
+        replica's own clock."""
+        seen = self._seen.get(identity)
+        if seen is None or seen.acquired is None or renewed is None:
+            return False
+        return seen.acquired > renewed
 
     def alive(self, identity: str) -> bool:
         """Whether replica ``identity`` counts as alive (see the module docstring)."""

@@ -7,12 +7,13 @@ replica whose API access is cut stops serving before the others take its nodes o
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
 from cloudhub.errors import KubeNotFound
 from cloudhub.ha import OWNER_ANNOTATION, REPLICA_LABEL, owner_of, replica_lease_name
-from cloudhub.kube import LEASES, NODES, PODS, KubeClient
+from cloudhub.kube import LEASES, NODES, PODS, KubeClient, micro_time
 from protocol.errors import CloseCode
 from tests.cloudhub.ha.conftest import REPLICA_LEASE_S, ha_settings
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually, pod
@@ -188,3 +189,51 @@ async def test_a_pod_report_queued_for_a_node_the_replica_lost_is_not_written(
 
     await eventually(running, "the pod Running")
     assert await _owner(kube, namespace, node_name) == "replica-a"
+
+
+@pytest.mark.parametrize("restarted", [True, False])
+async def test_a_node_named_by_a_replica_that_restarted_since_is_free(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, restarted: bool
+) -> None:
+    now = time.time()
+    replica_x = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": replica_lease_name("replica-x"), "labels": {REPLICA_LABEL: "true"}},
+        "spec": {
+            "holderIdentity": "replica-x",
+            "leaseDurationSeconds": 30,
+            "acquireTime": micro_time(now),
+            "renewTime": micro_time(now),
+        },
+    }
+    await kube.create(LEASES, replica_x, namespace)
+    # replica-x's previous incarnation renewed the node before it restarted (or, in the
+    # other case, its current one renewed it after starting: it serves the node).
+    renewed = now - 5 if restarted else now + 1
+    node_lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": node_name, "annotations": {OWNER_ANNOTATION: "replica-x"}},
+        "spec": {
+            "holderIdentity": node_name,
+            "leaseDurationSeconds": 40,
+            "renewTime": micro_time(renewed),
+        },
+    }
+    await kube.create(LEASES, node_lease, namespace)
+    await hubs.start(ha_settings(namespace, "replica-b"))
+    agent = hubs.agent(node_name)
+    if restarted:
+        await agent.wait_for(lambda: agent.synced, DEADLINE)
+        assert not agent.refusals
+        assert await _owner(kube, namespace, node_name) == "replica-b"
+        return
+
+    async def refused() -> bool:
+        return bool(agent.refusals)
+
+    await eventually(refused, "a refusal")
+    assert "served by hub replica replica-x" in agent.refusals[0]
+    assert not agent.connected
+    assert await _owner(kube, namespace, node_name) == "replica-x"
