@@ -293,6 +293,7 @@ async def run_async(quick: bool) -> dict:
                     "node_writes": w1 - w0,
                     "replica_lease_writes": replica_lease_writes,
                     "writes_per_node_per_min": per_node_min,
+                    "node_writes_per_node_per_min": (w1 - w0) / n / minutes,
                     "hub_cpu_s": c1 - c0,
                     "hub_cpu_pct_of_one_core": 100 * (c1 - c0) / (t1 - t0),
                 }
