@@ -44,7 +44,7 @@ from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.server import EdgeServer, Refusal
 from cloudhub.credentials import CredentialsReloader, FileCredentials
-from cloudhub.errors import ConfigError, HubError, KubeAPIError
+from cloudhub.errors import ConfigError, HubError, KubeAPIError, KubeNotFound
 from cloudhub.events import EventRecorder
 from cloudhub.ha import REPLICA_LABEL, NodeOwnership, ReplicaLeases
 from cloudhub.ha.overload import LoopLag
@@ -217,7 +217,13 @@ class Hub:
         self._scope.create_task(self.events.run(), name="events")
         self._scope.create_task(self.lifecycle.run(), name="node-lifecycle")
         if self.replicas is not None:
-            await self.replicas.start()
+            try:
+                await self.replicas.start()
+            except KubeNotFound as exc:
+                raise ConfigError(
+                    f"ha.namespace {s.ha.namespace!r} does not exist: create it (the hub's "
+                    "namespace) or set ha.namespace"
+                ) from exc
             self._scope.create_task(self.replicas.run(), name="replica-lease")
         source = self._credentials_source()
         await self._listen(source())  # after extensions

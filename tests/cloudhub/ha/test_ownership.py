@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from cloudhub.errors import KubeNotFound
+from cloudhub.errors import ConfigError, KubeNotFound
 from cloudhub.ha import OWNER_ANNOTATION, REPLICA_LABEL, owner_of, replica_lease_name
 from cloudhub.kube import LEASES, NODES, PODS, KubeClient, micro_time
 from protocol.errors import CloseCode
+from protocol.transport.errors import SessionRejected
 from tests.cloudhub.ha.conftest import REPLICA_LEASE_S, ha_settings
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually, pod
 from tests.cloudhub.kube.proxy import FaultyProxy
@@ -132,6 +133,13 @@ async def test_a_replica_whose_api_access_is_cut_stops_serving_before_others_tak
     # B waited for A's Lease to expire (refusing meanwhile), then took the node over.
     assert any("served by hub replica replica-a" in r for r in agent.refusals), agent.refusals
     assert await _owner(kube, namespace, node_name) == "replica-b"
+    proxy.clear_faults()  # the API is back: A renews its Lease and may serve nodes again
+
+    async def valid_again() -> bool:
+        return a.replicas is not None and a.replicas.valid()
+
+    await eventually(valid_again, "replica A valid again")
+    assert await _owner(kube, namespace, node_name) == "replica-b"  # nothing taken back
 
 
 async def test_a_pod_report_queued_for_a_node_the_replica_lost_is_not_written(
@@ -237,3 +245,24 @@ async def test_a_node_named_by_a_replica_that_restarted_since_is_free(
     assert "served by hub replica replica-x" in agent.refusals[0]
     assert not agent.connected
     assert await _owner(kube, namespace, node_name) == "replica-x"
+
+
+async def test_a_missing_ha_namespace_stops_the_start_with_its_name(hubs: Hubs) -> None:
+    with pytest.raises(ConfigError, match=r"ha\.namespace 'no-such-ns' does not exist"):
+        await hubs.start(ha_settings("no-such-ns", "replica-a"))
+
+
+async def test_an_api_failure_during_the_claim_turns_the_session_away_as_overloaded(
+    hubs: Hubs, namespace: str, node_name: str, proxy: FaultyProxy
+) -> None:
+    overrides = ha_settings(namespace, "replica-a", **{"kube.kubeconfig": str(proxy.kubeconfig)})
+    await hubs.start(overrides)
+    proxy.fail("GET", f"/leases/{node_name}", 503, times=1)  # the claim's read
+    agent = hubs.agent(node_name, start=False)
+    with pytest.raises(SessionRejected) as refused:
+        await agent.dial()
+    assert refused.value.code is CloseCode.OVERLOADED
+    assert "cannot record this node's owner" in refused.value.reason
+    assert refused.value.retry_after == pytest.approx(0.5)  # one replica renewal interval
+    agent.start()  # the API answers again: served
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
