@@ -44,13 +44,16 @@ from cloudhub.bridge.deadletters import DeadLetter, DeadLetters, pods_using
 from cloudhub.bridge.dispatch import Dispatcher, Inbound
 from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
-from cloudhub.bridge.server import EdgeServer
+from cloudhub.bridge.server import EdgeServer, Refusal
 from cloudhub.credentials import CredentialsReloader, FileCredentials
-from cloudhub.errors import ConfigError, HubError, KubeAPIError
+from cloudhub.errors import ConfigError, HubError, KubeAPIError, KubeNotFound
 from cloudhub.events import EventRecorder
+from cloudhub.ha import REPLICA_LABEL, NodeOwnership, ReplicaLeases
+from cloudhub.ha.overload import LoopLag
 from cloudhub.heap import HeapTrimmer
 from cloudhub.kube import (
     CONFIGMAPS,
+    LEASES,
     NODES,
     PODS,
     SECRETS,
@@ -130,6 +133,9 @@ class Hub:
         self.lifecycle: NodeLifecycle | None = None
         self.events: EventRecorder | None = None
         self.pod_writer: PodReportWriter | None = None
+        self.replicas: ReplicaLeases | None = None  # with ha.enabled
+        self.ownership: NodeOwnership | None = None
+        self.overload: LoopLag | None = None  # with ha.overload_lag > 0
         self.health = HealthServer(
             self.metrics,
             self.readiness,
@@ -215,6 +221,15 @@ class Hub:
         self._scope.create_task(self.pod_writer.run(), name="pod-writer")
         self._scope.create_task(self.events.run(), name="events")
         self._scope.create_task(self.lifecycle.run(), name="node-lifecycle")
+        if self.replicas is not None:
+            try:
+                await self.replicas.start()
+            except KubeNotFound as exc:
+                raise ConfigError(
+                    f"ha.namespace {s.ha.namespace!r} does not exist: create it (the hub's "
+                    "namespace) or set ha.namespace"
+                ) from exc
+            self._scope.create_task(self.replicas.run(), name="replica-lease")
         source = self._credentials_source()
         await self._listen(source())  # after extensions
         self.metrics.watch_listeners(
@@ -308,9 +323,12 @@ class Hub:
             workers=s.status.workers,
             retry_cap=s.status.retry_cap,
             on_refused=self._pod_report_refused,
+            may_write=self._owns,
         )
         PodHandlers(self.authorizer, self.pod_writer).register(self.dispatcher)
         self.events.register(self.dispatcher, self.authorizer)
+        if s.ha.enabled:
+            self._build_ha()
         self.lifecycle = NodeLifecycle(
             kube,
             s.nodes,
@@ -319,6 +337,7 @@ class Hub:
             self.events,
             self.registry,
             cached_node=lambda name: self._nodes.get(name),
+            ownership=self.ownership,
         )
         self.edge = EdgeServer(
             self.registry,
@@ -330,12 +349,69 @@ class Hub:
             on_dead_letter=self._dead_letter,
         )
         self.edge.on_session_refused.append(self._session_refused)
+        if s.ha.overload_lag > 0:  # before the claim: a refused session costs no write
+            self.overload = LoopLag(s.ha.overload_lag, s.ha.overload_retry_max)
+            self.edge.admission.append(self.overload.admit)
+            self._scope.create_task(self.overload.run(), name="loop-lag")
+        if self.ownership is not None:
+            self.edge.admission.append(self._claim)
         self._nodes.add_handler(self._on_node)
         self.metrics.watch(
             sessions=self.registry.sessions,
             informers=lambda: self._informers,
             status_pending=lambda: len(self.pod_writer) if self.pod_writer is not None else 0,
         )
+
+    def _build_ha(self) -> None:
+        """Replica Leases and node ownership (docs/hub.md, "High availability")."""
+        s = self.settings
+        assert self.kube is not None
+        replicas = self.replicas = ReplicaLeases(self.kube, s.ha, s.ha.identity or self.identity)
+        informer = Informer(
+            self.kube,
+            LEASES,
+            namespace=s.ha.namespace,
+            label_selector=REPLICA_LABEL,
+            watch_timeout=s.kube.watch_timeout,
+        )
+        informer.add_handler(replicas.observe)
+        self._informers.append(informer)
+        self.ownership = NodeOwnership(
+            self.kube,
+            replicas,
+            lease_namespace=s.nodes.lease_namespace,
+            lease_duration=s.nodes.lease_duration,
+        )
+        registry = self.registry
+        self.ownership.on_lost.append(
+            lambda node, reason: registry.close_node(node, CloseCode.GOING_AWAY, reason)
+        )
+        registry.on_disconnect.append(self._release_node)
+
+    async def _claim(self, link: Any) -> Refusal | None:
+        assert self.ownership is not None and link.hello is not None
+        try:
+            claim = await self.ownership.claim(link.hello.node_name)
+        except KubeAPIError as exc:
+            return Refusal(
+                CloseCode.OVERLOADED,
+                f"cannot record this node's owner in the API: {exc}",
+                retry_after=self.settings.ha.replica_renew_interval,
+            )
+        if claim.granted:
+            return None
+        return Refusal(CloseCode.GOING_AWAY, claim.reason, retry_after=claim.retry_after)
+
+    def _owns(self, node: str) -> bool:
+        """Whether this replica may write for ``node`` (always, without HA)."""
+        return self.ownership is None or self.ownership.holds(node)
+
+    def _release_node(self, session: Any, was_current: bool) -> None:
+        if not was_current or self.ownership is None:
+            return
+        clear = self.ownership.release(session.node)
+        if clear is not None:
+            self._scope.create_task(clear, name=f"release-{session.node}")
 
     async def _wait_synced(self) -> None:
         pending = {asyncio.ensure_future(i.synced.wait()) for i in self._informers}
@@ -388,10 +464,18 @@ class Hub:
         """Stop serving and release everything (idempotent)."""
         if self.edge is not None:
             self.edge.closing = True
+        if self.replicas is not None and self.kube is not None:
+            # The handover: stop writing for every node, then delete this replica's Lease
+            # (one write) so that the others take the nodes over as their agents arrive.
+            assert self.ownership is not None
+            self.ownership.drop_all()
+            await self.replicas.release()
         servers, self._servers = self._servers, []
         await asyncio.gather(*(server.aclose() for server in servers), return_exceptions=True)
         await self.dispatcher.aclose()
         await self._scope.aclose()
+        if self.replicas is not None:
+            self.replicas.close()
         if self.kube is not None:
             await self.kube.close()
             self.kube = None

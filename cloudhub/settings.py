@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cloudhub.devices.settings import DevicesSettings
+from cloudhub.ha.settings import HASettings
 from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.pki.settings import PKISettings
 from cloudhub.placement.settings import PlacementSettings
@@ -414,6 +415,7 @@ class HubSettings:
     devices: DevicesSettings = field(default_factory=DevicesSettings)
     metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
+    ha: HASettings = field(default_factory=HASettings)
 
 
 def load_hub_settings(

@@ -22,6 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from cloudhub.bridge.dispatch import Dispatcher, Inbound
 from cloudhub.bridge.objects import NodeObjects
@@ -33,12 +34,32 @@ from protocol.events import Closed, MessageReceived, PeerError, Refused
 from protocol.messages import Message, Welcome
 from protocol.transport import Link
 
-__all__ = ["EdgeServer", "PeerCheck"]
+__all__ = ["Admission", "EdgeServer", "PeerCheck", "Refusal"]
 
 log = logging.getLogger(__name__)
 
 #: ``check(link) -> None`` to allow, or a reason to refuse the session (``UNAUTHORIZED``).
 PeerCheck = Callable[[Link], "Awaitable[str | None] | str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An admission's answer that turns a session away for now (not for its identity).
+
+    Attributes:
+        code: the close code sent (``GOING_AWAY``, ``OVERLOADED``).
+        reason: why, in words (the agent logs it).
+        retry_after: seconds the agent waits at least before it dials again.
+    """
+
+    code: CloseCode
+    reason: str
+    retry_after: float | None = None
+
+
+#: ``admit(link) -> None`` to serve the session, or a :class:`Refusal`; runs after the
+#: peer checks passed, just before the welcome (hub HA: the node's ownership claim).
+Admission = Callable[[Link], "Awaitable[Refusal | None]"]
 
 
 class EdgeServer:
@@ -73,6 +94,9 @@ class EdgeServer:
         self.metrics = metrics
         self.heartbeat_interval = heartbeat_interval
         self.peer_checks: list[PeerCheck] = []
+        self.admission: list[Admission] = []
+        """``admit(link)`` hooks run after the peer checks; a :class:`Refusal` turns the
+        session away with its code and ``retry_after``."""
         self.on_session_refused: list[Callable[[Link, str], None]] = []
         """``hook(link, reason)`` for every session refused ``UNAUTHORIZED`` (the hub
         records a Warning Event on the node the certificate names)."""
@@ -104,6 +128,15 @@ class EdgeServer:
                 except Exception:
                     log.exception("on_session_refused hook failed", extra={"node": node})
             return
+        for admit in self.admission:
+            refused = await admit(link)
+            if refused is None and self.closing:
+                refused = Refusal(CloseCode.GOING_AWAY, "hub shutting down", 1.0)
+            if refused is not None:
+                log.warning("turned a session away: %s", refused.reason, extra={"node": node})
+                metrics.sessions_refused.labels(link.transport).inc()
+                link.reject(refused.code, refused.reason, retry_after=refused.retry_after)
+                return
         session_id = f"{self._id_prefix}-{next(self._ids)}"
         session = NodeSession(
             node,

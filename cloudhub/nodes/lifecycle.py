@@ -29,6 +29,7 @@ from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.events import EventRecorder
+from cloudhub.ha import NodeOwnership
 from cloudhub.kube import LEASES, NODES, KubeClient, TokenBucket, micro_time, parse_time
 from cloudhub.kube.retry import update_with_retry
 from cloudhub.nodes import model
@@ -103,6 +104,8 @@ class NodeLifecycle:
         cached_node: the nodes informer's copy of a Node (slim: identity, labels, our
             annotations, conditions), or ``None``.
         clock: wall clock, seconds since the epoch (written into the API).
+        ownership: with hub HA, the node ownership: Lease renewals are its fenced
+            renewals, and Node writes happen only for nodes it holds.
     """
 
     def __init__(
@@ -116,8 +119,10 @@ class NodeLifecycle:
         *,
         cached_node: Callable[[str], dict | None] = lambda name: None,
         clock: Callable[[], float] = time.time,
+        ownership: NodeOwnership | None = None,
     ) -> None:
         self.client = client
+        self.ownership = ownership
         self.settings = settings
         self.bucket = bucket
         self.metrics = metrics
@@ -302,6 +307,8 @@ class NodeLifecycle:
 
     async def _do(self, job: str, node: str, state: _State, generation: int) -> None:
         s = self.settings
+        if job != UNKNOWN and self.ownership is not None and not self.ownership.holds(node):
+            return  # another replica owns it now: its session here is being closed
         if job == REGISTER:
             next_heartbeat = await self._register(node, state)
             if next_heartbeat is not None and self._current(node, generation) is state:
@@ -438,6 +445,11 @@ class NodeLifecycle:
         """Renew (or create) the node's Lease; ``False`` if it cannot be created yet
         because the Node does not exist yet (its uid names the Lease's owner)."""
         s = self.settings
+        if self.ownership is not None:
+            uid = state.uid or ((self._cached_node(node) or {}).get("metadata") or {}).get("uid")
+            if await self.ownership.renew(node, uid or ""):
+                self.metrics.node_writes.labels("lease", "renewed").inc()
+            return True
         now = self._clock()
         patch = {
             "spec": {

@@ -58,6 +58,13 @@ class _Report:
     callbacks: list[Outcome] = field(default_factory=list)
 
 
+class _Dropped:
+    """A report not written because this replica no longer owns its node."""
+
+
+_DROPPED = _Dropped()
+
+
 class PodReportWriter:
     """Writes pod status and pod deletions reported by edges.
 
@@ -70,6 +77,9 @@ class PodReportWriter:
         retry_cap: longest back-off between retries, seconds.
         on_refused: called for each report the API refused for good (see the module
             docstring).
+        may_write: ``may_write(node) -> bool``, checked before every attempt (hub HA:
+            whether this replica still owns the node). A report of a node it no longer
+            owns is dropped unacknowledged: the agent resends it to the new owner.
     """
 
     def __init__(
@@ -82,7 +92,9 @@ class PodReportWriter:
         workers: int = 8,
         retry_cap: float = 30.0,
         on_refused: Refused | None = None,
+        may_write: Callable[[str], bool] | None = None,
     ) -> None:
+        self.may_write = may_write
         self.client = client
         self.pods = pods
         self.bucket = bucket
@@ -139,7 +151,7 @@ class PodReportWriter:
             if report is None:
                 continue
             self._in_flight.add(uid)
-            outcome: KubeAPIError | None = None
+            outcome: KubeAPIError | _Dropped | None = None
             try:
                 outcome = await self._write(report)
             except Exception as exc:  # a bug: do not lose the worker, refuse the report
@@ -149,15 +161,20 @@ class PodReportWriter:
                 self._in_flight.discard(uid)
                 if uid in self._pending:  # a newer report arrived meanwhile
                     queue.append(uid)
+            if isinstance(outcome, _Dropped):
+                self._count(report, "dropped")
+                continue
             for callback in report.callbacks:
                 try:
                     callback(outcome)
                 except Exception:
                     log.exception("pod report callback failed", extra={"node": report.node})
 
-    async def _write(self, report: _Report) -> KubeAPIError | None:
+    async def _write(self, report: _Report) -> KubeAPIError | _Dropped | None:
         delays = backoff(uniform=random.uniform, base=0.2, cap=self.retry_cap)
         while True:
+            if self.may_write is not None and not self.may_write(report.node):
+                return _DROPPED
             try:
                 if report.status is None:
                     await self._delete(report)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from protocol.backoff import backoff
+from protocol.backoff import backoff, retry_delay
 from protocol.config import SessionConfig
 from protocol.errors import CloseCode, ConnectionClosed, StateError, TransportError
 from protocol.events import Acked, Closed, MessageReceived, PeerError
@@ -274,7 +274,8 @@ class SimAgent:
                 except TransportError as exc:
                     self.refusals.append(str(exc))
                     log.debug("%s: dial failed: %s", self.name, exc)
-                    await self._pause(next(delays))
+                    # As the agent's dialer: a hub's retry_after is a floor under the draw.
+                    await self._pause(retry_delay(next(delays), getattr(exc, "retry_after", None)))
                     continue
                 if self._stop.is_set():
                     # stop() ran while this dial was in flight and saw no link to close

@@ -1,0 +1,18 @@
+"""Hub high availability: several replicas share one fleet, each node served by exactly
+one replica at a time, recorded and fenced in the Kubernetes API (docs/hub.md, "High
+availability")."""
+
+from cloudhub.ha.ownership import OWNER_ANNOTATION, Claim, NodeOwnership, owner_of
+from cloudhub.ha.replicas import REPLICA_LABEL, ReplicaLeases, replica_lease_name
+from cloudhub.ha.settings import HASettings
+
+__all__ = [
+    "OWNER_ANNOTATION",
+    "REPLICA_LABEL",
+    "Claim",
+    "HASettings",
+    "NodeOwnership",
+    "ReplicaLeases",
+    "owner_of",
+    "replica_lease_name",
+]

@@ -1,0 +1,297 @@
+"""Replica liveness: each hub replica holds a ``coordination.k8s.io`` Lease of its own.
+
+A replica renews ``edgefleet-hub-<identity>`` in the hub's namespace every
+``ha.replica_renew_interval`` seconds (2 s) with ``leaseDurationSeconds`` =
+``ha.replica_lease_duration`` (6 s), and watches the other replicas' Leases (label
+``edgefleet.io/hub-replica``). Three replicas cost 1.5 writes/s however many nodes they
+serve: node ownership (:mod:`cloudhub.ha.ownership`) names a replica, and a replica's
+death is decided once, on its own Lease, not once per node.
+
+**Who is alive.** As client-go's leader election does, a replica judges another by when
+*it* saw that replica's Lease change (its resourceVersion), on its own monotonic clock, not
+by the ``renewTime`` written there: clocks of two machines need not agree, their rates do
+(closely enough over seconds). A Lease not seen to change for ``leaseDurationSeconds`` is
+dead; a deleted Lease (a replica that stopped in order) or one with an empty
+``holderIdentity`` is dead at once. Leases present when this replica starts count as just
+renewed, so a restart never takes a live replica's nodes. A replica that restarts under the
+same identity (a pod's container restarted) writes a new ``acquireTime``: a node Lease it
+last renewed before that is not served by it any more (:meth:`ReplicaLeases.started_after`).
+
+**Fencing.** A replica counts its own Lease as valid until the *start* of its last
+successful renewal plus ``leaseDurationSeconds`` minus half a renewal interval. Any other
+replica saw that renewal after it started, so it cannot see the Lease expire before this
+replica has stopped: when renewals fail (the API is cut off), the replica's
+:attr:`ReplicaLeases.on_fenced` hooks run at that instant (the hub closes every session and
+stops writing for every node), and the others take the nodes over afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+
+from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
+from cloudhub.ha.settings import HASettings
+from cloudhub.kube import LEASES, KubeClient, micro_time, parse_time
+
+__all__ = ["REPLICA_LABEL", "ReplicaLeases", "replica_lease_name"]
+
+log = logging.getLogger(__name__)
+
+REPLICA_LABEL = "edgefleet.io/hub-replica"
+"""Label on every replica Lease (value ``"true"``): what replicas watch."""
+
+_NOT_NAME = re.compile(r"[^a-z0-9-]+")
+
+
+def replica_lease_name(identity: str) -> str:
+    """The name of a replica's own Lease: ``edgefleet-hub-<identity>``, lowercased, every
+    run of characters a Kubernetes name cannot hold replaced by ``-``, at most 63 chars.
+
+    Raises:
+        ValueError: the identity has no letter or digit.
+    """
+    cleaned = _NOT_NAME.sub("-", identity.lower()).strip("-")
+    if not cleaned:
+        raise ValueError(f"replica identity {identity!r} has no letter or digit")
+    return f"edgefleet-hub-{cleaned}"[:63].rstrip("-")
+
+
+class _Seen:
+    __slots__ = ("acquired", "at", "duration", "version")
+
+    def __init__(self, version: str, at: float, duration: float, acquired: float | None) -> None:
+        self.version = version
+        self.at = at
+        self.duration = duration
+        self.acquired = acquired
+
+
+class ReplicaLeases:
+    """This replica's Lease (renewed) and the other replicas' (observed).
+
+    Args:
+        client: the API client.
+        settings: the ``ha`` settings.
+        identity: this replica's name (``holderIdentity`` of its Lease, the value node
+            Leases' owner annotation names).
+        clock: wall clock, seconds since the epoch (``renewTime``).
+        monotonic: seconds on a clock that never jumps (liveness and fencing).
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: HASettings,
+        identity: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.identity = identity
+        self.lease_name = replica_lease_name(identity)
+        self._clock = clock
+        self._monotonic = monotonic
+        self._valid_until = float("-inf")
+        self._expiry: asyncio.TimerHandle | None = None
+        self._seen: dict[str, _Seen] = {}
+        self._released = False
+        self.on_fenced: list[Callable[[str], None]] = []
+        """``hook(reason)``: this replica's Lease ran out before it could renew it; stop
+        serving and writing for every node now."""
+
+    # -- this replica ----------------------------------------------------------------------
+
+    def valid(self) -> bool:
+        """Whether this replica may serve and write for its nodes now (its own Lease is
+        renewed, by the fencing rule of the module docstring)."""
+        return self._monotonic() < self._valid_until
+
+    async def start(self) -> None:
+        """Create or renew this replica's Lease once, before the hub serves, with a new
+        ``acquireTime``: this process is a new incarnation, holding no node yet, so node
+        Leases that name this identity but were last renewed before it are free.
+
+        Raises:
+            KubeAPIError: the API refused or failed.
+        """
+        await self._renew(acquire=True)
+
+    async def run(self) -> None:
+        """Renew every ``replica_renew_interval`` seconds until cancelled (the interval is
+        the pace of the renewals, not a wait for a condition)."""
+        s = self.settings
+        while not self._released:
+            await asyncio.sleep(s.replica_renew_interval)
+            if self._released:
+                return
+            try:
+                await self._renew()
+            except KubeAPIError as exc:
+                left = self._valid_until - self._monotonic()
+                log.warning(
+                    "cannot renew this replica's Lease %s/%s (%s); %s",
+                    s.namespace,
+                    self.lease_name,
+                    exc,
+                    f"still valid for {left:.1f} s" if left > 0 else "fenced",
+                )
+
+    async def _renew(self, *, acquire: bool = False) -> None:
+        s = self.settings
+        started = self._monotonic()
+        now = self._clock()
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": s.replica_lease_duration,
+            "renewTime": micro_time(now),
+        }
+        if acquire:
+            spec["acquireTime"] = micro_time(now)
+        try:
+            await self.client.patch(LEASES, self.lease_name, {"spec": spec}, s.namespace)
+        except KubeNotFound:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": self.lease_name,
+                    "namespace": s.namespace,
+                    "labels": {REPLICA_LABEL: "true"},
+                },
+                "spec": {"acquireTime": micro_time(now), **spec},
+            }
+            try:
+                await self.client.create(LEASES, body, s.namespace)
+            except KubeConflict:  # created meanwhile (an earlier attempt's lost answer)
+                await self.client.patch(LEASES, self.lease_name, {"spec": spec}, s.namespace)
+            log.info("replica Lease %s/%s created", s.namespace, self.lease_name)
+        if self._released:
+            return
+        was_valid = self.valid()
+        self._valid_until = started + s.replica_lease_duration - s.replica_renew_interval / 2
+        if not was_valid and self._expiry is not None:
+            log.warning("this replica's Lease is renewed again: serving nodes again")
+        self._arm_expiry()
+
+    def _arm_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, self._valid_until - self._monotonic())
+        self._expiry = loop.call_later(delay, self._expired)
+
+    def _expired(self) -> None:
+        self._expiry = None
+        if self._released or self.valid():
+            return
+        s = self.settings
+        reason = (
+            f"this hub replica could not renew its Lease {s.namespace}/{self.lease_name} for "
+            f"{s.replica_lease_duration - s.replica_renew_interval / 2:.1f} s (API unreachable?); "
+            "other replicas take its nodes over"
+        )
+        log.error("fenced: %s", reason)
+        for hook in self.on_fenced:
+            try:
+                hook(reason)
+            except Exception:
+                log.exception("on_fenced hook failed")
+
+    async def release(self) -> None:
+        """Stop renewing, stop counting this replica valid, and delete its Lease, so that
+        the others take its nodes over at once (a rolling update's handover: one write for
+        every node the replica held). Idempotent; API errors are logged, not raised (the
+        Lease then expires by itself)."""
+        self._released = True
+        self._valid_until = float("-inf")
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        s = self.settings
+        try:
+            await self.client.delete(LEASES, self.lease_name, s.namespace)
+        except KubeNotFound:
+            pass
+        except KubeAPIError as exc:
+            log.warning("could not delete this replica's Lease (%s): it expires by itself", exc)
+            return
+        log.info("released this replica's Lease %s/%s", s.namespace, self.lease_name)
+
+    def close(self) -> None:
+        """Cancel the expiry timer (the hub is closing)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    # -- the others ------------------------------------------------------------------------
+
+    def observe(self, event: str, lease: dict, old: dict | None = None) -> None:
+        """Informer handler for the replica Leases (``ADDED``/``MODIFIED``/``DELETED``)."""
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        previous = (old or {}).get("spec") or {}
+        if previous.get("holderIdentity") and previous.get("holderIdentity") != holder:
+            self._seen.pop(previous["holderIdentity"], None)
+        if not holder or holder == self.identity:
+            return
+        if event == "DELETED":
+            self._seen.pop(holder, None)
+            return
+        version = (lease.get("metadata") or {}).get("resourceVersion") or ""
+        duration = float(spec.get("leaseDurationSeconds") or self.settings.replica_lease_duration)
+        seen = self._seen.get(holder)
+        if seen is None or seen.version != version:
+            acquired = parse_time(spec.get("acquireTime"))
+            self._seen[holder] = _Seen(version, self._monotonic(), duration, acquired)
+
+    def seconds_left(self, identity: str) -> float:
+        """Seconds until replica ``identity`` counts as dead here (0 when it already does;
+        this replica's own remaining validity for its own identity)."""
+        if identity == self.identity:
+            return max(0.0, self._valid_until - self._monotonic())
+        seen = self._seen.get(identity)
+        if seen is None:
+            return 0.0
+        return max(0.0, seen.at + seen.duration - self._monotonic())
+
+    def started_after(self, identity: str, renewed: float | None) -> bool:
+        """Whether replica ``identity``'s current incarnation started (its Lease's
+        ``acquireTime``) after ``renewed`` (a node Lease's ``renewTime``, epoch seconds),
+        so that it cannot be the one serving that node: both times come from that
+        replica's own clock."""
+        seen = self._seen.get(identity)
+        if seen is None or seen.acquired is None or renewed is None:
+            return False
+        return seen.acquired > renewed
+
+    def alive(self, identity: str) -> bool:
+        """Whether replica ``identity`` counts as alive (see the module docstring)."""
+        return self.seconds_left(identity) > 0
+
+    async def confirm_alive(self, identity: str) -> bool:
+        """:meth:`alive`, checked against the API when the watch says alive: a replica that
+        has just released its Lease (a rolling update) is dead before its deletion reaches
+        this replica's watch. One read, only when a node another replica owns connects.
+
+        Raises:
+            KubeAPIError: the read failed.
+        """
+        if not self.alive(identity):
+            return False
+        name = replica_lease_name(identity)
+        try:
+            lease = await self.client.get(LEASES, name, self.settings.namespace)
+        except KubeNotFound:
+            self._seen.pop(identity, None)
+            return False
+        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+        if holder != identity:
+            self._seen.pop(identity, None)
+            return False
+        return True

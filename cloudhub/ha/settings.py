@@ -1,0 +1,89 @@
+"""Settings of hub high availability: the ``ha`` group of the hub's root settings (file,
+environment ``CLOUDHUB_HA__…``, flags). Durations are in seconds. Nothing here reads the
+environment.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from protocol.errors import SettingsError
+
+__all__ = ["HASettings"]
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _h(text: str, unit: str = "") -> dict[str, str]:
+    return {"help": text, "unit": unit} if unit else {"help": text}
+
+
+@dataclass(frozen=True, slots=True)
+class HASettings:
+    """Several hub replicas sharing one fleet (docs/hub.md, "High availability")."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=_h(
+            "node ownership by Lease: each node is served by one replica at a time, "
+            "fenced; required when the Deployment runs more than one replica"
+        ),
+    )
+    namespace: str = field(
+        default="edgefleet",
+        metadata=_h("namespace of the replicas' own Leases (the hub's namespace)"),
+    )
+    identity: str = field(
+        default="",
+        metadata=_h(
+            "this replica's name in the Leases (default: the hub's identity, "
+            "hostname-pid; in a cluster the pod name through the Downward API)"
+        ),
+    )
+    replica_lease_duration: int = field(
+        default=6,
+        metadata=_h(
+            "leaseDurationSeconds of a replica's own Lease: a replica that has not renewed "
+            "it for this long is dead to the others, who then take its nodes over; it stops "
+            "serving its nodes before that, by its own clock",
+            "s",
+        ),
+    )
+    replica_renew_interval: float = field(
+        default=2.0,
+        metadata=_h("renew the replica's own Lease this often (a third of its duration)", "s"),
+    )
+
+    overload_lag: float = field(
+        default=0.0,
+        metadata=_h(
+            "turn new sessions away with OVERLOADED while the event loop lags more than "
+            "this (the worst of the last second); 0: never (admission control off)",
+            "s",
+        ),
+    )
+    overload_retry_max: float = field(
+        default=30.0,
+        metadata=_h("OVERLOADED refusals ask agents to wait uniformly 0 to this long", "s"),
+    )
+
+    def __post_init__(self) -> None:
+        if not _K8S_NAME.match(self.namespace) or len(self.namespace) > 63:
+            raise SettingsError("namespace", "a namespace name (RFC 1123 label)", self.namespace)
+        if self.overload_lag < 0:
+            raise SettingsError("overload_lag", ">= 0 (0: off)", self.overload_lag)
+        if self.overload_retry_max <= 0:
+            raise SettingsError("overload_retry_max", "> 0", self.overload_retry_max)
+        if self.replica_lease_duration < 1:
+            raise SettingsError(
+                "replica_lease_duration",
+                "a whole number of seconds >= 1",
+                self.replica_lease_duration,
+            )
+        if not 0 < self.replica_renew_interval * 2 <= self.replica_lease_duration:
+            raise SettingsError(
+                "replica_renew_interval",
+                f"> 0 and at most half of replica_lease_duration ({self.replica_lease_duration} s)",
+                self.replica_renew_interval,
+            )

@@ -1,0 +1,430 @@
+"""Benchmark ``hub_ha``: three hub replicas sharing one simulated fleet (issue 18).
+
+Processes, all separate from this one: the embedded API (``python -m cloudhub.standalone
+--in-memory``, as a cluster's API would be), three ``cloudhub serve`` replicas with
+``ha.enabled`` and production HA and node intervals (replica Leases 6 s renewed every 2 s,
+node Leases renewed every 10 s, 40 s grace), and simulated agents (``python -m tests.sim
+--no-status``, idle) over WebSocket through a round-robin TCP balancer in this process
+standing in for the Service. Phases:
+
+1. idle: API writes per node per minute over a window (the replicas' own counters of the
+   writes they made about nodes, plus their replica Lease renewals);
+2. replica death: SIGKILL of the replica holding the most nodes; seconds until every one
+   of its nodes is owned by a live replica again (claimed: served);
+3. rolling upgrade: each replica in turn SIGTERMed and started again; Nodes seen with
+   Ready other than True (from a watch), and nodes whose Lease went unrenewed longer than
+   the grace after which a placement fails over (``nodes.not_ready_grace``, 40 s);
+4. reconnect storm: every replica SIGKILLed and started again at once; seconds until every
+   node is owned and its Lease renewed again, and false failovers as above.
+
+Hub CPU seconds (user + system of the three replica processes) are reported beside each
+phase's wall time. ``--quick`` runs 60 nodes and short windows; the full run 1,000 nodes
+(the storm goal names 10,000: the figure at 1,000 is reported as measured, not projected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+import yaml  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from cloudhub.errors import KubeConflict  # noqa: E402
+from cloudhub.ha import owner_of  # noqa: E402
+from cloudhub.kube import CRDS, LEASES, NAMESPACES, NODES, Informer, KubeClient  # noqa: E402
+from cloudhub.kube.times import parse_time  # noqa: E402
+from protocol import pki  # noqa: E402
+from tests.cloudhub.ha.processes import Balancer, ReplicaProcess  # noqa: E402
+from tests.testpki import make_test_pki  # noqa: E402
+
+NAMESPACE = "edgefleet-ha"
+REPLICAS = 3
+GRACE_S = 40.0  # nodes.not_ready_grace: the offline time after which placements fail over
+FLAGS = ("--observability-log-level", "warning", "--listen-backlog", "4096")
+#: ``EDGEFLEET_BENCH_NODE_PROFILE=edge``: the cheaper liveness profile of docs/hub.md (node
+#: Leases renewed every 30 s, Ready heartbeats every 10 min) instead of kubelet's defaults.
+EDGE_PROFILE = (
+    "--nodes-lease-interval",
+    "30",
+    "--nodes-status-report-interval",
+    "600",
+)
+
+
+def _progress(what: str, **figures: Any) -> None:
+    print(f"bench_hub_ha: {what} {json.dumps(figures)}", file=sys.stderr, flush=True)
+
+
+def _cpu(replicas: list[ReplicaProcess]) -> float:
+    total = 0.0
+    for r in replicas:
+        if r.proc is not None and r.proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                t = psutil.Process(r.proc.pid).cpu_times()
+                total += t.user + t.system
+    return total
+
+
+def _ready(node: dict) -> str:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return c.get("status") or ""
+    return ""
+
+
+class Watch:
+    """Nodes seen not Ready, and the longest gap between renewals of each node's Lease."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.not_ready: set[str] = set()
+        self.renewed: dict[str, float] = {}  # node -> renewTime (epoch s)
+        self.owner: dict[str, str] = {}
+        self.longest_gap: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.not_ready.clear()
+        self.longest_gap.clear()
+
+    def on_node(self, event: str, node: dict, old: dict | None) -> None:
+        name = node["metadata"]["name"]
+        if name.startswith(self.prefix) and event != "DELETED" and _ready(node) != "True":
+            if _ready(old or {}) == "True":  # a Ready node that stopped being Ready
+                self.not_ready.add(name)
+
+    def on_lease(self, event: str, lease: dict, old: dict | None) -> None:
+        name = lease["metadata"]["name"]
+        if not name.startswith(self.prefix):
+            return
+        self.owner[name] = owner_of(lease)
+        at = parse_time((lease.get("spec") or {}).get("renewTime"))
+        if at is None:
+            return
+        before = self.renewed.get(name)
+        if before is not None and at > before:
+            gap = at - before
+            self.longest_gap[name] = max(self.longest_gap.get(name, 0.0), gap)
+        self.renewed[name] = at
+
+    def served_by(self, live: set[str], n: int, since: float = 0.0) -> bool:
+        """Every one of the ``n`` nodes owned by a live replica, renewed after ``since``."""
+        owned = [
+            name
+            for name, owner in self.owner.items()
+            if owner in live and self.renewed.get(name, 0.0) >= since
+        ]
+        return len(owned) >= n
+
+    def false_failovers(self) -> int:
+        return sum(1 for gap in self.longest_gap.values() if gap > GRACE_S)
+
+
+async def _until(check: Any, timeout: float, what: str) -> float:
+    """Seconds until ``check()`` holds (sampled every 50 ms: this is what is measured)."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+def _metric(port: int, name: str) -> dict[tuple, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[tuple, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                out[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def _writes(replicas: list[ReplicaProcess]) -> float:
+    """Writes about nodes the replicas made (created, updated, renewed, written)."""
+    total = 0.0
+    for r in replicas:
+        for labels, value in _metric(r.http_port, "edgefleet_hub_node_writes_total").items():
+            if dict(labels).get("result") in ("created", "updated", "renewed", "written"):
+                total += value
+    return total
+
+
+def _keep_logs(root: pathlib.Path, keep: str) -> None:
+    """Copy the replicas' and the fleet's logs to ``keep`` (if set), for a look afterwards."""
+    if not keep:
+        return
+    import shutil
+
+    pathlib.Path(keep).mkdir(parents=True, exist_ok=True)
+    for log in root.glob("**/*.log"):
+        shutil.copy(log, pathlib.Path(keep) / f"{log.parent.name}-{log.name}")
+
+
+def _popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    """A child process in a session of its own, with the repository on its path."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True, **kwargs)
+
+
+async def _start_api(root: pathlib.Path) -> tuple[subprocess.Popen, pathlib.Path]:
+    kubeconfig = root / "kubeconfig"
+    log = (root / "api.log").open("wb")
+    proc = _popen(
+        [
+            sys.executable,
+            "-m",
+            "cloudhub.standalone",
+            "--in-memory",
+            "--port",
+            "0",
+            "--kubeconfig-out",
+            str(kubeconfig),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log,
+    )
+    assert proc.stdout is not None
+    while True:
+        line = await asyncio.to_thread(proc.stdout.readline)
+        if not line:
+            raise RuntimeError("the API exited: " + (root / "api.log").read_text())
+        if line.startswith(b"kubeconfig "):
+            return proc, kubeconfig
+
+
+async def run_async(quick: bool) -> dict:
+    n = 60 if quick else 1000
+    idle_s = 25.0 if quick else 60.0
+    pki_ca = make_test_pki()
+    prefix = "ha-"
+    with tempfile.TemporaryDirectory(prefix="bench-hub-ha-") as tmp:
+        root = pathlib.Path(tmp)
+        api, kubeconfig = await _start_api(root)
+        kube = await KubeClient.from_kubeconfig(str(kubeconfig))
+        replicas: list[ReplicaProcess] = []
+        sim: subprocess.Popen | None = None
+        tasks: list[asyncio.Task] = []
+        try:
+            for name in ("edgefleet", "kube-node-lease", NAMESPACE):
+                with contextlib.suppress(KubeConflict):
+                    await kube.create(NAMESPACES, {"metadata": {"name": name}})
+            for path in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
+                with contextlib.suppress(KubeConflict):
+                    await kube.create(CRDS, yaml.safe_load(path.read_text()))
+            watch = Watch(prefix)
+            nodes = Informer(kube, NODES)
+            leases = Informer(kube, LEASES, namespace=NAMESPACE)
+            nodes.add_handler(watch.on_node)
+            leases.add_handler(watch.on_lease)
+            tasks = [asyncio.create_task(i.run()) for i in (nodes, leases)]
+            profile = os.environ.get("EDGEFLEET_BENCH_NODE_PROFILE", "kubelet")
+            flags = FLAGS + (EDGE_PROFILE if profile == "edge" else ())
+            replicas = [
+                ReplicaProcess(
+                    root / f"hub-{i}", pki_ca, str(kubeconfig), f"hub-{i}", NAMESPACE, flags
+                )
+                for i in range(REPLICAS)
+            ]
+            await asyncio.gather(*(asyncio.to_thread(r.start) for r in replicas))
+            live = {r.identity for r in replicas}
+            async with Balancer([r.port for r in replicas]) as balancer:
+                (root / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
+                (root / "ca.key").write_bytes(pki.dump_private_key_pem(pki_ca.ca.private_key))
+                sim = _popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.sim",
+                        "--ca-cert",
+                        str(root / "ca.crt"),
+                        "--ca-key",
+                        str(root / "ca.key"),
+                        "--nodes",
+                        str(n),
+                        "--prefix",
+                        prefix,
+                        "--transport",
+                        "websocket",
+                        "--websocket-port",
+                        str(balancer.port),
+                        "--ramp",
+                        "100",
+                        "--no-status",
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=(root / "sim.log").open("wb"),
+                )
+                ramp_s = await _until(lambda: watch.served_by(live, n), 300, "the fleet served")
+                _progress("fleet served", nodes=n, seconds=round(ramp_s, 1))
+                results: dict[str, Any] = {
+                    "nodes": n,
+                    "replicas": REPLICAS,
+                    "ramp_s": ramp_s,
+                    "node_profile": profile,
+                }
+
+                # 1. idle writes
+                await asyncio.sleep(5)  # let the registrations settle (not measured)
+                w0, c0, t0 = _writes(replicas), _cpu(replicas), time.monotonic()
+                await asyncio.sleep(idle_s)  # the measurement window itself
+                w1, c1, t1 = _writes(replicas), _cpu(replicas), time.monotonic()
+                minutes = (t1 - t0) / 60
+                replica_lease_writes = REPLICAS * (t1 - t0) / 2.0
+                per_node_min = (w1 - w0 + replica_lease_writes) / n / minutes
+                results["idle"] = {
+                    "window_s": t1 - t0,
+                    "node_writes": w1 - w0,
+                    "replica_lease_writes": replica_lease_writes,
+                    "writes_per_node_per_min": per_node_min,
+                    "node_writes_per_node_per_min": (w1 - w0) / n / minutes,
+                    "hub_cpu_s": c1 - c0,
+                    "hub_cpu_pct_of_one_core": 100 * (c1 - c0) / (t1 - t0),
+                }
+                _progress("idle", **results["idle"])
+
+                # 2. replica death
+                counts = {r.identity: 0 for r in replicas}
+                for owner in watch.owner.values():
+                    if owner in counts:
+                        counts[owner] += 1
+                victim = max(replicas, key=lambda r: counts[r.identity])
+                survivors = [r for r in replicas if r is not victim]
+                c0 = _cpu(survivors)
+                victim.kill()
+                live = {r.identity for r in survivors}
+                failover_s = await _until(
+                    lambda: watch.served_by(live, n), 120, "the dead replica's nodes served"
+                )
+                results["failover"] = {
+                    "killed": victim.identity,
+                    "nodes_moved": counts[victim.identity],
+                    "seconds": failover_s,
+                    "hub_cpu_s": _cpu(survivors) - c0,
+                    "not_ready": len(watch.not_ready),
+                }
+                _progress("failover", **results["failover"])
+                await asyncio.to_thread(victim.start)
+                live = {r.identity for r in replicas}
+
+                # 3. rolling upgrade
+                watch.reset()
+                c0, t0 = _cpu(replicas), time.monotonic()
+                cpu_stopped = 0.0
+                for r in replicas:
+                    cpu_stopped += _cpu([r])
+                    await asyncio.to_thread(r.stop)
+                    others = live - {r.identity}
+                    await _until(lambda o=others: watch.served_by(o, n), 120, "handover")
+                    await asyncio.to_thread(r.start)
+                results["rolling_upgrade"] = {
+                    "seconds": time.monotonic() - t0,
+                    "not_ready": len(watch.not_ready),
+                    "failovers": watch.false_failovers(),
+                    "longest_lease_gap_s": max(watch.longest_gap.values(), default=0.0),
+                    "hub_cpu_s": _cpu(replicas) - c0 + cpu_stopped,
+                }
+                _progress("rolling upgrade", **results["rolling_upgrade"])
+
+                # 4. reconnect storm: every replica at once
+                watch.reset()
+                for r in replicas:
+                    r.kill()
+                restarted_at = time.time()
+                t0 = time.monotonic()
+                await asyncio.gather(*(asyncio.to_thread(r.start) for r in replicas))
+                c0 = 0.0  # new processes: their CPU so far is the storm's
+                await _until(lambda: watch.served_by(live, n, since=restarted_at), 300, "storm")
+                results["reconnect_storm"] = {
+                    "seconds": time.monotonic() - t0,
+                    "not_ready": len(watch.not_ready),
+                    "false_failovers": watch.false_failovers(),
+                    "hub_cpu_s": _cpu(replicas) - c0,
+                }
+                _progress("reconnect storm", **results["reconnect_storm"])
+        finally:
+            if sim is not None and sim.poll() is None:
+                with contextlib.suppress(OSError):
+                    assert sim.stdin is not None
+                    sim.stdin.close()
+                try:
+                    await asyncio.to_thread(sim.wait, 60)
+                except subprocess.TimeoutExpired:
+                    sim.kill()
+            for r in replicas:
+                await asyncio.to_thread(r.stop)
+            _keep_logs(root, os.environ.get("EDGEFLEET_BENCH_LOGS", ""))
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await kube.close()
+            api.terminate()
+            await asyncio.to_thread(api.wait, 30)
+    results["note"] = (
+        f"{n} simulated idle WebSocket nodes, 3 replicas, embedded API in its own process, "
+        "all on one shared 2-core machine; --quick sizes are a smoke run, not the goals' sizes"
+    )
+    return results
+
+
+def run(quick: bool) -> dict:
+    results = asyncio.run(run_async(quick))
+    storm = results["reconnect_storm"]
+    rolling = results["rolling_upgrade"]
+    return {
+        "results": results,
+        "goals": [
+            {
+                "id": "hub.replica_failover_s",
+                "value": round(results["failover"]["seconds"], 2),
+                "target": 10,
+                "unit": "s",
+            },
+            {
+                "id": "hub.rolling_upgrade_notready",
+                "value": rolling["not_ready"],
+                "target": 0,
+                "unit": "nodes",
+            },
+            {
+                "id": "hub.rolling_upgrade_failovers",
+                "value": rolling["failovers"],
+                "target": 0,
+                "unit": "nodes",
+            },
+            {
+                "id": "hub.reconnect_storm_s",
+                "value": round(storm["seconds"], 2),
+                "target": 60,
+                "unit": "s",
+            },
+            {
+                "id": "hub.reconnect_storm_false_failovers",
+                "value": storm["false_failovers"],
+                "target": 0,
+                "unit": "nodes",
+            },
+            {
+                "id": "hub.api_writes_per_node_per_min",
+                "value": round(results["idle"]["writes_per_node_per_min"], 2),
+                "target": 2,
+                "unit": "writes/node/min",
+            },
+        ],
+    }

@@ -1,0 +1,116 @@
+"""Processes for multi-replica tests: ``cloudhub serve`` replicas on one API through a
+kubeconfig, and a TCP balancer in front of them standing in for the Service (kube-proxy
+sends each new connection to a ready endpoint; so does this, round robin, skipping
+backends that refuse)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import pathlib
+import signal
+from typing import Any
+
+from tests.bench.bench_e2e import HubProcess
+
+_CHUNK = 64 * 1024
+
+
+class ReplicaProcess(HubProcess):
+    """``python -m cloudhub serve`` with ``ha.enabled`` on the API of ``kubeconfig``.
+
+    Args:
+        root: its directory (TLS files, log).
+        pki_ca: the test CA (the serving certificate comes from it).
+        kubeconfig: the API's kubeconfig.
+        identity: the replica's name (``ha.identity``), as a pod name would be.
+        namespace: where the replica Leases and the node Leases live.
+        flags: more ``cloudhub serve`` flags.
+    """
+
+    def __init__(
+        self,
+        root: pathlib.Path,
+        pki_ca: Any,
+        kubeconfig: str,
+        identity: str,
+        namespace: str,
+        flags: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(root, pki_ca)
+        self.identity = identity
+        args = self.args
+        i = args.index("--kube-embedded-data-dir")
+        del args[i : i + 4]  # the embedded API's data dir and port
+        args += ["--kube-kubeconfig", kubeconfig, "--observability-log-level", "info"]
+        args += ["--ha-enabled", "true", "--ha-identity", identity, "--ha-namespace", namespace]
+        args += ["--nodes-lease-namespace", namespace, *flags]
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed pod or a lost machine."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def log(self) -> str:
+        return (self.root / "hub.log").read_text(errors="replace")
+
+
+class Balancer:
+    """Round-robin TCP forwarding from one loopback port to the backends' ports."""
+
+    def __init__(self, backends: list[int]) -> None:
+        self.backends = backends
+        self.port = 0
+        self._next = itertools.count()
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def __aenter__(self) -> Balancer:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):  # ends both copies of every connection
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        start = next(self._next)
+        for i in range(len(self.backends)):
+            port = self.backends[(start + i) % len(self.backends)]
+            try:
+                return await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                continue  # not ready (killed, restarting): the next endpoint
+        return None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            upstream = await self._connect()
+            if upstream is None:
+                return
+            up_reader, up_writer = upstream
+            self._writers.add(up_writer)
+            try:
+                await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+            finally:
+                up_writer.close()
+                self._writers.discard(up_writer)
+        finally:
+            writer.close()
+            self._writers.discard(writer)
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+        while data := await reader.read(_CHUNK):
+            writer.write(data)
+            await writer.drain()
+    with contextlib.suppress(OSError):
+        writer.close()

@@ -1,0 +1,77 @@
+"""Admission control (issue 18 item 4): while the hub's event loop lags, new sessions are
+turned away with OVERLOADED and a full-jitter retry_after; once it has caught up they are
+served. The lag is real: the hub's loop is blocked by CPU-bound work, as a burst of
+handshakes would block it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from cloudhub.ha.overload import LoopLag
+from protocol.errors import CloseCode
+from protocol.transport.errors import SessionRejected
+from tests.clock import ManualClock
+from tests.cloudhub.hub.conftest import DEADLINE, Hubs
+
+
+async def test_a_lagging_hub_refuses_new_sessions_with_overloaded_then_serves_them(
+    hubs: Hubs, unique
+) -> None:
+    hub = await hubs.start({"ha.overload_lag": 0.05, "ha.overload_retry_max": 7.0})
+    assert hub.overload is not None
+    agent = hubs.agent(unique("edge-busy"), start=False)
+    blocked = asyncio.Event()
+
+    def busy() -> None:
+        time.sleep(0.4)  # CPU-bound work on the hub's loop: the load, not a wait
+        blocked.set()
+
+    asyncio.get_running_loop().call_soon(busy)
+    await blocked.wait()
+    with pytest.raises(SessionRejected) as refused:
+        await agent.dial()
+    assert refused.value.code is CloseCode.OVERLOADED
+    assert "event loop is" in refused.value.reason
+    assert refused.value.retry_after is not None and 0 <= refused.value.retry_after <= 7.0
+    assert hub.overload.refused == 1
+    # The lag is the worst of the last second: once it has passed, the node is served.
+    agent.start()
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+
+
+def test_the_lag_is_the_worst_sample_of_the_hold_window() -> None:
+    clock = ManualClock(100.0)
+    lag = LoopLag(0.1, 5.0, hold=1.0, monotonic=clock, jitter=lambda: 0.5)
+    lag.sample(0.3)
+    clock.advance(0.5)
+    lag.sample(0.01)
+    assert lag.lag == pytest.approx(0.3)
+    clock.advance(0.6)
+    assert lag.lag == pytest.approx(0.01)
+
+
+async def test_a_refusal_spreads_its_retry_after_over_the_whole_range() -> None:
+    draws = iter([0.0, 0.999])
+    lag = LoopLag(0.1, 10.0, jitter=lambda: next(draws))
+    lag.sample(1.0)
+    first, second = await lag.admit(None), await lag.admit(None)
+    assert first is not None and second is not None
+    assert (first.retry_after, round(second.retry_after or 0, 2)) == (0.0, 9.99)
+    lag.sample(-0.5)  # a timer that fired early counts as no lag
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"threshold": 0, "retry_max": 1},
+        {"threshold": 0.1, "retry_max": 0},
+        {"threshold": 0.1, "retry_max": 1, "interval": 0},
+        {"threshold": 0.1, "retry_max": 1, "interval": 0.5, "hold": 0.1},
+    ],
+)
+def test_bad_limits_are_refused(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        LoopLag(**kwargs)
