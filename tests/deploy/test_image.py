@@ -8,41 +8,23 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tarfile
 
 import pytest
 
+from tests.deploy.conftest import IMAGE_TAG as TAG
 from tests.deploy.wheels import REPO
-from tests.environment import missing
 
-SCRIPT = REPO / "deploy" / "build-image.sh"
-TAG = "localhost/edgefleet/cloudhub:test"
 # The engine's limits the host allows (as cloudhub.devtools.engine configures them).
 ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
-    if shutil.which("podman") is None:
-        missing("podman is needed to build the hub's image", "scripts/setup.sh test installs it")
-    if shutil.which("debootstrap") is None:
-        missing("debootstrap is needed for the image's base", "scripts/setup.sh test installs it")
-    out = tmp_path_factory.mktemp("image") / "cloudhub.oci.tar"
-    proc = subprocess.run(
-        [str(SCRIPT), "--tag", TAG, "--out", str(out)], capture_output=True, text=True, timeout=1800
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    inspect = subprocess.run(
-        ["podman", "image", "inspect", TAG], capture_output=True, text=True, check=True
-    )
-    yield report, json.loads(inspect.stdout)[0], out
-    out.unlink(missing_ok=True)
-    subprocess.run(["podman", "rmi", "-f", TAG], capture_output=True, timeout=120)
+@pytest.fixture
+def built(hub_image):
+    return hub_image
 
 
 def test_image_is_small_non_root_and_labelled(built) -> None:
