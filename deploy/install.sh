@@ -6,8 +6,12 @@
 #   sudo ./install.sh --hub hub.example.com --token abcdef.0123456789abcdef \
 #        --ca-cert-hash sha256:<hex>          # the line printed by 'cloudhub token create'
 #
-# Offline sites: --wheel edgefleet-X-py3-none-any.whl --wheelhouse DIR (the dependencies,
-# made with 'pip wheel edgefleet -w DIR' on a machine of the same architecture).
+# Offline sites: --wheelhouse DIR (or an https:// URL of its .tar.gz), made by
+# deploy/build-wheelhouse.sh: the wheels and their SHA256SUMS manifest, checked before use;
+# nothing comes from a package index. Golden images: --root DIR with --token writes no
+# identity into the image, only /etc/edgeagent/join-token: each device joins on its first
+# boot (edgeagent-first-boot) and makes its own key. --upgrade keeps the previous venv as
+# /opt/edgeagent.previous and goes back to it when the new agent does not start.
 #
 # Idempotent: a second run with the same arguments changes nothing. Run with --help for
 # every option. Exit codes: 0 done, 1 a check or a step failed, 2 bad usage.
@@ -19,6 +23,8 @@ CONFIG_DIR=/etc/edgeagent
 STATE_DIR=/var/lib/edgeagent
 UNIT_DIR=/etc/systemd/system
 UNIT=edgeagent.service
+FIRST_BOOT=edgeagent-first-boot
+TOKEN_FILE=$CONFIG_DIR/join-token
 # The agent's messages name 'edgeagent join --renew ...' and 'edgeagent status': this
 # link makes them work as typed.
 COMMAND_LINK=/usr/local/bin/edgeagent
@@ -28,6 +34,9 @@ ROOT=""
 DRY_RUN=0
 UNINSTALL=0
 PURGE=0
+KEEP_PODS=0
+ROLLBACK=0
+UPGRADE_TIMEOUT=120
 NO_START=0
 UPGRADE=0
 PYTHON=python3
@@ -59,10 +68,15 @@ Join (skipped when this node has already joined):
 
 What to install:
   --wheel FILE             install EdgeFleet from this wheel
-  --wheelhouse DIR         take dependencies only from DIR (no index; for offline sites)
+  --wheelhouse DIR|URL     take every package from DIR, or from the .tar.gz at URL
+                           (no index; for offline sites); its SHA256SUMS is checked
   --index-url URL          package index to install from (default: pip's)
   --package SPEC           package to install from the index (default: edgefleet[agent])
-  --upgrade                upgrade an existing installation
+  --upgrade                upgrade an existing installation (prints old -> new; keeps
+                           the previous venv in /opt/edgeagent.previous and goes back to
+                           it if the new agent does not report ready in time)
+  --upgrade-timeout SECS   how long the new agent has to report ready (default: 120)
+  --rollback               go back to /opt/edgeagent.previous (the last --upgrade's)
   --python PATH            Python >= 3.10 to build the venv with (default: python3)
   --system-site-packages   let the venv use the system's Python packages (apt's
                            python3-cryptography and the like)
@@ -74,11 +88,16 @@ Agent settings written to /etc/edgeagent/config.yaml (an existing file is kept):
                            balena-engine)
 
 Modes:
-  --root DIR               install into DIR as if it were / (systemctl enable is done
-                           with --root; daemon-reload, start and stop are skipped)
+  --root DIR               prepare an image: install into DIR as if it were / (the venv
+                           is made for /opt/edgeagent; systemctl enable is done with
+                           --root; daemon-reload, start and stop are skipped); with
+                           --token, the join waits for each device's first boot
   --dry-run                print what would be done; change nothing
   --no-start               install and enable, but do not start the agent
-  --uninstall              stop, disable and remove the agent (config and state kept)
+  --uninstall              stop, disable and remove the agent (config and state kept),
+                           stop its pods, and print the commands that remove the node
+                           from the cloud
+  --keep-pods              with --uninstall: leave the pods running
   --purge                  with --uninstall: also remove /etc/edgeagent and
                            /var/lib/edgeagent
   -h, --help               this text
@@ -115,6 +134,9 @@ while [ $# -gt 0 ]; do
     --root) need_value "$@"; ROOT=$2; shift ;;
     --system-site-packages) SYSTEM_SITE=1 ;;
     --upgrade) UPGRADE=1 ;;
+    --upgrade-timeout) need_value "$@"; UPGRADE_TIMEOUT=$2; shift ;;
+    --rollback) ROLLBACK=1 ;;
+    --keep-pods) KEEP_PODS=1 ;;
     --dry-run) DRY_RUN=1 ;;
     --no-start) NO_START=1 ;;
     --uninstall) UNINSTALL=1 ;;
@@ -127,6 +149,8 @@ done
 
 case "$RUNTIME" in docker | process) ;; *) usage_error "--runtime must be docker or process" ;; esac
 [ "$PURGE" = 0 ] || [ "$UNINSTALL" = 1 ] || usage_error "--purge goes with --uninstall"
+[ "$KEEP_PODS" = 0 ] || [ "$UNINSTALL" = 1 ] || usage_error "--keep-pods goes with --uninstall"
+case "$UPGRADE_TIMEOUT" in '' | *[!0-9]*) usage_error "--upgrade-timeout takes whole seconds" ;; esac
 if [ -n "$TOKEN" ] && { [ -z "$HUB" ] || [ -z "$CA_HASH" ]; }; then
     usage_error "--token needs --hub and --ca-cert-hash (the line 'cloudhub token create' prints)"
 fi
@@ -135,6 +159,11 @@ if [ -n "$ROOT" ]; then
     [ "$ROOT" != / ] || ROOT=""
 fi
 VENV=$ROOT$PREFIX
+STAGING=$ROOT$PREFIX.new
+PREVIOUS=$ROOT$PREFIX.previous
+FETCHED=""
+cleanup() { [ -z "$FETCHED" ] || rm -rf "$FETCHED"; }
+trap cleanup EXIT
 
 # -- doing things (or only saying them with --dry-run) -------------------------------------
 
@@ -225,18 +254,103 @@ check_engine() {
     fi
 }
 
+# fetch_wheelhouse: --wheelhouse https://... is a .tar.gz of a wheelhouse; unpack it into a
+# temporary directory (removed on exit) and use that.
+fetch_wheelhouse() {
+    case "$WHEELHOUSE" in http://* | https://*) ;; *) return 0 ;; esac
+    local url=$WHEELHOUSE
+    FETCHED=$(mktemp -d "${TMPDIR:-/tmp}/edgeagent-wheelhouse.XXXXXX")
+    say "fetching the wheelhouse $url"
+    "$PYTHON" - "$url" "$FETCHED/wheelhouse.tar.gz" <<'PY' || die "--wheelhouse: cannot fetch $url (see above)"
+import shutil, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=60) as answer, open(sys.argv[2], "wb") as out:
+    shutil.copyfileobj(answer, out)
+PY
+    mkdir "$FETCHED/house"
+    tar -xzf "$FETCHED/wheelhouse.tar.gz" -C "$FETCHED/house" --no-same-owner ||
+        die "--wheelhouse: $url is not a .tar.gz archive"
+    rm -f "$FETCHED/wheelhouse.tar.gz"
+    local manifest
+    manifest=$(find "$FETCHED/house" -maxdepth 2 -name SHA256SUMS | head -n 1)
+    WHEELHOUSE=$(dirname "${manifest:-$FETCHED/house/SHA256SUMS}")
+}
+
+# check_wheelhouse: every wheel of the wheelhouse is in its SHA256SUMS and matches it.
+check_wheelhouse() {
+    [ -n "$WHEELHOUSE" ] || return 0
+    [ -d "$WHEELHOUSE" ] || die "--wheelhouse: no such directory: $WHEELHOUSE"
+    [ -f "$WHEELHOUSE/SHA256SUMS" ] ||
+        die "--wheelhouse $WHEELHOUSE has no SHA256SUMS: make it with deploy/build-wheelhouse.sh (or: cd $WHEELHOUSE && sha256sum *.whl >SHA256SUMS)"
+    local bad="" wheel
+    for wheel in "$WHEELHOUSE"/*.whl; do
+        [ -e "$wheel" ] || die "--wheelhouse $WHEELHOUSE holds no wheels"
+        grep -qF "  $(basename "$wheel")" "$WHEELHOUSE/SHA256SUMS" || bad="$bad $(basename "$wheel")"
+    done
+    [ -z "$bad" ] || die "--wheelhouse $WHEELHOUSE: not in its SHA256SUMS:$bad (an unchecked file; rebuild the wheelhouse)"
+    if ! bad=$(cd "$WHEELHOUSE" && sha256sum --quiet --strict -c SHA256SUMS 2>&1); then
+        die "--wheelhouse $WHEELHOUSE: checksum mismatch, nothing was installed (a damaged or altered copy; fetch it again): $(printf '%s' "$bad" | tr '\n' ' ')"
+    fi
+}
+
 check_sources() {
     [ -z "$WHEEL" ] || [ -f "$WHEEL" ] || die "--wheel: no such file: $WHEEL"
-    [ -z "$WHEELHOUSE" ] || [ -d "$WHEELHOUSE" ] || die "--wheelhouse: no such directory: $WHEELHOUSE"
+    fetch_wheelhouse
+    check_wheelhouse
 }
 
 # -- uninstall ----------------------------------------------------------------------------
 
+# config_value KEY: a top-level scalar of config.yaml (node_name), or nothing.
+config_value() {
+    awk -v key="$1" '$1 == key ":" {print $2; exit}' "$ROOT$CONFIG_DIR/config.yaml" 2>/dev/null || true
+}
+
+# runtime_kind: the config's runtime.kind (docker when unset).
+runtime_kind() {
+    awk '/^runtime:/ {in_rt = 1; next} /^[^ #]/ {in_rt = 0} in_rt && $1 == "kind:" {print $2; exit}' \
+        "$ROOT$CONFIG_DIR/config.yaml" 2>/dev/null | grep . || echo docker
+}
+
+# stop_pods: end what the stopped agent leaves running (KillMode=process keeps the pods
+# through restarts and upgrades; an uninstall must not leave them behind).
+stop_pods() {
+    local kind
+    kind=$(runtime_kind)
+    if [ "$KEEP_PODS" = 1 ]; then
+        say "left the pods running (--keep-pods; runtime $kind): nothing supervises them now"
+        return 0
+    fi
+    if [ -n "$ROOT" ]; then
+        say "skipped (--root): stopping the pods (nothing runs in an image)"
+        return 0
+    fi
+    if [ "$kind" = process ]; then
+        # The pods' processes stay in the unit's cgroup after the agent stopped.
+        run systemctl kill --kill-whom=all --signal=SIGKILL "$UNIT" 2>/dev/null || true
+        say "stopped the pods (process runtime: what was left in $UNIT's cgroup)"
+        return 0
+    fi
+    local engine ids
+    for engine in docker podman balena-engine; do
+        command -v "$engine" >/dev/null 2>&1 || continue
+        ids=$("$engine" ps -aq --filter label=io.edgefleet.managed=true 2>/dev/null || true)
+        if [ -n "$ids" ]; then
+            # shellcheck disable=SC2086
+            run "$engine" rm -f $ids >/dev/null
+            say "removed the agent's containers ($engine): $(echo "$ids" | wc -w)"
+        fi
+        return 0
+    done
+    say "no container engine command found: the agent's containers (label io.edgefleet.managed=true) are left"
+}
+
 uninstall() {
-    local unit=$ROOT$UNIT_DIR/$UNIT did=0
+    local unit=$ROOT$UNIT_DIR/$UNIT did=0 node
+    node=$(config_value node_name)
     if [ -f "$unit" ]; then
         if systemctl_q is-enabled --quiet "$UNIT" 2>/dev/null; then systemctl_do disable "$UNIT"; fi
         [ -n "$ROOT" ] || systemctl_do stop "$UNIT"
+        stop_pods
         run rm -f "$unit"
         run rm -rf "$ROOT$UNIT_DIR/$UNIT.d"
         systemctl_do daemon-reload
@@ -246,10 +360,13 @@ uninstall() {
         run rm -f "$ROOT$COMMAND_LINK"
         did=1
     fi
-    if [ -d "$VENV" ]; then
-        run rm -rf "$VENV"
-        did=1
-    fi
+    local dir
+    for dir in "$VENV" "$PREVIOUS" "$STAGING"; do
+        if [ -d "$dir" ]; then
+            run rm -rf "$dir"
+            did=1
+        fi
+    done
     if [ "$PURGE" = 1 ]; then
         for dir in "$ROOT$CONFIG_DIR" "$ROOT$STATE_DIR"; do
             if [ -e "$dir" ]; then
@@ -261,9 +378,21 @@ uninstall() {
         say "kept $ROOT$CONFIG_DIR and $ROOT$STATE_DIR (the node's identity and store); --purge removes them"
     fi
     if [ "$did" = 1 ]; then say "uninstalled"; else say "nothing to uninstall"; fi
+    if [ -n "$node" ]; then
+        say "the node $node still exists in the cloud, and its certificate is valid until it expires; on the hub's side run:"
+        say "    cloudhub node revoke $node"
+        say "    kubectl delete node $node"
+    fi
 }
 
 # -- install ------------------------------------------------------------------------------
+
+# new_venv DIR: a venv at DIR with the wanted interpreter and --system-site-packages.
+new_venv() {
+    local args=()
+    [ "$SYSTEM_SITE" = 0 ] || args+=(--system-site-packages)
+    run "$PYTHON" -m venv "${args[@]}" "$1"
+}
 
 make_venv() {
     local want_site=false
@@ -279,20 +408,55 @@ make_venv() {
         say "recreating $VENV (Python or --system-site-packages changed)"
         run rm -rf "$VENV"
     fi
-    local args=()
-    [ "$SYSTEM_SITE" = 0 ] || args+=(--system-site-packages)
-    run "$PYTHON" -m venv "${args[@]}" "$VENV"
+    new_venv "$VENV"
     CHANGED=1
     say "created the venv $VENV"
 }
 
-pip_install() {
-    local pip=("$VENV/bin/python" -m pip --disable-pip-version-check --no-input --quiet)
-    local args=()
+# relocate DIR: make the venv at DIR work at $PREFIX, where it runs on the device: the
+# scripts' "#!" lines, activate and pyvenv.cfg name DIR when it is an image's or a staging
+# copy; the byte code is compiled for $PREFIX (so no path of this machine is left inside).
+relocate() {
+    local dir=$1
+    [ "$DRY_RUN" = 0 ] || return 0
+    if [ "$dir" != "$PREFIX" ]; then
+        grep -rlIZF -- "$dir" "$dir" 2>/dev/null | xargs -0 -r sed -i "s|$dir|$PREFIX|g"
+    fi
+    find "$dir" -name __pycache__ -type d -prune -exec rm -rf {} +
+    "$dir/bin/python" -m compileall -q -j 0 -s "$dir" -p "$PREFIX" "$dir/lib" >/dev/null ||
+        die "compiling the agent's byte code in $dir failed"
+}
+
+# installed_version DIR: the EdgeFleet version installed in the venv DIR (empty if none).
+installed_version() {
+    "$1/bin/python" -I -c 'import importlib.metadata as m; print(m.version("edgefleet"))' 2>/dev/null || true
+}
+
+# pip_into DIR [ARGS...]: pip install into the venv DIR from the chosen source (the wheel,
+# the wheelhouse, an index); no byte code (relocate compiles it for the target path).
+pip_into() {
+    local dir=$1
+    shift
+    local pip=("$dir/bin/python" -m pip --disable-pip-version-check --no-input --quiet)
+    local args=(--no-compile)
     if [ -n "$WHEELHOUSE" ]; then args+=(--no-index --find-links "$WHEELHOUSE"); fi
     if [ -n "$INDEX_URL" ]; then args+=(--index-url "$INDEX_URL"); fi
+    if [ -n "$WHEEL" ] && [ "$SYSTEM_SITE" = 1 ] && [ -z "$WHEELHOUSE" ] && [ -z "$INDEX_URL" ]; then
+        args+=(--no-index) # dependencies come from the system's packages
+    fi
+    local what=$PACKAGE
+    [ -z "$WHEEL" ] || what="$WHEEL[agent]"
+    run "${pip[@]}" install "${args[@]}" "$@" "$what" || return 1
+    if [ "$DRY_RUN" = 0 ] && [ ! -x "$dir/bin/edgeagent" ]; then
+        # Satisfied by a copy outside the venv (--system-site-packages): put it in the venv
+        # itself, so that the unit's /opt/edgeagent/bin/edgeagent exists.
+        run "${pip[@]}" install "${args[@]}" --no-deps --ignore-installed "$what" || return 1
+    fi
+}
+
+pip_install() {
+    local stamp=$VENV/.edgefleet-wheel.sha256 digest=""
     if [ -n "$WHEEL" ]; then
-        local stamp=$VENV/.edgefleet-wheel.sha256 digest
         digest=$(sha256sum "$WHEEL" | awk '{print $1}')
         if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
             return 0
@@ -301,27 +465,110 @@ pip_install() {
         # leave the dependencies alone unless they are missing.
         local force=()
         [ ! -f "$stamp" ] || force=(--force-reinstall --no-deps)
-        if [ "$SYSTEM_SITE" = 1 ] && [ -z "$WHEELHOUSE" ] && [ -z "$INDEX_URL" ]; then
-            args+=(--no-index) # dependencies come from the system's packages
-        fi
-        run "${pip[@]}" install "${args[@]}" "${force[@]}" "$WHEEL[agent]"
-        if [ "$DRY_RUN" = 0 ]; then printf '%s\n' "$digest" >"$stamp"; fi
-        CHANGED=1
-        say "installed $(basename "$WHEEL")"
+        pip_into "$VENV" "${force[@]}" || die "installing $(basename "$WHEEL") failed (see above)"
+    elif [ -x "$VENV/bin/edgeagent" ]; then
         return 0
+    else
+        pip_into "$VENV" || die "installing $PACKAGE failed (see above)"
     fi
-    if [ "$UPGRADE" = 0 ] && [ -x "$VENV/bin/edgeagent" ]; then
-        return 0
-    fi
-    [ "$UPGRADE" = 0 ] || args+=(--upgrade)
-    run "${pip[@]}" install "${args[@]}" "$PACKAGE"
-    if [ "$DRY_RUN" = 0 ] && [ ! -x "$VENV/bin/edgeagent" ]; then
-        # Satisfied by a copy outside the venv (--system-site-packages): put it in the venv
-        # itself, so that the unit's /opt/edgeagent/bin/edgeagent exists.
-        run "${pip[@]}" install "${args[@]}" --no-deps --ignore-installed "$PACKAGE"
-    fi
+    relocate "$VENV"
+    if [ "$DRY_RUN" = 0 ] && [ -n "$digest" ]; then printf '%s\n' "$digest" >"$stamp"; fi
     CHANGED=1
-    say "installed $PACKAGE"
+    [ "$DRY_RUN" = 1 ] || say "installed edgefleet $(installed_version "$VENV") (the agent) in $PREFIX"
+}
+
+# smoke_test DIR: the venv's agent imports and parses its command line.
+smoke_test() {
+    "$1/bin/python" -I -m edgeagent run --help >/dev/null 2>"$1.smoke.log"
+}
+
+# swap_in DIR: DIR becomes $PREFIX, the current venv $PREFIX.previous.
+swap_in() {
+    rm -rf "$PREVIOUS"
+    mv "$VENV" "$PREVIOUS"
+    mv "$1" "$VENV"
+}
+
+# wait_ready: restart the agent and wait for its READY=1 (Type=notify: systemctl blocks
+# until then); 0 when it is active within --upgrade-timeout.
+wait_ready() {
+    if [ -n "$ROOT" ] || ! joined; then
+        smoke_test "$VENV"
+        return
+    fi
+    systemctl daemon-reload
+    timeout "$UPGRADE_TIMEOUT" systemctl restart "$UNIT" && systemctl is-active --quiet "$UNIT"
+}
+
+upgrade() {
+    [ -x "$VENV/bin/python" ] || die "--upgrade: no agent is installed in $PREFIX (run install.sh without --upgrade)"
+    local old new digest="" stamp=$VENV/.edgefleet-wheel.sha256
+    old=$(installed_version "$VENV")
+    if [ -n "$WHEEL" ]; then
+        digest=$(sha256sum "$WHEEL" | awk '{print $1}')
+        if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
+            say "edgefleet $old is installed from this wheel already; nothing to upgrade"
+            return 0
+        fi
+    fi
+    if [ "$DRY_RUN" = 1 ]; then
+        say "would build the new agent in $STAGING, keep $PREFIX as $PREFIX.previous and restart"
+        return 0
+    fi
+    rm -rf "$STAGING"
+    new_venv "$STAGING"
+    pip_into "$STAGING" --upgrade || {
+        rm -rf "$STAGING"
+        die "the upgrade's install failed (see above); edgefleet $old is unchanged and keeps running"
+    }
+    relocate "$STAGING"
+    new=$(installed_version "$STAGING")
+    if [ -z "$WHEEL" ] && [ "$new" = "$old" ]; then
+        rm -rf "$STAGING"
+        say "edgefleet $old is the newest the source has; nothing to upgrade"
+        return 0
+    fi
+    # The new venv runs at $PREFIX only: check it before anything is swapped.
+    if ! smoke_test "$STAGING"; then
+        local why
+        why=$(tail -n 3 "$STAGING.smoke.log")
+        rm -rf "$STAGING" "$STAGING.smoke.log"
+        die "the new agent (edgefleet $new) does not start, so nothing was changed: edgefleet $old is still installed and keeps running. Its error: $why"
+    fi
+    rm -f "$STAGING.smoke.log"
+    say "upgrading edgefleet $old -> $new (the previous venv stays as $PREFIX.previous)"
+    swap_in "$STAGING"
+    [ -z "$digest" ] || printf '%s\n' "$digest" >"$stamp"
+    install_unit
+    if wait_ready; then
+        rm -f "$VENV.smoke.log"
+        say "upgraded edgefleet $old -> $new"
+        return 0
+    fi
+    say "the new agent (edgefleet $new) did not report ready within $UPGRADE_TIMEOUT s: going back to edgefleet $old"
+    rm -rf "$VENV.failed"
+    mv "$VENV" "$VENV.failed"
+    mv "$PREVIOUS" "$VENV"
+    install_unit
+    [ -n "$ROOT" ] || ! joined || systemctl restart "$UNIT" || true
+    die "upgrade to edgefleet $new failed; edgefleet $old is back (the failed venv is in $PREFIX.failed; journalctl -u edgeagent says why)"
+}
+
+rollback() {
+    [ -d "$PREVIOUS" ] || die "--rollback: there is no $PREFIX.previous (made by --upgrade)"
+    local old new
+    old=$(installed_version "$VENV")
+    new=$(installed_version "$PREVIOUS")
+    if [ "$DRY_RUN" = 1 ]; then
+        say "would go back from edgefleet $old to $new"
+        return 0
+    fi
+    rm -rf "$STAGING"
+    mv "$PREVIOUS" "$STAGING"
+    swap_in "$STAGING"
+    install_unit
+    [ -n "$ROOT" ] || ! joined || systemctl restart "$UNIT"
+    say "rolled back edgefleet $old -> $new"
 }
 
 write_config() {
@@ -361,7 +608,31 @@ link_command() {
 
 joined() { [ -f "$ROOT$STATE_DIR/pki/node.crt" ] && [ -f "$ROOT$STATE_DIR/pki/node.key" ]; }
 
+# image_join: with --root, the image keeps the join line for each device's first boot
+# (edgeagent-first-boot) instead of joining here: an identity made now would be the same
+# on every device flashed from the image.
+image_join() {
+    if joined; then
+        say "warning: $ROOT$STATE_DIR/pki holds a node identity: every device flashed from this image would share it; remove $ROOT$STATE_DIR/pki unless the image is for one device"
+        return 0
+    fi
+    if [ -z "$TOKEN" ]; then
+        [ -f "$ROOT$TOKEN_FILE" ] ||
+            say "no join token in the image: put the line 'cloudhub token create' prints into $TOKEN_FILE on each device (before its first boot), or run it there by hand"
+        return 0
+    fi
+    local line="edgeagent join --hub $HUB --token $TOKEN --ca-cert-hash $CA_HASH"
+    [ -z "$NODE_NAME" ] || line="$line --node-name $NODE_NAME"
+    [ -z "$LABELS" ] || line="$line --labels $LABELS"
+    write_file "$ROOT$TOKEN_FILE" 0600 <<<"$line"
+    say "the image holds no node identity: each device joins on its first boot with $TOKEN_FILE (a token with enough uses for the fleet: cloudhub token create --help) and makes its own key"
+}
+
 do_join() {
+    if [ -n "$ROOT" ]; then
+        image_join
+        return 0
+    fi
     if joined; then
         if [ -n "$TOKEN" ]; then
             say "already joined (certificate in $STATE_DIR/pki): the token was not used; to get a new certificate keeping the node's name, labels and store: edgeagent join --renew --token TOKEN"
@@ -399,6 +670,11 @@ install_unit() {
         return 0
     fi
     write_file "$ROOT$UNIT_DIR/$UNIT" 0644 <"$source"
+    # The unit's ExecStartPre: the first-boot join of a device flashed from an image.
+    local first_boot
+    first_boot=$(dirname "$source")/$FIRST_BOOT
+    [ -f "$first_boot" ] || first_boot=$here/../systemd/$FIRST_BOOT
+    write_file "$VENV/bin/$FIRST_BOOT" 0755 <"$first_boot"
     if [ "$RUNTIME" = process ]; then
         write_file "$ROOT$UNIT_DIR/$UNIT.d/20-process-runtime.conf" 0644 <<'EOF'
 # Written by deploy/install.sh --runtime process: pods run as children of the agent and
@@ -429,7 +705,9 @@ start_unit() {
     else
         systemctl_do enable "$UNIT"
     fi
-    if [ "$NO_START" = 1 ]; then
+    if [ -n "$ROOT" ]; then
+        [ "$CHANGED" = 0 ] || say "enabled: the agent starts when the device boots (joining first if it has not)"
+    elif [ "$NO_START" = 1 ]; then
         say "not started (--no-start): systemctl start edgeagent"
     elif ! joined; then
         say "not started: the node has not joined"
@@ -447,9 +725,17 @@ main() {
         uninstall
         return
     fi
+    if [ "$ROLLBACK" = 1 ]; then
+        rollback
+        return
+    fi
     check_python
     check_engine
     check_sources
+    if [ "$UPGRADE" = 1 ]; then
+        upgrade
+        return
+    fi
     if [ "$DRY_RUN" = 0 ]; then
         mkdir -p "$ROOT$CONFIG_DIR" "$ROOT$STATE_DIR"
         chmod 0700 "$ROOT$STATE_DIR"
@@ -457,7 +743,8 @@ main() {
     make_venv
     pip_install
     if [ "$DRY_RUN" = 0 ]; then
-        "$VENV/bin/edgeagent" --help >/dev/null || die "the installed agent does not start: $VENV/bin/edgeagent --help failed"
+        smoke_test "$VENV" || die "the installed agent does not start: $(tail -n 3 "$VENV.smoke.log")"
+        rm -f "$VENV.smoke.log"
     fi
     link_command
     write_config

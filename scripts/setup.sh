@@ -57,8 +57,9 @@ APT_DEMO=(python3 python3-venv ca-certificates podman runc conmon netavark aardv
           containernetworking-plugins busybox-static iptables iproute2 procps util-linux)
 # The tests add etcd (the reference kube-apiserver's store), systemd (systemd-analyze verifies
 # the agent's unit) and git (tests/deploy reads the revision); the kube-apiserver build
-# installs its own Go toolchain.
-APT_TEST=(etcd-server systemd git)
+# installs its own Go toolchain; debootstrap makes the base of the hub's image
+# (deploy/build-image.sh, tests/deploy/test_image.py).
+APT_TEST=(etcd-server systemd git debootstrap)
 
 packages=("${APT_DEMO[@]}")
 [ "$PROFILE" = test ] && packages+=("${APT_TEST[@]}")

@@ -19,7 +19,8 @@ import yaml
 
 from protocol import pki
 from tests.deploy.test_systemd_unit import systemd_version, verify_tree
-from tests.deploy.wheels import REPO, build_wheel, make_wheelhouse
+from tests.deploy.wheels import REPO, build_wheel, make_wheelhouse, write_manifest
+from tests.environment import missing
 
 SCRIPT = REPO / "deploy" / "install.sh"
 UNIT = REPO / "systemd" / "edgeagent.service"
@@ -84,8 +85,62 @@ def snapshot(root: pathlib.Path) -> dict[str, tuple]:
     return out
 
 
+def host_paths(tree: pathlib.Path, root: pathlib.Path) -> list[str]:
+    """Files under ``tree`` (text or byte code) that name the prep directory ``root``."""
+    needle = str(root).encode()
+    return [
+        str(path.relative_to(root))
+        for path in tree.rglob("*")
+        if path.is_file() and not path.is_symlink() and needle in path.read_bytes()
+    ]
+
+
+_VERSION = "import importlib.metadata as m; print(m.version('edgefleet'))"
+
+
+def version_in(venv: pathlib.Path) -> str:
+    out = subprocess.run(
+        [venv / "bin" / "python", "-I", "-c", _VERSION],  # -I: not the tree's egg-info
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return out.stdout.strip()
+
+
+async def first_boot(root: pathlib.Path, token_file: pathlib.Path | None = None):
+    """Boot the image at ``root`` as far as the unit's ExecStartPre: its venv bound at
+    /opt/edgeagent (in a private mount namespace: the host's /opt is untouched) and the
+    first-boot join run from there, with the image's /etc/edgeagent and /var/lib/edgeagent."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        missing("unshare and root are needed to run an image's venv at /opt/edgeagent")
+    etc, state = root / "etc" / "edgeagent", root / "var" / "lib" / "edgeagent"
+    script = (
+        "set -e; mount -t tmpfs -o size=1m none /opt; mkdir /opt/edgeagent;"
+        f" mount --bind {root}/opt/edgeagent /opt/edgeagent;"
+        " exec /opt/edgeagent/bin/edgeagent-first-boot"
+        f" --token-file {token_file or etc / 'join-token'} --config {etc / 'config.yaml'}"
+        f" --state-dir {state}"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        env=env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return subprocess.CompletedProcess(script, proc.returncode or 0, out.decode(), err.decode())
+
+
 @pytest.mark.slow
-async def test_install_join_idempotency_and_uninstall(
+async def test_image_first_boot_upgrade_rollback_and_uninstall(
     start_hub, wheel: pathlib.Path, wheelhouse: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     hub = await start_hub()
@@ -114,98 +169,127 @@ async def test_install_join_idempotency_and_uninstall(
     ]
     first = await install(*args)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "node pi-installed joined hub" in first.stdout
-    assert "skipped (--root): systemctl restart edgeagent.service" in first.stdout
+    assert "installed edgefleet 0.1.0 (the agent) in /opt/edgeagent" in first.stdout
+    assert "holds no node identity" in first.stdout and "pi-installed joined" not in first.stdout
+    assert "skipped (--root): systemctl restart edgeagent.service" not in first.stdout
 
     venv = root / "opt" / "edgeagent"
-    assert (venv / "bin" / "edgeagent").exists()
+    state = root / "var" / "lib" / "edgeagent"
+    etc = root / "etc" / "edgeagent"
+    assert not (state / "pki").exists()  # no identity in the image
+    token_file = etc / "join-token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert token_file.read_text().split()[:3] == ["edgeagent", "join", "--hub"]
+    # Built for /opt/edgeagent: no path of the prep directory in any script or byte code.
+    assert host_paths(venv, root) == []
+    assert list(venv.rglob("*.pyc"))  # compiled for the target path, not left to first boot
     # 'edgeagent join --renew ...' and 'edgeagent status', as the agent's messages say.
     link = root / "usr" / "local" / "bin" / "edgeagent"
     assert os.readlink(link) == "/opt/edgeagent/bin/edgeagent"
     assert (venv / "share" / "edgeagent" / "edgeagent.service").read_bytes() == UNIT.read_bytes()
     unit = root / "etc" / "systemd" / "system" / "edgeagent.service"
     assert unit.read_bytes() == UNIT.read_bytes()
+    assert os.access(venv / "bin" / "edgeagent-first-boot", os.X_OK)
     wants = root / "etc" / "systemd" / "system" / "multi-user.target.wants" / "edgeagent.service"
     assert os.readlink(wants) == "/etc/systemd/system/edgeagent.service"
     dropins = root / "etc" / "systemd" / "system" / "edgeagent.service.d"
     assert (dropins / "10-restart-backoff.conf").exists() == (systemd_version() >= 254)
     assert (dropins / "20-process-runtime.conf").exists()  # --runtime process
-    config = yaml.safe_load((root / "etc" / "edgeagent" / "config.yaml").read_text())
-    assert config["state_dir"] == "/var/lib/edgeagent"  # the path on the device
-    assert config["node_name"] == "pi-installed"
-    assert config["hub"]["url"] == f"quic://localhost:{hub.settings.session_port}"
-    assert config["runtime"]["kind"] == "process"
-    state = root / "var" / "lib" / "edgeagent"
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
-    key = state / "pki" / "node.key"
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    cert = pki.load_certificate_pem((state / "pki" / "node.crt").read_bytes())
-    assert pki.node_name_from_cert(cert) == "pi-installed"
-    # The installed agent reads the config and the certificate the script wrote.
-    check = (
-        "import pathlib, sys\n"
-        "from edgeagent.settings import load_settings\n"
-        "from edgeagent.certs import CertPaths\n"
-        "s = load_settings(pathlib.Path(sys.argv[1]), env={},\n"
-        "                  overrides={'state_dir': sys.argv[2]})\n"
-        "print(s.node_name, s.hub.url, CertPaths.from_settings(s).load().chain[0].serial_number)\n"
-    )
-    proc = await asyncio.create_subprocess_exec(
-        str(venv / "bin" / "python"),
-        "-c",
-        check,
-        str(root / "etc" / "edgeagent" / "config.yaml"),
-        str(state),
-        env=env(),
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    expected = f"pi-installed {config['hub']['url']} {cert.serial_number}"
-    assert out.decode().strip() == expected
 
-    key_before = key.read_bytes()
     before = snapshot(root)
-    second = await install(*args)  # the single-use token is spent: the join must be skipped
+    second = await install(*args)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "already installed; nothing changed" in second.stdout
-    assert "already joined" in second.stdout and "edgeagent join --renew" in second.stdout
     assert snapshot(root) == before
 
     # The installed unit, its drop-ins and its real ExecStart pass systemd-analyze verify.
     assert await asyncio.to_thread(verify_tree, root) == ""
     await asyncio.to_thread(shutil.rmtree, root / "usr" / "lib")  # verify_tree's copy
 
-    dry = await install(*args[:2], "--uninstall", "--dry-run")
+    # A device boots without its token file: a clear message, no identity, retried later.
+    lost = await first_boot(root, token_file=etc / "no-such-token")
+    assert lost.returncode == 1
+    assert "has not joined and there is no join token at" in lost.stderr, lost.stderr
+    assert not (state / "pki").exists()
+
+    # The first boot: the image's venv runs at /opt/edgeagent and joins with the token file;
+    # the key is made on the device, and the token file goes.
+    boot = await first_boot(root)
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    assert not token_file.exists()
+    config = yaml.safe_load((etc / "config.yaml").read_text())
+    assert config["state_dir"] == "/var/lib/edgeagent"  # the path on the device
+    assert config["node_name"] == "pi-installed"
+    assert config["hub"]["url"] == f"quic://localhost:{hub.settings.session_port}"
+    assert config["runtime"]["kind"] == "process"
+    key = state / "pki" / "node.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    cert = pki.load_certificate_pem((state / "pki" / "node.crt").read_bytes())
+    assert pki.node_name_from_cert(cert) == "pi-installed"
+    again = await first_boot(root)  # joined: nothing to do, the spent token is not needed
+    assert again.returncode == 0 and again.stderr == ""
+    key_before = key.read_bytes()
+
+    # --upgrade: the new version is installed beside, checked, swapped in; old -> new printed.
+    newer = await asyncio.to_thread(build_wheel, tmp_path / "newer", version="0.1.1")
+    base = ["--root", str(root), "--wheelhouse", str(wheelhouse), "--python", sys.executable]
+    up = await install(*base, "--upgrade", "--wheel", str(newer))
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "upgraded edgefleet 0.1.0 -> 0.1.1" in up.stdout
+    assert version_in(venv) == "0.1.1"
+    previous = root / "opt" / "edgeagent.previous"
+    assert version_in(previous) == "0.1.0"
+    assert host_paths(venv, root) == []
+    same = await install(*base, "--upgrade", "--wheel", str(newer))
+    assert same.returncode == 0 and "nothing to upgrade" in same.stdout
+
+    # An upgrade to a broken agent: refused before anything is swapped.
+    broken = await asyncio.to_thread(
+        build_wheel,
+        tmp_path / "broken",
+        version="0.1.2",
+        agent_main='raise ImportError("the broken build")\n',
+    )
+    bad = await install(*base, "--upgrade", "--wheel", str(broken))
+    assert bad.returncode == 1
+    assert "the new agent (edgefleet 0.1.2) does not start" in bad.stderr, bad.stderr
+    assert "edgefleet 0.1.1 is still installed and keeps running" in bad.stderr
+    assert "the broken build" in bad.stderr
+    assert version_in(venv) == "0.1.1" and version_in(previous) == "0.1.0"
+    assert not (root / "opt" / "edgeagent.new").exists()
+
+    back = await install("--root", str(root), "--rollback")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "rolled back edgefleet 0.1.1 -> 0.1.0" in back.stdout
+    assert version_in(venv) == "0.1.0"
+
+    dry = await install("--root", str(root), "--uninstall", "--dry-run")
     assert dry.returncode == 0 and "would run: rm -rf" in dry.stdout
-    assert snapshot(root) == before
+    assert venv.exists()
 
     removed = await install("--root", str(root), "--uninstall")
     assert removed.returncode == 0, removed.stderr
-    assert not venv.exists() and not unit.exists() and not wants.exists()
+    assert not venv.exists() and not previous.exists()
+    assert not unit.exists() and not wants.exists()
     assert not link.exists() and not link.is_symlink()
     assert key.exists() and "kept" in removed.stdout  # identity and store stay
-    again = await install("--root", str(root), "--uninstall")
-    assert again.returncode == 0 and "nothing to uninstall" in again.stdout
+    assert "the node pi-installed still exists in the cloud" in removed.stdout
+    assert "cloudhub node revoke pi-installed" in removed.stdout
+    assert "kubectl delete node pi-installed" in removed.stdout
+    nothing = await install("--root", str(root), "--uninstall")
+    assert nothing.returncode == 0 and "nothing to uninstall" in nothing.stdout
 
-    # Reinstall for an offline site from a wheelhouse (no index): the node's identity,
-    # kept by the uninstall, is reused; no token is needed.
-    back = await install(
-        "--root",
-        str(root),
-        "--wheelhouse",
-        str(wheelhouse),
-        "--python",
-        sys.executable,
-        "--runtime",
-        "process",
-    )
-    assert back.returncode == 0, back.stdout + back.stderr
-    assert "installed edgefleet" in back.stdout and "joined" not in back.stdout
+    # Reinstall for an offline site from the wheelhouse alone (no index, no --wheel): the
+    # node's identity, kept by the uninstall, is reused; no token is needed.
+    offline = await install(*base, "--runtime", "process")
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert "installed edgefleet 0.1.0 (the agent)" in offline.stdout
     assert (venv / "bin" / "edgeagent").exists() and unit.exists()
     assert key.read_bytes() == key_before
     purged = await install("--root", str(root), "--uninstall", "--purge")
     assert purged.returncode == 0
-    assert not (root / "etc" / "edgeagent").exists() and not state.exists()
+    assert not etc.exists() and not state.exists()
 
 
 async def test_dry_run_changes_nothing(wheel: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -294,3 +378,84 @@ async def test_usage_errors(args: list[str], message: str) -> None:
     result = await install(*args)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def small_house(where: pathlib.Path, content: bytes = b"not really a wheel") -> pathlib.Path:
+    """A one-wheel wheelhouse (a few bytes: the checks run before anything is installed)."""
+    where.mkdir()
+    (where / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(content)
+    write_manifest(where)
+    return where
+
+
+async def test_wheelhouse_with_a_wrong_checksum_is_refused(tmp_path: pathlib.Path) -> None:
+    house = small_house(tmp_path / "house")
+    (house / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"altered")
+    root = tmp_path / "root"
+    root.mkdir()
+    result = await install(
+        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
+    )
+    assert result.returncode == 1
+    assert "checksum mismatch, nothing was installed" in result.stderr, result.stderr
+    assert "msgpack-1.0.8" in result.stderr
+    assert list(root.iterdir()) == []
+
+
+async def test_wheelhouse_without_a_manifest_or_with_an_unlisted_wheel_is_refused(
+    tmp_path: pathlib.Path,
+) -> None:
+    house = small_house(tmp_path / "house")
+    (house / "extra-1.0-py3-none-any.whl").write_bytes(b"smuggled in")
+    root = tmp_path / "root"
+    root.mkdir()
+    unlisted = await install(
+        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
+    )
+    assert unlisted.returncode == 1
+    assert "not in its SHA256SUMS: extra-1.0-py3-none-any.whl" in unlisted.stderr
+    (house / "SHA256SUMS").unlink()
+    bare = await install(
+        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
+    )
+    assert bare.returncode == 1 and "has no SHA256SUMS" in bare.stderr
+    assert list(root.iterdir()) == []
+
+
+async def test_wheelhouse_url_is_fetched_and_checked(tmp_path: pathlib.Path) -> None:
+    """--wheelhouse https://…: the archive is fetched over HTTP (a real server on loopback)
+    and its manifest checked; a wrong one stops the install before anything is changed."""
+    import functools
+    import http.server
+    import tarfile
+    import threading
+
+    house = small_house(tmp_path / "house")
+    (house / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"altered")
+    served = tmp_path / "served"
+    served.mkdir()
+    with tarfile.open(served / "house.tar.gz", "w:gz") as archive:
+        archive.add(house, arcname="wheelhouse")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        root = tmp_path / "root"
+        root.mkdir()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = await install(
+            "--root", str(root), "--python", sys.executable, "--wheelhouse", f"{url}/house.tar.gz"
+        )
+        assert result.returncode == 1
+        assert "fetching the wheelhouse" in result.stdout
+        assert "checksum mismatch" in result.stderr, result.stderr
+        gone = await install(
+            "--root", str(root), "--python", sys.executable, "--wheelhouse", f"{url}/nothing.tgz"
+        )
+        assert gone.returncode == 1 and "cannot fetch" in gone.stderr
+        assert list(root.iterdir()) == []
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -57,10 +57,12 @@ def verify(tmp_path: pathlib.Path, unit_text: str, dropins: dict[str, str] | Non
     for name, text in (dropins or {}).items():
         (unit_dir / "edgeagent.service.d").mkdir(exist_ok=True)
         (unit_dir / "edgeagent.service.d" / name).write_text(text)
-    exe = root / "opt/edgeagent/bin/edgeagent"  # where install.sh puts the venv's script
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+    # Where install.sh puts the venv's script and the first-boot join.
+    (root / "opt/edgeagent/bin").mkdir(parents=True)
+    for name in ("edgeagent", "edgeagent-first-boot"):
+        exe = root / "opt/edgeagent/bin" / name
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
     return verify_tree(root)
 
 
@@ -107,6 +109,8 @@ def test_unit_has_what_the_design_asks() -> None:
     assert service["Restart"] == "always" and service["RestartSec"]
     assert parser["Unit"]["StartLimitIntervalSec"] == "0"  # never give up
     assert service["ExecStart"].startswith("/opt/edgeagent/bin/edgeagent run --config ")
+    # A golden image's device joins on its first boot, unsandboxed (it writes /etc).
+    assert service["ExecStartPre"] == "+/opt/edgeagent/bin/edgeagent-first-boot"
     for key, value in {
         "NoNewPrivileges": "yes",
         "ProtectSystem": "full",

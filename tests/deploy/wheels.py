@@ -44,7 +44,7 @@ def build_wheel(
     if work == REPO or REPO in work.parents:
         raise ValueError(f"{work} is inside the tree {REPO}: the copy would recurse")
     source = work / "src"
-    source.mkdir()
+    source.mkdir(parents=True)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     for name in _SOURCES:
