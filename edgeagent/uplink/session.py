@@ -87,7 +87,7 @@ from protocol.session import Acked, Closed, MessageReceived, PeerDead, PeerError
 
 if TYPE_CHECKING:
     from edgeagent.certs import CertificateRenewer
-    from edgeagent.settings import AgentSettings
+    from edgeagent.settings import AgentSettings, HubSettings
     from protocol.transport import Link, PEMCredentials, TLSCredentials
 
 __all__ = ["HubLink", "SessionContext", "SessionTask"]
@@ -267,7 +267,7 @@ class HubLink:
         """
         settings = ctx.settings
         hub = settings.hub
-        host, quic_port, websocket_port = hub.address()
+        dialer = _dialer_settings(hub)
         store = ctx.store
         self._store = store
         handlers: dict[type[Message], DownHandler] = {
@@ -285,16 +285,7 @@ class HubLink:
         self._scheduler = scheduler
         removers: list[Callable[[], Any]] = [s.add_wakeup(self.kick) for s in scheduler.sources]
         if self._credentials is None:
-            import random
-
-            from edgeagent.certs import CertificateRenewer, CertPaths
-            from edgeagent.credentials import FileCredentials
-
-            self._credentials = FileCredentials(settings, wall_clock=self.hub_clock)
-            self.renewer = CertificateRenewer(
-                CertPaths.from_settings(settings), uniform=random.uniform, clock=self.hub_clock
-            )
-            handlers[CertRenewResponse] = self.renewer.handle
+            handlers[CertRenewResponse] = self._use_the_join_files(settings)
         handlers.update(self._handlers)
 
         def make_hello() -> Hello:
@@ -319,25 +310,7 @@ class HubLink:
             self._record(store, "disconnected", reason=f"invalid hello: {exc}")
             await asyncio.Event().wait()  # until the agent stops
         uplink = Uplink(
-            UplinkSettings(
-                host=host,
-                quic_port=quic_port,
-                websocket_port=websocket_port,
-                server_name=hub.server_name or None,
-                quic_handshake_timeout=hub.quic_handshake_timeout,
-                websocket_timeout=hub.websocket_timeout,
-                quic_retry_interval=hub.quic_retry_interval,
-                quic_retry_first=hub.quic_retry_first,
-                backoff_base=hub.backoff_base,
-                backoff_cap=hub.backoff_cap,
-                healthy_after=hub.healthy_after,
-                session=SessionConfig(
-                    # the hub's heartbeat_interval decides; this only has to be below
-                    ping_interval=min(SessionConfig().ping_interval, hub.liveness_timeout / 2),
-                    liveness_timeout=hub.liveness_timeout,
-                ),
-                transports=hub.transports,
-            ),
+            dialer,
             credentials=self._credentials,
             make_hello=make_hello,
             pending=lambda: resend_list(store),
@@ -366,6 +339,21 @@ class HubLink:
                     run.cancel()
                 await asyncio.gather(run, return_exceptions=True)
                 self._record(store, "disconnected", reason="agent stopped")
+
+    def _use_the_join_files(self, settings: AgentSettings) -> DownHandler:
+        """The default credentials: the files ``edgeagent join`` wrote, read at every dial,
+        renewed over the session by a :class:`~edgeagent.certs.CertificateRenewer` on the
+        hub's clock. Returns the ``cert_renew_response`` handler."""
+        import random
+
+        from edgeagent.certs import CertificateRenewer, CertPaths
+        from edgeagent.credentials import FileCredentials
+
+        self._credentials = FileCredentials(settings, wall_clock=self.hub_clock)
+        self.renewer = CertificateRenewer(
+            CertPaths.from_settings(settings), uniform=random.uniform, clock=self.hub_clock
+        )
+        return self.renewer.handle
 
     def _record(self, store: Store, state: str, **extra: Any) -> None:
         value = {"state": state, "since": _iso(self._wall()), **extra}
@@ -589,3 +577,31 @@ class HubLink:
                 if seq is not None and seq <= self._acked_up_to:
                     source.acked(self._acked_up_to)  # the ack overtook the send
         return True
+
+
+def _dialer_settings(hub: HubSettings) -> UplinkSettings:
+    """The dialer's settings from the agent's ``hub`` group.
+
+    Raises:
+        ConfigError: ``hub.url`` is not usable.
+    """
+    host, quic_port, websocket_port = hub.address()
+    return UplinkSettings(
+        host=host,
+        quic_port=quic_port,
+        websocket_port=websocket_port,
+        server_name=hub.server_name or None,
+        quic_handshake_timeout=hub.quic_handshake_timeout,
+        websocket_timeout=hub.websocket_timeout,
+        quic_retry_interval=hub.quic_retry_interval,
+        quic_retry_first=hub.quic_retry_first,
+        backoff_base=hub.backoff_base,
+        backoff_cap=hub.backoff_cap,
+        healthy_after=hub.healthy_after,
+        session=SessionConfig(
+            # the hub's heartbeat_interval decides; this only has to be below
+            ping_interval=min(SessionConfig().ping_interval, hub.liveness_timeout / 2),
+            liveness_timeout=hub.liveness_timeout,
+        ),
+        transports=hub.transports,
+    )
