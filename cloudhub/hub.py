@@ -143,6 +143,9 @@ class Hub:
             settings.observability.http_port,
         )
         self.quic_port: int | None = None
+        self.quic_receive_buffer: int | None = None
+        """Bytes of UDP receive buffer the kernel granted the QUIC socket (as it reports
+        them: twice what it holds for data, on Linux)."""
         self.websocket_port: int | None = None
 
     # -- for extensions ------------------------------------------------------------------------
@@ -441,9 +444,18 @@ class Hub:
                 credentials=credentials,
                 config=config,
                 hello_timeout=s.listen.hello_timeout,
+                receive_buffer=s.listen.quic_receive_buffer,
             )
             self._servers.append(quic)
             self.quic_port = quic.port
+            self.quic_receive_buffer = quic.receive_buffer
+            if s.listen.quic_receive_buffer:
+                # Linux reports twice the bytes it holds for data (bookkeeping included).
+                log.info(
+                    "QUIC receive buffer %d bytes (asked %d; net.core.rmem_max caps it)",
+                    quic.receive_buffer // 2,
+                    s.listen.quic_receive_buffer,
+                )
         if s.listen.websocket:
             ws = await serve_websocket(
                 self.edge.handle,

@@ -90,6 +90,16 @@ class ListenSettings:
         default=10.0,
         metadata=_h("time a new connection has for its TLS handshake and its hello", "s"),
     )
+    quic_receive_buffer: int = field(
+        default=4 * 1024 * 1024,
+        metadata=_h(
+            "UDP receive buffer asked for the QUIC socket (SO_RCVBUF): a reconnecting fleet's "
+            "handshakes wait in the kernel while the loop is busy instead of being dropped; "
+            "the kernel caps it at net.core.rmem_max (raise that sysctl to get it all); "
+            "0: the OS default",
+            "bytes",
+        ),
+    )
     backlog: int = field(
         default=1024,
         metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives at once"),
@@ -122,6 +132,10 @@ class ListenSettings:
         )
         if not (self.quic or self.websocket):
             raise SettingsError("websocket", "at least one of quic, websocket on", False)
+        if self.quic_receive_buffer < 0:
+            raise SettingsError(
+                "quic_receive_buffer", ">= 0 bytes (0: the OS default)", self.quic_receive_buffer
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ RFC 9000 asks. A test fails if aioquic renames the attribute.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -587,6 +588,14 @@ class QuicServer(asyncio.DatagramProtocol):
         return self._transport.get_extra_info("sockname")[1]
 
     @property
+    def receive_buffer(self) -> int:
+        """The UDP socket's receive buffer as the kernel reports it (``SO_RCVBUF``, bytes;
+        Linux reports twice what it holds for data, its bookkeeping included)."""
+        assert self._transport is not None
+        sock = self._transport.get_extra_info("socket")
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+
+    @property
     def connections(self) -> int:
         """Connections currently held (handshaking or open)."""
         return len({id(e) for e in self._endpoints.values()})
@@ -707,6 +716,7 @@ async def serve_quic(
     credentials: TLSCredentials,
     config: SessionConfig | None = None,
     hello_timeout: float = 10.0,
+    receive_buffer: int = 0,
 ) -> QuicServer:
     """Listen for agents over QUIC.
 
@@ -720,6 +730,10 @@ async def serve_quic(
         config: session settings; defaults if omitted.
         hello_timeout: seconds a new connection has to finish the QUIC handshake, and
             then again to send its hello.
+        receive_buffer: bytes of UDP receive buffer to ask for (``SO_RCVBUF``), so that a
+            burst of handshakes arriving while the loop is busy waits in the kernel instead
+            of being dropped; the kernel grants at most ``net.core.rmem_max``
+            (:attr:`QuicServer.receive_buffer` says what it granted). 0: the OS default.
 
     Returns:
         The running server.
@@ -740,4 +754,9 @@ async def serve_quic(
         )
     except OSError as exc:
         raise TransportError(f"cannot listen on udp {host}:{port}: {exc}") from exc
+    if receive_buffer > 0:
+        sock = server._transport.get_extra_info("socket") if server._transport else None
+        if sock is not None:
+            with contextlib.suppress(OSError):  # "where the OS allows": capped, never fatal
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     return server

@@ -266,3 +266,27 @@ async def test_an_api_failure_during_the_claim_turns_the_session_away_as_overloa
     assert refused.value.retry_after == pytest.approx(0.5)  # one replica renewal interval
     agent.start()  # the API answers again: served
     await agent.wait_for(lambda: agent.synced, DEADLINE)
+
+
+async def test_a_hand_edit_that_keeps_the_owner_does_not_interrupt_the_node(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str
+) -> None:
+    a = await hubs.start(ha_settings(namespace, "replica-a"))
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    edited = await kube.patch(
+        LEASES, node_name, {"metadata": {"labels": {"team": "ops"}}}, namespace
+    )
+    edited_at = edited["spec"]["renewTime"]
+
+    async def renewed_after_the_edit() -> bool:
+        lease = await kube.get(LEASES, node_name, namespace)
+        return lease["spec"]["renewTime"] > edited_at and owner_of(lease) == "replica-a"
+
+    # The renewal after the edit conflicts, finds the owner unchanged and retries on the
+    # new version: the session stays, the label stays.
+    await eventually(renewed_after_the_edit, "a renewal after the edit")
+    lease = await kube.get(LEASES, node_name, namespace)
+    assert lease["metadata"]["labels"]["team"] == "ops"
+    assert agent.connected and agent.sessions == 1 and not agent.closes
+    assert a.ownership is not None and a.ownership.holds(node_name)

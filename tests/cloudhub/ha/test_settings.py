@@ -58,3 +58,9 @@ def test_replica_lease_names_are_valid_kubernetes_names(identity: str, name: str
 def test_an_identity_with_no_letter_or_digit_is_refused() -> None:
     with pytest.raises(ValueError, match="no letter or digit"):
         replica_lease_name("..__..")
+
+
+def test_a_negative_quic_receive_buffer_is_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_hub_settings(overrides={"listen.quic_receive_buffer": -1})
+    assert "quic_receive_buffer" in str(caught.value)
