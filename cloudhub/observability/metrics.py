@@ -1,9 +1,10 @@
 """The hub's Prometheus metrics (prometheus-client), on a registry of its own.
 
-Nothing is labelled per node: with 10,000 nodes a per-node series would cost the
-Prometheus server more than the hub. Per-session figures (unacknowledged depth, outbox
-depth) are exported as gauge histograms computed at scrape time: how many sessions are in
-each bucket right now.
+Nothing is labelled per node but the one figure operators alert on per node: when each
+connected node's client certificate expires (one series per connected node). Otherwise,
+with 10,000 nodes, per-node series would cost the Prometheus server more than the hub.
+Per-session figures (unacknowledged depth, outbox depth) are exported as gauge histograms
+computed at scrape time: how many sessions are in each bucket right now.
 
 Other parts add their collectors to :attr:`HubMetrics.registry`, or, for exposition too
 large for prometheus-client's per-sample objects, a renderer of the text format with
@@ -12,11 +13,19 @@ large for prometheus-client's per-sample objects, a renderer of the text format 
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -43,6 +52,17 @@ class HubMetrics:
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
+        # process_* (CPU seconds, resident memory, open file descriptors, start time) and
+        # python_info: what an operator's standard alerts and dashboards expect.
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        self.build_info = Gauge(
+            f"{NS}_build_info",
+            "Always 1; the labels say which EdgeFleet and Python this hub runs",
+            ["version", "python_version"],
+            registry=registry,
+        )
+        self.build_info.labels(_edgefleet_version(), platform.python_version()).set(1)
         self.connected = Gauge(
             f"{NS}_connected_nodes", "Nodes with an open session", ["transport"], registry=registry
         )
@@ -207,6 +227,34 @@ class HubMetrics:
         return b"".join([body, *(render() for render in self._expositions)])
 
 
+def _edgefleet_version() -> str:
+    """The installed EdgeFleet distribution's version ("unknown" when run from a tree that
+    is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("edgefleet")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _node_certificate_expiry(sessions: Iterable[Any]) -> GaugeMetricFamily:
+    """When each connected node's client certificate expires (Unix time, seconds), from
+    the certificate its session's link verified; nodes without one (an outside CA's
+    sessions before the handshake recorded it) are left out."""
+    family = GaugeMetricFamily(
+        f"{NS}_node_certificate_expiry_timestamp_seconds",
+        "When each connected node's client certificate expires (Unix time); alert on it "
+        "minus time(): a node renews at 70-90 % of the lifetime while connected",
+        labels=["node"],
+    )
+    for session in sessions:
+        cert = getattr(session.link, "peer_certificate", None)
+        if cert is not None:
+            family.add_metric([session.node], cert.not_valid_after_utc.timestamp())
+    return family
+
+
 def _gauge_histogram(name: str, doc: str, values: Iterable[int]) -> GaugeHistogramMetricFamily:
     counts = [0] * (len(DEPTH_BUCKETS) + 1)
     total = 0
@@ -246,6 +294,7 @@ class _ScrapeTime(Collector):
             "Sessions by hub messages queued and not yet handed to the transport",
             (len(s.outbox) for s in sessions),
         )
+        yield _node_certificate_expiry(sessions)
         totals = dict(m._bytes)
         for s in sessions:
             link = s.link

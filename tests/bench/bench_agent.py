@@ -575,6 +575,33 @@ def run(quick: bool) -> dict:
                     results["offline_recovery_docker"] = offline_recovery("docker", tmp, engine)
             finally:
                 podman_engine.stop_engine(engine)
+        # As an edge node installs it: edgefleet[agent] alone, connected over QUIC.
+        from tests.bench import agent_install
+
+        venv = agent_install.agent_only_venv(tmp / "install")
+        sizes_b = agent_install.installed_bytes(venv)
+        results["agent_only_install_mb"] = {k: round(v / 1e6, 1) for k, v in sizes_b.items()}
+        results["agent_only_quic_idle_10_pods"] = asyncio.run(
+            agent_install.quic_footprint(venv, tmp / "quic", 10, idle_s)
+        )
+    goals.append(
+        {
+            "id": "agent.installed_mb",
+            "value": round(sizes_b["total"] / 1e6, 1),
+            "target": 60,
+            "unit": "MB",
+            "op": "<=",
+        }
+    )
+    goals.append(
+        {
+            "id": "agent.rss_idle_10_pods_quic_mb",
+            "value": results["agent_only_quic_idle_10_pods"]["rss_mib"],
+            "target": 45,
+            "unit": "MiB",
+            "op": "<=",
+        }
+    )
     p10 = results["process_idle_10_pods"]
     goals.append(
         {

@@ -99,9 +99,11 @@ def kill_leftovers(marker: str) -> None:
             continue
         if marker.encode() in cmdline:
             pid = int(entry)
-            try:  # its process group too: the shim's children do not name the marker
-                os.killpg(os.getpgid(pid), signal.SIGKILL) if os.getpgid(pid) == pid else None
-                os.kill(pid, signal.SIGKILL)
+            try:
+                if os.getpgid(pid) == pid:  # a group leader: its children too (the pod's)
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -72,7 +73,26 @@ async def test_metrics_health_and_readiness(
     )
     assert m["edgefleet_hub_informer_synced", (("resource", "pods"),)] == 1
     assert 0 <= m["edgefleet_hub_informer_lag_seconds", (("resource", "pods"),)] < DEADLINE
-    assert quic.name not in text and ws.name not in text  # no per-node series
+    # One per-node series only: each connected node's client certificate expiry (issue 16),
+    # what an operator alerts on; every other figure is fleet-wide.
+    named = [line for line in text.splitlines() if quic.name in line or ws.name in line]
+    assert len(named) == 2, named
+    assert all(
+        line.startswith("edgefleet_hub_node_certificate_expiry_timestamp_seconds{")
+        for line in named
+    )
+    now = time.time()
+    for agent in (quic, ws):
+        expiry = m[
+            "edgefleet_hub_node_certificate_expiry_timestamp_seconds", (("node", agent.name),)
+        ]
+        assert now < expiry < now + 400 * 86400
+    # process_* and the build: what standard alerts and dashboards expect.
+    assert m["process_resident_memory_bytes", ()] > 0
+    assert m["process_open_fds", ()] > 0
+    builds = [labels for (name, labels) in m if name == "edgefleet_hub_build_info"]
+    assert len(builds) == 1 and m["edgefleet_hub_build_info", builds[0]] == 1
+    assert dict(builds[0])["version"]
 
     # a Node write of each kind was counted
     assert m["edgefleet_hub_node_writes_total", (("result", "created"), ("what", "node"))] == 2

@@ -1,0 +1,104 @@
+"""deploy/build-wheelhouse.sh (issue 16 item 3): the agent's wheelhouse for offline sites
+holds, for each target, a binary wheel of every native dependency for Python 3.10 and
+3.11, with a SHA-256 manifest; install.sh installs the agent from it with no index."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.deploy.test_install import install
+from tests.deploy.wheels import REPO
+
+SCRIPT = REPO / "deploy" / "build-wheelhouse.sh"
+pytestmark = pytest.mark.slow
+
+
+def build(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=900, env=os.environ
+    )
+
+
+def tags(name: str) -> tuple[str, str, str, str]:
+    """(distribution, python tag, abi tag, platform tag) of a wheel file name."""
+    parts = name[: -len(".whl")].split("-")
+    return parts[0].lower(), parts[-3], parts[-2], parts[-1]
+
+
+def serves(python: str, abi: str, wanted: str) -> bool:
+    """Whether a wheel tagged ``python``/``abi`` installs on CPython ``wanted`` (cp310)."""
+    if abi == "abi3":
+        return any(int(p[2:]) <= int(wanted[2:]) for p in python.split(".") if p.startswith("cp"))
+    return wanted in python.split(".") and abi == wanted
+
+
+@pytest.fixture(scope="module")
+def house(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("wheelhouse") / "house"
+    built = build("--out", str(out), "--arch", "aarch64,x86_64", "--no-archive")
+    assert built.returncode == 0, built.stderr
+    return out
+
+
+def test_every_native_dependency_has_arm64_wheels_for_both_pythons(house: pathlib.Path) -> None:
+    wheels = [tags(p.name) for p in house.glob("*.whl")]
+    native = {dist for dist, _, abi, platform in wheels if platform != "any"}
+    assert {"aioquic", "cryptography", "msgpack", "psutil", "pyyaml", "aiohttp"} <= native
+    for dist in native:
+        for python in ("cp310", "cp311"):
+            assert any(
+                d == dist and "aarch64" in platform and serves(py, abi, python)
+                for d, py, abi, platform in wheels
+            ), (dist, python)
+    assert not any(d in {"kubernetes_asyncio", "rich", "orjson"} for d, *_ in wheels)
+
+
+def test_manifest_lists_every_wheel_with_its_sha256(house: pathlib.Path) -> None:
+    lines = (house / "SHA256SUMS").read_text().splitlines()
+    listed = dict(reversed(re.split(r"\s+\*?", line, maxsplit=1)) for line in lines)
+    assert set(listed) == {p.name for p in house.glob("*.whl")}
+    for name, digest in listed.items():
+        assert hashlib.sha256((house / name).read_bytes()).hexdigest() == digest
+
+
+async def test_install_sh_installs_from_it_with_no_index(
+    house: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    # No pip configuration (this machine's find-links and extra indexes): the wheelhouse only.
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    environ |= {"PIP_CONFIG_FILE": os.devnull}
+    result = await install(
+        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house),
+        "--runtime", "process", environ=environ,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "installed edgefleet 0.1.0 (the agent) in /opt/edgeagent" in result.stdout
+
+
+async def test_missing_wheels_are_named(tmp_path: pathlib.Path) -> None:
+    """armv7l: the index has no binary wheels for most dependencies; the script fails and
+    says which target and what to do, instead of shipping a partial wheelhouse silently."""
+    built = await asyncio.to_thread(
+        build, "--out", str(tmp_path / "house"), "--arch", "armv7l", "--python", "3.11",
+        "--no-archive",
+    )  # fmt: skip
+    assert built.returncode == 1
+    assert "no complete set of wheels for: armv7l/cp311" in built.stderr
+    assert "qemu-user-static" in built.stderr
+
+
+def test_bad_usage_is_refused(tmp_path: pathlib.Path) -> None:
+    bad = build("--arch", "sparc", "--out", str(tmp_path / "h"))
+    assert bad.returncode == 2 and "unknown architecture sparc" in bad.stderr
+    old = build("--python", "2.7", "--out", str(tmp_path / "h"))
+    assert old.returncode == 2 and "not 3.10 or later" in old.stderr
