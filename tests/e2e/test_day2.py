@@ -1,0 +1,120 @@
+"""Day-2 operations end to end: the real kubectl (Debian's 1.20) against ``cloudhub serve``
+on its embedded API, a real agent process (process runtime) over real QUIC: ``kubectl
+logs`` with ``--tail``, ``-f`` and ``--limit-bytes``; bad requests; the node's link cut:
+the command fails at once with the offline message; back online, the next one works."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+
+import pytest
+
+from cloudhub.kube import NAMESPACES, PODS, KubeClient
+from tests.edgeagent.hublink.fleet import eventually, unique
+from tests.edgeagent.hublink.objects import get_pod, is_running, pod
+
+pytestmark = pytest.mark.slow
+
+
+async def kubectl_run(
+    kubectl: str, hub, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    return await asyncio.to_thread(
+        subprocess.run,
+        [kubectl, "--kubeconfig", str(hub.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+async def running_pod(kube: KubeClient, namespace: str, body: dict) -> None:
+    await kube.create(PODS, body)
+    name = body["metadata"]["name"]
+
+    async def running():
+        return is_running(await get_pod(kube, namespace, name))
+
+    await eventually(running, f"pod {name} Running")
+
+
+async def namespace(kube: KubeClient) -> str:
+    name = unique("day2")
+    await kube.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    return name
+
+
+async def test_kubectl_logs_tail_follow_limit_and_offline(hub, kube, agent, kubectl) -> None:
+    node = unique("edge-logs")
+    ns = await namespace(kube)
+    edge = agent(node)
+    await running_pod(
+        kube, ns, pod("hello", ns, node, "echo one; echo two; echo three; exec sleep 3600")
+    )
+
+    async def all_lines():
+        done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "hello")
+        return done if done.returncode == 0 and done.stdout.count("\n") == 3 else None
+
+    done = await eventually(all_lines, "kubectl logs shows the three lines")
+    assert done.stdout == "one\ntwo\nthree\n"
+    done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "hello", "--tail=2")
+    assert (done.returncode, done.stdout) == (0, "two\nthree\n"), done.stderr
+    done = await kubectl_run(
+        kubectl, hub, "logs", "-n", ns, "hello", "-c", "app", "--limit-bytes=6"
+    )
+    assert (done.returncode, done.stdout) == (0, "one\ntw"), done.stderr
+
+    # bad input: an unknown container, an unknown pod, a bad tailLines value
+    done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "hello", "-c", "nope")
+    assert done.returncode != 0 and "container nope is not valid for pod hello" in done.stderr
+    done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "absent")
+    assert done.returncode != 0 and "not found" in done.stderr
+    # the process runtime's files have no times: said so, not silently ignored
+    done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "hello", "--timestamps")
+    assert done.returncode != 0 and "--timestamps" in done.stderr, done.stderr
+
+    # -f: lines written after kubectl started arrive while it runs
+    await running_pod(
+        kube,
+        ns,
+        pod("ticker", ns, node, "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+    )
+    follow = await asyncio.create_subprocess_exec(
+        kubectl,
+        "--kubeconfig",
+        str(hub.kubeconfig),
+        "logs",
+        "-f",
+        "-n",
+        ns,
+        "ticker",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert follow.stdout is not None
+        first = await asyncio.wait_for(follow.stdout.readline(), 30)
+        assert first.startswith(b"tick ")
+        later = b""
+        for _ in range(10):
+            later = await asyncio.wait_for(follow.stdout.readline(), 30)
+        assert int(later.split()[1]) == int(first.split()[1]) + 10  # in order, none lost
+    finally:
+        follow.kill()
+        await follow.wait()
+
+    # the link cut: kubectl fails fast with the offline message
+    await edge.stop()
+    started = time.monotonic()
+    done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "hello")
+    took = time.monotonic() - started
+    assert done.returncode != 0 and f"node {node} is offline since" in done.stderr, done.stderr
+    assert took < 5, took
+    # back: the next command works
+    edge.start()
+    await eventually(all_lines, "kubectl logs after the node is back")
