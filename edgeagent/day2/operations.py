@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import Any
 
-from edgeagent.errors import ContainerRuntimeError
+from edgeagent.errors import ContainerRuntimeError, UsageError
 from edgeagent.runtime import ContainerInfo, ContainerState, Labels
 from edgeagent.runtime.day2 import LogOptions, UnsupportedLogOption, container_logs, start_exec
 from protocol.errors import ErrorCode
@@ -25,8 +25,9 @@ __all__ = ["StreamRefused", "find_container", "serve_stream"]
 log = logging.getLogger(__name__)
 
 
-class StreamRefused(Exception):
-    """The stream cannot be served; ``code`` and the message go to the caller."""
+class StreamRefused(UsageError):
+    """The stream cannot be served as asked (no such container, a bad option); ``code``
+    and the message go to the caller."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
