@@ -2,8 +2,9 @@
 
 At install it makes the :class:`~cloudhub.kubelet.streams.HubStreams` (session hooks,
 the edge's stream messages on the dispatcher, the two metrics) and, on the embedded API,
-serves the pod subresource ``log`` from it (``EmbeddedAPIServer.add_pod_subresource``),
-as kube-apiserver proxies it to the node's kubelet. The stream is logged with the user:
+serves the pod subresources ``log`` and ``exec`` from it
+(``EmbeddedAPIServer.add_pod_subresource``), as kube-apiserver proxies them to the node's
+kubelet. The stream is logged with the user:
 on the embedded API the holder of its one bearer token.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from cloudhub.kubelet.exec import serve_exec
 from cloudhub.kubelet.logs import serve_logs, status_error
 from cloudhub.kubelet.streams import HubStreams
 
@@ -52,6 +54,20 @@ def kubelet_extension(*, window: int | None = None) -> Any:
                     error=status_error,
                 )
 
+            async def pod_exec(request: Any, namespace: str, pod: str) -> Any:
+                container = request.query.get("container", "")
+                return await serve_exec(
+                    request,
+                    streams,
+                    find_pod,
+                    namespace,
+                    pod,
+                    container,
+                    user=EMBEDDED_USER,
+                    error=status_error,
+                )
+
             api.add_pod_subresource("log", pod_log)
+            api.add_pod_subresource("exec", pod_exec)
 
     return install

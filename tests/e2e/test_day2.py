@@ -118,3 +118,42 @@ async def test_kubectl_logs_tail_follow_limit_and_offline(hub, kube, agent, kube
     # back: the next command works
     edge.start()
     await eventually(all_lines, "kubectl logs after the node is back")
+
+
+async def test_kubectl_exec_non_tty(hub, kube, agent, kubectl) -> None:
+    node = unique("edge-exec")
+    ns = await namespace(kube)
+    agent(node)
+    await running_pod(kube, ns, pod("shell", ns, node, "echo hi > greeting; exec sleep 3600"))
+    done = await kubectl_run(
+        kubectl, hub, "exec", "-n", ns, "shell", "--", "sh", "-c", "cat greeting; echo oops >&2"
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "hi\n", "oops\n"), done.stderr
+    # stdin through, and the command's exit code back out as kubectl's
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [
+            kubectl,
+            "--kubeconfig",
+            str(hub.kubeconfig),
+            "exec",
+            "-i",
+            "-n",
+            ns,
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "tr a-z A-Z; exit 3",
+        ],
+        input="shout\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (3, "SHOUT\n"), proc.stderr
+    # bad input: no such executable, no such container
+    done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "shell", "--", "no-such-tool")
+    assert done.returncode != 0 and "executable file not found" in done.stderr, done.stderr
+    done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "shell", "-c", "nope", "--", "true")
+    assert done.returncode != 0 and "nope" in done.stderr, done.stderr
