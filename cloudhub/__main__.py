@@ -134,7 +134,7 @@ async def _serve(settings: HubSettings) -> int:
     extensions.append(devices_extension(settings.devices))
     extensions.append(metrics_extension(settings.metrics))
     extensions.append(placement_extension(settings.placement))
-    extensions.append(kubelet_extension())
+    extensions.append(kubelet_extension(settings.kubelet))
     hub = Hub(settings, extensions=extensions)
     # Starting waits for the informers' first lists, for as long as the API is unreachable:
     # a signal meanwhile stops the hub as it would a serving one.

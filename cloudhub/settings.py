@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cloudhub.devices.settings import DevicesSettings
+from cloudhub.kubelet.settings import KubeletSettings
 from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.pki.settings import PKISettings
 from cloudhub.placement.settings import PlacementSettings
@@ -402,6 +403,7 @@ class HubSettings:
     devices: DevicesSettings = field(default_factory=DevicesSettings)
     metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
+    kubelet: KubeletSettings = field(default_factory=KubeletSettings)
 
 
 def load_hub_settings(

@@ -3,7 +3,8 @@
 (``protocol.spdy.remotecommand``) joined to an ``exec`` stream on the pod's node.
 
 Query: ``command`` (repeated), ``stdin``, ``stdout``, ``stderr``, ``tty`` (and
-``container`` on the API path). Everything that can be refused is refused before the
+``container``) on the API path; kube-apiserver calls them ``input``, ``output``, ``error``
+and ``tty`` toward kubelets. Everything that can be refused is refused before the
 upgrade, with an HTTP status (``kubectl`` prints it): no upgrade headers (``400``), no
 common protocol (``403``), unknown pod or container (``404``/``400``), no command
 (``400``), the node offline (``503``, ``node X is offline since …``). After the upgrade the
@@ -86,8 +87,14 @@ class _Feeder:
         return chunk
 
 
+#: The API's query names and what kube-apiserver calls them toward kubelets.
+_KUBELET_NAMES = {"stdin": "input", "stdout": "output", "stderr": "error", "tty": "tty"}
+
+
 def _flags(query: Any) -> dict[str, Any]:
-    flags = {k: query.get(k) in _TRUE for k in ("stdin", "stdout", "stderr", "tty")}
+    flags = {
+        k: query.get(k) in _TRUE or query.get(alias) in _TRUE for k, alias in _KUBELET_NAMES.items()
+    }
     flags["command"] = query.getall("command", [])
     return flags
 
