@@ -157,3 +157,86 @@ async def test_kubectl_exec_non_tty(hub, kube, agent, kubectl) -> None:
     assert done.returncode != 0 and "executable file not found" in done.stderr, done.stderr
     done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "shell", "-c", "nope", "--", "true")
     assert done.returncode != 0 and "nope" in done.stderr, done.stderr
+
+
+async def test_kubectl_exec_it_through_a_pty_type_read_back_and_resize(
+    hub, kube, agent, kubectl
+) -> None:
+    """``kubectl exec -it POD -- sh`` with kubectl on a real pseudo-terminal: what is typed
+    reaches the shell, its answer comes back, and a terminal resize reaches the shell's
+    terminal (``stty size``)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    node = unique("edge-tty")
+    ns = await namespace(kube)
+    agent(node)
+    await running_pod(kube, ns, pod("term", ns, node, "exec sleep 3600"))
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = await asyncio.create_subprocess_exec(
+        kubectl,
+        "--kubeconfig",
+        str(hub.kubeconfig),
+        "exec",
+        "-it",
+        "-n",
+        ns,
+        "term",
+        "--",
+        "sh",
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+    )
+    os.close(slave)
+    os.set_blocking(master, False)
+    loop = asyncio.get_running_loop()
+    seen = bytearray()
+
+    async def read_until(marker: bytes, timeout: float = 30) -> bytes:
+        deadline = loop.time() + timeout
+        while marker not in seen:
+            ready = loop.create_future()
+            loop.add_reader(master, ready.set_result, None)
+            try:
+                await asyncio.wait_for(ready, max(0.1, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                raise AssertionError(f"no {marker!r} in {bytes(seen)!r}") from None
+            finally:
+                loop.remove_reader(master)
+            try:
+                seen.extend(os.read(master, 65536))
+            except BlockingIOError:
+                continue
+        return bytes(seen)
+
+    try:
+        os.write(master, b"echo $((6*7))x\r")
+        await read_until(b"42x")
+        os.write(master, b"stty size\r")
+        await read_until(b"24 80")
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        os.killpg(proc.pid, __import__("signal").SIGWINCH)
+
+        async def resized() -> bool:
+            os.write(master, b"stty size\r")
+            try:
+                await read_until(b"40 120", timeout=2)
+                return True
+            except AssertionError:
+                return False
+
+        await eventually(resized, "the resize reached the shell's terminal", 30)
+        os.write(master, b"exit 5\r")
+        assert await asyncio.wait_for(proc.wait(), 30) == 5
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        os.close(master)
