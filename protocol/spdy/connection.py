@@ -133,7 +133,12 @@ class SpdyConnection:
         self._buffer = bytearray()
         self._out = bytearray()
         self._inflate = zlib.decompressobj(zdict=HEADER_DICTIONARY)
-        self._deflate = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zdict=HEADER_DICTIONARY)
+        # Our header blocks are a few small replies: a 512-byte window and the smallest
+        # memLevel cost ~3 KiB per connection instead of zlib's default ~256 KiB (the
+        # peer inflates any window size up to 32 KiB).
+        self._deflate = zlib.compressobj(
+            zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 9, 1, zdict=HEADER_DICTIONARY
+        )
         self._open: set[int] = set()  # streams that may still carry data
         self._last_peer_stream = 0
         self._next_stream = 2 if server else 1
