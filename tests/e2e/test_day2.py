@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from cloudhub.kube import NAMESPACES, PODS, KubeClient
+from cloudhub.kube import NAMESPACES, NODES, PODS, KubeClient
+from cloudhub.nodes.model import TRANSPORT_ANNOTATION
 from tests.edgeagent.hublink.fleet import eventually, unique
 from tests.edgeagent.hublink.objects import get_pod, is_running, pod
 
@@ -240,3 +241,44 @@ async def test_kubectl_exec_it_through_a_pty_type_read_back_and_resize(
             proc.kill()
             await proc.wait()
         os.close(master)
+
+
+async def test_logs_previous_and_exec_over_websocket(hub, kube, agent, kubectl) -> None:
+    """The agent on WebSocket only; a container that failed once: ``--previous`` shows the
+    failed attempt's output, plain logs the current one's."""
+    node = unique("edge-ws")
+    ns = await namespace(kube)
+    agent(node, "hub.transports=websocket")
+    script = (
+        "if [ -e data/marker ]; then echo second; exec sleep 3600; "
+        "else touch data/marker; echo first; exit 1; fi"
+    )
+    body = pod(
+        "again",
+        ns,
+        node,
+        script,
+        container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+        volumes=[{"name": "data", "emptyDir": {}}],
+        restartPolicy="OnFailure",
+    )
+    await kube.create(PODS, body)
+
+    async def restarted_and_running():
+        found = await get_pod(kube, ns, "again")
+        statuses = ((found or {}).get("status") or {}).get("containerStatuses") or []
+        return is_running(found) and statuses and statuses[0].get("restartCount", 0) >= 1
+
+    await eventually(restarted_and_running, "pod again restarted once and Running", 90)
+    found = await kube.get(NODES, node)
+    assert found["metadata"]["annotations"][TRANSPORT_ANNOTATION] == "websocket"
+
+    async def current():
+        done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "again")
+        return done if done.returncode == 0 and done.stdout else None
+
+    assert (await eventually(current, "kubectl logs")).stdout == "second\n"
+    done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "again", "--previous")
+    assert (done.returncode, done.stdout) == (0, "first\n"), done.stderr
+    done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "again", "--", "cat", "data/marker")
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
