@@ -13,7 +13,8 @@ import pytest
 
 from cloudhub.kube import NAMESPACES, NODES, PODS, KubeClient
 from cloudhub.nodes.model import TRANSPORT_ANNOTATION
-from tests.edgeagent.hublink.fleet import eventually, unique
+from tests.edgeagent.conftest import podman_engine  # noqa: F401  (session fixture)
+from tests.edgeagent.hublink.fleet import AgentProcess, eventually, unique
 from tests.edgeagent.hublink.objects import get_pod, is_running, pod
 
 pytestmark = pytest.mark.slow
@@ -282,3 +283,68 @@ async def test_logs_previous_and_exec_over_websocket(hub, kube, agent, kubectl) 
     assert (done.returncode, done.stdout) == (0, "first\n"), done.stderr
     done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "again", "--", "cat", "data/marker")
     assert (done.returncode, done.stdout) == (0, ""), done.stderr
+
+
+@pytest.mark.podman
+async def test_logs_and_exec_on_the_docker_runtime(
+    hub,
+    kube,
+    kubectl,
+    podman_engine,  # noqa: F811 (the session fixture imported above)
+    pki_ca,
+    tmp_path,
+) -> None:
+    """The same commands against podman's Docker API: the engine's logs (with
+    ``--timestamps``, which the engine keeps) and its exec (stdin, stderr, exit code)."""
+    node = unique("edge-docker")
+    ns = await namespace(kube)
+    edge = AgentProcess(
+        tmp_path / node,
+        node,
+        "docker",
+        f"quic://127.0.0.1:{hub.port}",
+        pki_ca.ca,
+        engine=podman_engine,
+    )
+    edge.start()
+    try:
+        await running_pod(
+            kube, ns, pod("box", ns, node, "echo one; echo two; echo three; exec sleep 3600")
+        )
+
+        async def three_lines():
+            done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "box")
+            return done if done.returncode == 0 and done.stdout.count("\n") == 3 else None
+
+        assert (await eventually(three_lines, "kubectl logs")).stdout == "one\ntwo\nthree\n"
+        done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "box", "--tail=1", "--timestamps")
+        assert done.returncode == 0, done.stderr
+        stamp, text = done.stdout.strip().split(" ", 1)
+        assert text == "three" and stamp[:2] == "20", done.stdout
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [
+                kubectl,
+                "--kubeconfig",
+                str(hub.kubeconfig),
+                "exec",
+                "-i",
+                "-n",
+                ns,
+                "box",
+                "--",
+                "sh",
+                "-c",
+                "read x; echo got $x; echo err >&2; exit 6",
+            ],
+            input="it\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (proc.returncode, proc.stdout) == (6, "got it\n"), proc.stderr
+        # the container's stderr, then kubectl's own line about the exit code
+        assert proc.stderr == "err\ncommand terminated with exit code 6\n"
+    finally:
+        await edge.stop()
+        await edge.remove_everything()
