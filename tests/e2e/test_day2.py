@@ -345,6 +345,16 @@ async def test_logs_and_exec_on_the_docker_runtime(
         assert (proc.returncode, proc.stdout) == (6, "got it\n"), proc.stderr
         # the container's stderr, then kubectl's own line about the exit code
         assert proc.stderr == "err\ncommand terminated with exit code 6\n"
+
+        # kubectl cp in and out (tar over exec: stdin to its end, then stdout)
+        local = tmp_path / "payload.txt"
+        local.write_text("copied through the hub\n" * 100)
+        done = await kubectl_run(kubectl, hub, "cp", str(local), f"{ns}/box:/tmp/payload.txt")
+        assert done.returncode == 0, done.stderr
+        back = tmp_path / "back.txt"
+        done = await kubectl_run(kubectl, hub, "cp", f"{ns}/box:/tmp/payload.txt", str(back))
+        assert done.returncode == 0, done.stderr
+        assert back.read_text() == local.read_text()
     finally:
         await edge.stop()
         await edge.remove_everything()
