@@ -4,7 +4,7 @@
 
 1. makes the :class:`~cloudhub.kubelet.streams.HubStreams` (session hooks, the edge's
    stream messages on the dispatcher, the two metrics), as ``hub.streams``;
-2. on the embedded API, serves the pod subresources ``log`` and ``exec`` from it
+2. on the embedded API, serves the pod subresources ``log``, ``exec`` and ``attach`` from it
    (``EmbeddedAPIServer.add_pod_subresource``), as kube-apiserver proxies them to the
    node's kubelet; those streams are logged with the user :data:`EMBEDDED_USER` (the
    holder of the embedded API's one token);
@@ -53,12 +53,16 @@ def kubelet_extension(settings: KubeletSettings | None = None, *, window: int | 
 
         api = hub.embedded_api
         if api is not None:
-            for name, serve in (("log", serve_logs), ("exec", serve_exec)):
+            for name, serve in (("log", serve_logs), ("exec", serve_exec), ("attach", _attach)):
                 api.add_pod_subresource(name, _embedded(serve, streams, find_pod))
         if settings.client_ca_file:
             await _serve_https(hub, settings, streams, find_pod)
 
     return install
+
+
+async def _attach(*args: Any, **kwargs: Any) -> Any:
+    return await serve_exec(*args, operation="attach", **kwargs)
 
 
 def _embedded(serve: Any, streams: HubStreams, find_pod: Any) -> Any:

@@ -7,7 +7,8 @@
   ``--kubelet-client-certificate``), else the handshake fails; with ``allowed_names``
   set, its common name must be one of them (``403`` otherwise, logged).
 - Paths, as kubelet's: ``/containerLogs/{namespace}/{pod}/{container}`` (GET),
-  ``/exec/{namespace}/{pod}/{container}`` (GET or POST); ``/healthz``. Anything else
+  ``/exec/...`` and ``/attach/{namespace}/{pod}/{container}`` (GET or POST);
+  ``/healthz``. Anything else
   is ``404``.
 - Each stream is logged with the caller: the certificate's common name, and the user the
   API server names in ``X-Remote-User`` when it sends one (it does for aggregated APIs, not
@@ -140,9 +141,16 @@ class KubeletServer:
             return await serve_logs(
                 request, self.streams, self.find_pod, namespace, pod, container, user=user
             )
-        if len(parts) == 4 and parts[0] == "exec" and request.method in ("GET", "POST"):
-            _, namespace, pod, container = parts
+        if len(parts) == 4 and parts[0] in ("exec", "attach") and request.method in ("GET", "POST"):
+            operation, namespace, pod, container = parts
             return await serve_exec(
-                request, self.streams, self.find_pod, namespace, pod, container, user=user
+                request,
+                self.streams,
+                self.find_pod,
+                namespace,
+                pod,
+                container,
+                user=user,
+                operation=operation,
             )
         return plain_error(404, f"404 page not found: {request.path}")

@@ -171,7 +171,7 @@ async def _exec(stream: Stream, runtime: Any) -> int:
         )
     command = p.get("command") or []
     if o.operation == "attach":
-        raise StreamRefused(ErrorCode.UNSUPPORTED, "attach is not supported by this agent yet")
+        return await _attach(stream, runtime, info)
     if not (isinstance(command, list) and all(isinstance(a, str) for a in command) and command):
         raise StreamRefused(ErrorCode.INVALID_MESSAGE, "exec needs a command (a list of strings)")
     stdin, tty = bool(p.get("stdin")), bool(p.get("tty"))
@@ -188,6 +188,20 @@ async def _exec(stream: Stream, runtime: Any) -> int:
         feeder.cancel()
         await asyncio.gather(feeder, return_exceptions=True)
         await process.kill()
+
+
+async def _attach(stream: Stream, runtime: Any, info: ContainerInfo) -> int:
+    """The container's output from now on, until it stops (``kubectl attach``). Its stdin
+    is not attached: the agent starts containers without one (``stdin: true`` pods are
+    not supported), so input is refused."""
+    if stream.open.params.get("stdin"):
+        raise StreamRefused(
+            ErrorCode.UNSUPPORTED,
+            "attach: this node starts containers without stdin; attach without -i",
+        )
+    async for chunk in container_logs(runtime, info, LogOptions(follow=True, tail_lines=0)):
+        await stream.write(1, chunk)
+    return 0
 
 
 async def _feed_stdin(stream: Stream, process: Any) -> None:

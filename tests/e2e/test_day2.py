@@ -358,3 +358,35 @@ async def test_logs_and_exec_on_the_docker_runtime(
     finally:
         await edge.stop()
         await edge.remove_everything()
+
+
+async def test_kubectl_attach_streams_the_containers_output(hub, kube, agent, kubectl) -> None:
+    node = unique("edge-attach")
+    ns = await namespace(kube)
+    agent(node)
+    await running_pod(
+        kube,
+        ns,
+        pod("ticks", ns, node, "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+    )
+    attach = await asyncio.create_subprocess_exec(
+        kubectl,
+        "--kubeconfig",
+        str(hub.kubeconfig),
+        "attach",
+        "-n",
+        ns,
+        "ticks",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert attach.stdout is not None
+        first = await asyncio.wait_for(attach.stdout.readline(), 30)
+        second = await asyncio.wait_for(attach.stdout.readline(), 30)
+        assert first.startswith(b"tick ") and int(second.split()[1]) == int(first.split()[1]) + 1
+    finally:
+        attach.kill()
+        await attach.wait()
+    done = await kubectl_run(kubectl, hub, "attach", "-i", "-n", ns, "ticks")
+    assert done.returncode != 0 and "attach without -i" in done.stderr, done.stderr
