@@ -4,7 +4,8 @@
 
 1. makes the :class:`~cloudhub.kubelet.streams.HubStreams` (session hooks, the edge's
    stream messages on the dispatcher, the two metrics), as ``hub.streams``;
-2. on the embedded API, serves the pod subresources ``log``, ``exec`` and ``attach`` from it
+2. on the embedded API, serves the pod subresources ``log``, ``exec``, ``attach`` and
+   ``portforward`` from it
    (``EmbeddedAPIServer.add_pod_subresource``), as kube-apiserver proxies them to the
    node's kubelet; those streams are logged with the user :data:`EMBEDDED_USER` (the
    holder of the embedded API's one token);
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from cloudhub.errors import ConfigError
 from cloudhub.kubelet.exec import serve_exec
 from cloudhub.kubelet.logs import serve_logs, status_error
+from cloudhub.kubelet.portforward import serve_portforward
 from cloudhub.kubelet.server import KubeletServer
 from cloudhub.kubelet.settings import KubeletSettings
 from cloudhub.kubelet.streams import HubStreams
@@ -53,7 +55,12 @@ def kubelet_extension(settings: KubeletSettings | None = None, *, window: int | 
 
         api = hub.embedded_api
         if api is not None:
-            for name, serve in (("log", serve_logs), ("exec", serve_exec), ("attach", _attach)):
+            for name, serve in (
+                ("log", serve_logs),
+                ("exec", serve_exec),
+                ("attach", _attach),
+                ("portforward", serve_portforward),
+            ):
                 api.add_pod_subresource(name, _embedded(serve, streams, find_pod))
         if settings.client_ca_file:
             await _serve_https(hub, settings, streams, find_pod)

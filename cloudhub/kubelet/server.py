@@ -8,7 +8,7 @@
   set, its common name must be one of them (``403`` otherwise, logged).
 - Paths, as kubelet's: ``/containerLogs/{namespace}/{pod}/{container}`` (GET),
   ``/exec/...`` and ``/attach/{namespace}/{pod}/{container}`` (GET or POST);
-  ``/healthz``. Anything else
+  ``/portForward/{namespace}/{pod}``; ``/healthz``. Anything else
   is ``404``.
 - Each stream is logged with the caller: the certificate's common name, and the user the
   API server names in ``X-Remote-User`` when it sends one (it does for aggregated APIs, not
@@ -28,6 +28,7 @@ from cryptography import x509
 from cloudhub.errors import ConfigError
 from cloudhub.kubelet.exec import serve_exec
 from cloudhub.kubelet.logs import plain_error, serve_logs
+from cloudhub.kubelet.portforward import serve_portforward
 from cloudhub.kubelet.streams import HubStreams
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import server_ssl_context
@@ -152,5 +153,10 @@ class KubeletServer:
                 container,
                 user=user,
                 operation=operation,
+            )
+        if len(parts) == 3 and parts[0] == "portForward" and request.method in ("GET", "POST"):
+            _, namespace, pod = parts
+            return await serve_portforward(
+                request, self.streams, self.find_pod, namespace, pod, user=user
             )
         return plain_error(404, f"404 page not found: {request.path}")

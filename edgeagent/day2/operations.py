@@ -89,6 +89,8 @@ async def serve_stream(stream: Stream, runtime: Any) -> None:
     work = _logs(stream, runtime) if o.operation == "logs" else None
     if o.operation in ("exec", "attach"):
         work = _exec(stream, runtime)
+    elif o.operation == "portforward":
+        work = _portforward(stream, runtime)
     if work is None:
         await stream.reset(ErrorCode.UNSUPPORTED, f"{o.operation} is not supported by this agent")
         return
@@ -202,6 +204,53 @@ async def _attach(stream: Stream, runtime: Any, info: ContainerInfo) -> int:
     async for chunk in container_logs(runtime, info, LogOptions(follow=True, tail_lines=0)):
         await stream.write(1, chunk)
     return 0
+
+
+async def _portforward(stream: Stream, runtime: Any) -> None:
+    """One forwarded connection to the pod's port: in the pod's network, which for the
+    process runtime (host network) is this host's loopback, else the pod's IP."""
+    o = stream.open
+    port = o.params.get("port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port <= 65535:
+        raise StreamRefused(ErrorCode.INVALID_MESSAGE, "portforward needs a port in 1..65535")
+    found = await runtime.list({Labels.POD_NAMESPACE: o.namespace, Labels.POD_NAME: o.pod})
+    if not found:
+        raise StreamRefused(
+            ErrorCode.NOT_FOUND, f'pod "{o.pod}" in namespace "{o.namespace}" is not on this node'
+        )
+    host = "127.0.0.1" if runtime.kind == "process" else (found[0].ip or "127.0.0.1")
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError as exc:
+        raise StreamRefused(
+            ErrorCode.NOT_FOUND,
+            f"error forwarding port {port} to pod {o.pod}: "
+            f"dial {host}:{port}: {exc.strerror or exc}",
+        ) from exc
+    upstream = asyncio.ensure_future(_to_port(stream, writer))
+    try:
+        while True:
+            chunk = await reader.read(64 * 1024)
+            if not chunk:
+                break
+            await stream.write(1, chunk)
+    finally:
+        upstream.cancel()
+        await asyncio.gather(upstream, return_exceptions=True)
+        writer.close()
+
+
+async def _to_port(stream: Stream, writer: asyncio.StreamWriter) -> None:
+    while True:
+        event = await stream.read()
+        if event is None:
+            return
+        if isinstance(event, DataReceived):
+            if event.data:
+                writer.write(event.data)
+                await writer.drain()
+            if event.eof and writer.can_write_eof():
+                writer.write_eof()
 
 
 async def _feed_stdin(stream: Stream, process: Any) -> None:

@@ -390,3 +390,59 @@ async def test_kubectl_attach_streams_the_containers_output(hub, kube, agent, ku
         await attach.wait()
     done = await kubectl_run(kubectl, hub, "attach", "-i", "-n", ns, "ticks")
     assert done.returncode != 0 and "attach without -i" in done.stderr, done.stderr
+
+
+async def test_kubectl_port_forward_with_an_http_get(hub, kube, agent, kubectl, tmp_path) -> None:
+    """A pod serving HTTP on a port of the node (process runtime: the host network);
+    ``kubectl port-forward`` to a local port; an HTTP GET through it, twice (two
+    connections)."""
+    import sys
+    import urllib.request
+
+    from tests.edgeagent.hublink.fleet import free_port
+
+    node = unique("edge-pf")
+    ns = await namespace(kube)
+    agent(node)
+    pod_port, local_port = free_port(), free_port()
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text("through the hub\n")
+    server = (
+        f"exec {sys.executable} -m http.server {pod_port} --bind 127.0.0.1 -d {tmp_path / 'site'}"
+    )
+    await running_pod(kube, ns, pod("web", ns, node, server))
+    forward = await asyncio.create_subprocess_exec(
+        kubectl,
+        "--kubeconfig",
+        str(hub.kubeconfig),
+        "port-forward",
+        "-n",
+        ns,
+        "pod/web",
+        f"{local_port}:{pod_port}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert forward.stdout is not None
+        line = await asyncio.wait_for(forward.stdout.readline(), 30)
+        assert b"Forwarding from 127.0.0.1:" in line, line
+
+        def get() -> str:
+            url = f"http://127.0.0.1:{local_port}/index.html"
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return answer.read().decode()
+
+        async def served():
+            try:
+                return await asyncio.to_thread(get)
+            except OSError:
+                return None  # the http.server may still be starting
+
+        assert (
+            await eventually(served, "an HTTP GET through the port-forward") == "through the hub\n"
+        )
+        assert await asyncio.to_thread(get) == "through the hub\n"  # a second connection
+    finally:
+        forward.kill()
+        await forward.wait()

@@ -184,3 +184,46 @@ def test_protocol_negotiation() -> None:
     assert negotiate(["v4.channel.k8s.io", "v3.channel.k8s.io"]) == "v4.channel.k8s.io"
     assert negotiate(["channel.k8s.io"]) == "channel.k8s.io"
     assert negotiate(["v5.channel.k8s.io"]) is None
+
+
+def _pf_client(*streams: dict) -> SpdyConnection:
+    client = SpdyConnection(server=False)
+    for headers in streams:
+        client.open_stream(headers)
+    return client
+
+
+def test_port_forward_pairs_data_and_errors() -> None:
+    from protocol.spdy.portforward import Data, Pair, PortForwardServer
+
+    server = PortForwardServer()
+    client = _pf_client(
+        {"streamtype": ["error"], "port": ["8080"], "requestid": ["0"]},
+        {"streamtype": ["data"], "port": ["8080"], "requestid": ["0"]},
+    )
+    assert server.receive_data(client.data_to_send()) == [Pair("0", 8080)]
+    client.send_data(3, b"GET /", fin=True)
+    assert server.receive_data(client.data_to_send()) == [Data("0", b"GET /", True)]
+    server.write("0", b"200")
+    server.error("0", "boom")
+    server.close("0")
+    events = client.receive_data(server.data_to_send())
+    got = [(e.stream_id, e.data, e.fin) for e in events if isinstance(e, DataReceived)]
+    assert (3, b"200", False) in got and (1, b"boom", False) in got
+    assert (3, b"", True) in got and (1, b"", True) in got
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"streamtype": ["data"], "port": ["8080"]},  # no requestID
+        {"streamtype": ["data"], "port": ["http"], "requestid": ["1"]},
+        {"streamtype": ["data"], "port": ["70000"], "requestid": ["1"]},
+        {"streamtype": ["stdin"], "port": ["80"], "requestid": ["1"]},
+    ],
+)
+def test_port_forward_refuses_bad_streams(headers) -> None:
+    from protocol.spdy.portforward import PortForwardServer
+
+    with pytest.raises(SpdyProtocolError):
+        PortForwardServer().receive_data(_pf_client(headers).data_to_send())
