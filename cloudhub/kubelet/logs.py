@@ -98,8 +98,13 @@ _REASONS = {400: "BadRequest", 404: "NotFound", 503: "ServiceUnavailable"}
 
 
 def plain_error(status: int, message: str) -> web.Response:
-    """An error as kubelet answers it (kube-apiserver puts the text in its Status)."""
-    return web.Response(status=status, text=message + "\n", content_type="text/plain")
+    """An error as kubelet answers it. kube-apiserver turns a kubelet's error into its own
+    Status, keeping the text only for a 500 (``an error on the server ("…") has prevented
+    the request from succeeding``; for 400 or 503 it says "unknown reason"), so every error
+    but a 404 goes out as 500 for the user to see why."""
+    if status != 404:
+        status = 500
+    return web.Response(status=status, text=message, content_type="text/plain")
 
 
 def status_error(status: int, message: str) -> web.Response:

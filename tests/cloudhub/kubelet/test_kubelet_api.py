@@ -11,6 +11,8 @@ import asyncio
 import pathlib
 import ssl
 import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -21,10 +23,15 @@ from cloudhub.kubelet.extension import kubelet_extension
 from cloudhub.kubelet.settings import KubeletSettings
 from protocol import pki
 from tests.cloudhub.hub.conftest import KUBE_APISERVER
-from tests.edgeagent.hublink.fleet import AgentProcess, eventually, unique
+from tests.edgeagent.hublink.fleet import AgentProcess, eventually, free_port, unique
 from tests.edgeagent.hublink.objects import get_pod, is_running, pod
 
 pytestmark = pytest.mark.slow
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.read().decode()
 
 
 def run(kubectl: str, kubeconfig: pathlib.Path, *args: str, stdin: str | None = None):
@@ -107,6 +114,45 @@ async def test_logs_and_exec_through_the_hub(
         )
         assert (done.returncode, done.stdout) == (4, "got it\n"), done.stderr
 
+        # port-forward through the API server to the hub's /portForward, with an HTTP GET
+        pod_port, local_port = free_port(), free_port()
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "index.html").write_text("via kube-apiserver\n")
+        serve = f"exec {sys.executable} -m http.server {pod_port} --bind 127.0.0.1 -d {site}"
+        await kube.create(PODS, pod("web", namespace, node, serve))
+
+        async def web_running():
+            return is_running(await get_pod(kube, namespace, "web"))
+
+        await eventually(web_running, "pod web Running")
+        forward = await asyncio.create_subprocess_exec(
+            kubectl,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "port-forward",
+            "-n",
+            namespace,
+            "pod/web",
+            f"{local_port}:{pod_port}",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert forward.stdout is not None
+            await asyncio.wait_for(forward.stdout.readline(), 30)
+
+            async def served():
+                try:
+                    return await asyncio.to_thread(http_get, f"http://127.0.0.1:{local_port}/")
+                except OSError:
+                    return None
+
+            assert await eventually(served, "GET through port-forward") == "via kube-apiserver\n"
+        finally:
+            forward.kill()
+            await forward.wait()
+
         if cluster.name == KUBE_APISERVER:
             # a node's certificate (the hub CA's), not the API server's: refused in the handshake
             context = ssl.create_default_context(
@@ -125,6 +171,14 @@ async def test_logs_and_exec_through_the_hub(
             # and the hub goes on serving the API server
             done = await eventually(logs, "kubectl logs after the refused caller")
             assert done.stdout == "hello\n"
+        # the node's link cut: the API server relays the hub's offline message at once
+        await edge.stop()
+        started = time.monotonic()
+        done = await asyncio.to_thread(
+            run, kubectl, cluster.kubeconfig, "logs", "-n", namespace, "talk"
+        )
+        assert done.returncode != 0 and f"node {node} is offline since" in done.stderr
+        assert time.monotonic() - started < 5
     finally:
         await edge.stop()
         await edge.remove_everything()
