@@ -12,7 +12,9 @@ project's own sans-I/O SPDY client side).
   stream runs on the same node session: small control-size messages crossing the bulk
   stream both ways, as a ping and its pong do (the session's own ping RTT is not exported).
 
-Every figure comes with the hub's and the agent's process CPU seconds over the run.
+Everything is measured twice, with the agent on QUIC (the goal ids as the issue names
+them) and on WebSocket (the same ids with ``_websocket``). Every figure comes with the
+hub's and the agent's process CPU seconds over the run.
 """
 
 from __future__ import annotations
@@ -172,120 +174,133 @@ async def _measure(quick: bool, tmp: pathlib.Path) -> dict[str, Any]:
     hub = HubProcess(tmp / "hub", pki_ca)
     hub.start()
     kube = await KubeClient.from_kubeconfig(str(hub.kubeconfig))
-    agent = AgentProcess(
-        tmp / "edge",
-        "edge-bench",
-        "process",
-        f"quic://127.0.0.1:{hub.port}",
-        pki_ca.ca,
-        quick=False,
-    )
-    agent.start()
     results: dict[str, Any] = {"quick": quick, "load_average_1m": round(os.getloadavg()[0], 2)}
     try:
-        api = API(hub.kubeconfig)
-        ns = "bench-streams"
-        await kube.create(
-            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        )
-        await kube.create(PODS, pod("echo", ns, "edge-bench", "echo ready; exec sleep 3600"))
-        await _running(kube, ns, "echo")
-        hub_proc = psutil.Process(hub.proc.pid)  # type: ignore[union-attr]
-        agent_proc = psutil.Process(agent.proc.pid)  # type: ignore[attr-defined]
-        cpu0 = (_cpu(hub_proc), _cpu(agent_proc))
-
-        firsts = [await _logs_first_byte(api, ns, "echo") for _ in range(10 if quick else 100)]
-        results["logs_first_line_ms"] = {"p50": _pct(firsts, 0.5), "p99": _pct(firsts, 0.99)}
-
-        stream = await Exec.open(api, ns, "echo")
-        await stream.roundtrip()  # the first starts cat
-        rtts = [await stream.roundtrip() for _ in range(50 if quick else 500)]
-        results["exec_rtt_ms"] = {"p50": _pct(rtts, 0.5), "p99": _pct(rtts, 0.99)}
-
-        size = (8 if quick else 256) << 20
-        await kube.create(
-            PODS, pod("flood", ns, "edge-bench", f"head -c {size} /dev/zero; exec sleep 3600")
-        )
-        await _running(kube, ns, "flood")
-        follow = asyncio.ensure_future(_follow_bytes(api, ns, "flood", size))
-        loaded: list[float] = []
-        while not follow.done():  # one-byte round trips beside the saturating stream
-            loaded.append(await stream.roundtrip())
-        seconds = await follow
-        results["logs_follow"] = {
-            "bytes": size,
-            "seconds": round(seconds, 3),
-            "mib_per_s": round(size / seconds / 2**20, 1),
-        }
-        results["exec_rtt_beside_logs_ms"] = {
-            "count": len(loaded),
-            "p50": _pct(loaded, 0.5),
-            "p99": _pct(loaded, 0.99),
-        }
-        stream.close()
-
-        count = 50 if quick else 200
-        before = hub_proc.memory_info().rss
-        idle = [await Exec.open(api, ns, "echo") for _ in range(count)]
-        for one in idle:
-            await one.roundtrip()  # each cat runs, each stream is open end to end
-        after = hub_proc.memory_info().rss
-        results["idle_exec_streams"] = {
-            "count": count,
-            "hub_rss_growth_kib": round((after - before) / 1024),
-            "kib_per_stream": round((after - before) / 1024 / count, 1),
-        }
-        for one in idle:
-            one.close()
-        cpu1 = (_cpu(hub_proc), _cpu(agent_proc))
-        results["cpu_seconds"] = {
-            "hub": round(cpu1[0] - cpu0[0], 2),
-            "agent": round(cpu1[1] - cpu0[1], 2),
-        }
+        for transport in ("quic", "websocket"):
+            agent = AgentProcess(
+                tmp / f"edge-{transport}",
+                f"edge-{transport}",
+                "process",
+                f"quic://127.0.0.1:{hub.port}",
+                pki_ca.ca,
+                quick=False,
+                sets=(f"hub.transports={transport}",),
+            )
+            agent.start()
+            try:
+                results[transport] = await _on(quick, hub, kube, agent, f"bench-{transport}")
+            finally:
+                await agent.stop()
+                await agent.remove_everything()
     finally:
         await kube.close()
-        await agent.stop()
-        await agent.remove_everything()
         hub.stop()
+    return results
+
+
+async def _on(quick: bool, hub: HubProcess, kube: KubeClient, agent: AgentProcess, ns: str):
+    results: dict[str, Any] = {}
+    node = agent.node
+    api = API(hub.kubeconfig)
+    await kube.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+    )
+    await kube.create(PODS, pod("echo", ns, node, "echo ready; exec sleep 3600"))
+    await _running(kube, ns, "echo")
+    hub_proc = psutil.Process(hub.proc.pid)  # type: ignore[union-attr]
+    agent_proc = psutil.Process(agent.proc.pid)  # type: ignore[union-attr]
+    cpu0 = (_cpu(hub_proc), _cpu(agent_proc))
+
+    firsts = [await _logs_first_byte(api, ns, "echo") for _ in range(10 if quick else 100)]
+    results["logs_first_line_ms"] = {"p50": _pct(firsts, 0.5), "p99": _pct(firsts, 0.99)}
+
+    stream = await Exec.open(api, ns, "echo")
+    await stream.roundtrip()  # the first starts cat
+    rtts = [await stream.roundtrip() for _ in range(50 if quick else 500)]
+    results["exec_rtt_ms"] = {"p50": _pct(rtts, 0.5), "p99": _pct(rtts, 0.99)}
+
+    size = (8 if quick else 256) << 20
+    await kube.create(PODS, pod("flood", ns, node, f"head -c {size} /dev/zero; exec sleep 3600"))
+    await _running(kube, ns, "flood")
+    follow = asyncio.ensure_future(_follow_bytes(api, ns, "flood", size))
+    loaded: list[float] = []
+    while not follow.done():  # one-byte round trips beside the saturating stream
+        loaded.append(await stream.roundtrip())
+    seconds = await follow
+    results["logs_follow"] = {
+        "bytes": size,
+        "seconds": round(seconds, 3),
+        "mib_per_s": round(size / seconds / 2**20, 1),
+    }
+    results["exec_rtt_beside_logs_ms"] = {
+        "count": len(loaded),
+        "p50": _pct(loaded, 0.5),
+        "p99": _pct(loaded, 0.99),
+    }
+    stream.close()
+
+    count = 50 if quick else 200
+    before = hub_proc.memory_info().rss
+    idle = [await Exec.open(api, ns, "echo") for _ in range(count)]
+    for one in idle:
+        await one.roundtrip()  # each cat runs, each stream is open end to end
+    after = hub_proc.memory_info().rss
+    results["idle_exec_streams"] = {
+        "count": count,
+        "hub_rss_growth_kib": round((after - before) / 1024),
+        "kib_per_stream": round((after - before) / 1024 / count, 1),
+    }
+    for one in idle:
+        one.close()
+    cpu1 = (_cpu(hub_proc), _cpu(agent_proc))
+    results["cpu_seconds"] = {
+        "hub": round(cpu1[0] - cpu0[0], 2),
+        "agent": round(cpu1[1] - cpu0[1], 2),
+    }
     return results
 
 
 def run(quick: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp:
         results = asyncio.run(_measure(quick, pathlib.Path(tmp)))
-    goals = [
-        {
-            "id": "streams.exec_rtt_p99_ms",
-            "value": results["exec_rtt_ms"]["p99"],
-            "target": 50,
-            "unit": "ms (1 byte into cat through the embedded API, echoed, back out; loopback)",
-        },
-        {
-            "id": "streams.logs_first_line_p99_ms",
-            "value": results["logs_first_line_ms"]["p99"],
-            "target": 200,
-            "unit": "ms (GET pods/log to its first byte)",
-        },
-        {
-            "id": "streams.logs_mib_per_s",
-            "value": results["logs_follow"]["mib_per_s"],
-            "target": 20,
-            "op": ">=",
-            "unit": "MiB/s (one follow stream)",
-        },
-        {
-            "id": "streams.idle_stream_kib",
-            "value": results["idle_exec_streams"]["kib_per_stream"],
-            "target": 32,
-            "unit": f"KiB of hub RSS per idle exec stream "
-            f"({results['idle_exec_streams']['count']} open)",
-        },
-        {
-            "id": "streams.heartbeat_delay_p99_ms",
-            "value": results["exec_rtt_beside_logs_ms"]["p99"],
-            "target": 100,
-            "unit": "ms (1-byte round trip on the node's session while a saturating "
-            "logs stream runs on it; proxy for ping/pong)",
-        },
-    ]
+    goals = []
+    for transport in ("quic", "websocket"):
+        r = results[transport]
+        suffix = "" if transport == "quic" else "_websocket"
+        on = f"; agent on {transport}"
+        goals += [
+            {
+                "id": f"streams.exec_rtt_p99_ms{suffix}",
+                "value": r["exec_rtt_ms"]["p99"],
+                "target": 50,
+                "unit": "ms (1 byte into cat through the embedded API, echoed, back out" + on + ")",
+            },
+            {
+                "id": f"streams.logs_first_line_p99_ms{suffix}",
+                "value": r["logs_first_line_ms"]["p99"],
+                "target": 200,
+                "unit": "ms (GET pods/log to its first byte" + on + ")",
+            },
+            {
+                "id": f"streams.logs_mib_per_s{suffix}",
+                "value": r["logs_follow"]["mib_per_s"],
+                "target": 20,
+                "op": ">=",
+                "unit": "MiB/s (one follow stream" + on + ")",
+            },
+            {
+                "id": f"streams.idle_stream_kib{suffix}",
+                "value": r["idle_exec_streams"]["kib_per_stream"],
+                "target": 32,
+                "unit": f"KiB of hub RSS per idle exec stream "
+                f"({r['idle_exec_streams']['count']} open" + on + ")",
+            },
+            {
+                "id": f"streams.heartbeat_delay_p99_ms{suffix}",
+                "value": r["exec_rtt_beside_logs_ms"]["p99"],
+                "target": 100,
+                "unit": "ms (1-byte round trip on the node's session while a saturating "
+                "logs stream runs on it; proxy for ping/pong" + on + ")",
+            },
+        ]
     return {"results": results, "goals": goals}
