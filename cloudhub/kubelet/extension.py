@@ -116,9 +116,16 @@ async def _serve_https(
             port,
         )
 
+    interval = hub.settings.listen.credentials_check_interval
+
     async def serve_until_closed() -> None:
         try:
-            await asyncio.Event().wait()
+            while True:  # follow the hub's serving certificate, as the edge listeners do
+                await asyncio.sleep(interval)
+                try:
+                    server.refresh_credentials()
+                except Exception:
+                    log.exception("kubelet API: the new serving certificate does not load")
         finally:
             await server.aclose()
 

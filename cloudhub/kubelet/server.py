@@ -31,6 +31,7 @@ from cloudhub.kubelet.logs import plain_error, serve_logs
 from cloudhub.kubelet.portforward import serve_portforward
 from cloudhub.kubelet.streams import HubStreams
 from protocol.transport import TLSCredentials
+from protocol.transport.tls import _load_chain_pem as load_chain_pem
 from protocol.transport.tls import server_ssl_context
 
 __all__ = ["KubeletServer"]
@@ -77,6 +78,8 @@ class KubeletServer:
         self.port = port
         self.allowed_names = allowed_names
         self._runner: web.ServerRunner | None = None
+        self._context: ssl.SSLContext | None = None
+        self._chain: tuple[Any, ...] = ()
         self.refused = 0
         """Requests refused for the caller's identity (for tests and logs)."""
 
@@ -87,6 +90,7 @@ class KubeletServer:
             ConfigError: the CA bundle or the serving credentials do not load.
         """
         own = self._credentials()
+        self._chain = own.chain
         try:
             trusted = TLSCredentials.from_pem(self._client_ca_pem)
             context = server_ssl_context(
@@ -102,13 +106,29 @@ class KubeletServer:
         server = web.Server(self.handle, access_log=None)
         runner = web.ServerRunner(server)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context())
+        self._context = self.ssl_context()
+        site = web.TCPSite(runner, self.host, self.port, ssl_context=self._context)
         await site.start()
         self._runner = runner
         sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
         self.port = sockets[0].getsockname()[1] if sockets else self.port
         log.info("kubelet API on https://%s:%d", self.host, self.port)
         return self.port
+
+    def refresh_credentials(self) -> bool:
+        """Load the hub's serving certificate again if it changed (reissued by the hub CA,
+        or new files): new handshakes present it, open connections keep theirs. Returns
+        whether it changed."""
+        own = self._credentials()
+        if self._context is None or own.chain == self._chain:
+            return False
+        from protocol import pki
+
+        pem = pki.dump_certificate_pem(own.chain) + pki.dump_private_key_pem(own.private_key)
+        load_chain_pem(self._context, pem)
+        self._chain = own.chain
+        log.info("kubelet API: serving a new certificate")
+        return True
 
     async def aclose(self) -> None:
         if self._runner is not None:
@@ -136,7 +156,7 @@ class KubeletServer:
         if refusal is not None:
             self.refused += 1
             log.warning("kubelet API: refused %s %s: %s", request.method, request.path, refusal)
-            return plain_error(403, f"Forbidden: {refusal}")
+            return web.Response(status=403, text=f"Forbidden: {refusal}")
         if len(parts) == 4 and parts[0] == "containerLogs" and request.method == "GET":
             _, namespace, pod, container = parts
             return await serve_logs(
