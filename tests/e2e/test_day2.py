@@ -446,3 +446,41 @@ async def test_kubectl_port_forward_with_an_http_get(hub, kube, agent, kubectl, 
     finally:
         forward.kill()
         await forward.wait()
+
+
+async def test_malformed_spdy_is_refused_and_nothing_else_is_disturbed(
+    hub, kube, agent, kubectl
+) -> None:
+    """After a real exec upgrade on the embedded API, garbage instead of SPDY frames: the
+    hub answers GOAWAY(PROTOCOL_ERROR) and drops that connection; a kubectl exec at the
+    same time and after works."""
+    from tests.bench.bench_streams import API
+
+    node = unique("edge-bad")
+    ns = await namespace(kube)
+    agent(node)
+    await running_pod(kube, ns, pod("calm", ns, node, "exec sleep 3600"))
+    api = API(hub.kubeconfig)
+    reader, writer, head = await api.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods/calm/exec?command=cat&stdin=true&stdout=true",
+        {
+            "Connection": "Upgrade",
+            "Upgrade": "SPDY/3.1",
+            "X-Stream-Protocol-Version": "v4.channel.k8s.io",
+        },
+    )
+    assert head.startswith(b"HTTP/1.1 101"), head
+    # a control frame of SPDY version 2: not spoken
+    writer.write(b"\x80\x02\x00\x01\x00\x00\x00\x0a" + b"\x00" * 10)
+    answer = await asyncio.wait_for(reader.read(), 30)  # until the hub closes it
+    assert answer[:4] == b"\x80\x03\x00\x07" and answer[12:16] == (1).to_bytes(4, "big"), answer
+    writer.close()
+    done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "calm", "--", "echo", "fine")
+    assert (done.returncode, done.stdout) == (0, "fine\n"), done.stderr
+    # an upgrade without SPDY's headers is refused before it starts
+    reader, writer, head = await api.request(
+        "POST", f"/api/v1/namespaces/{ns}/pods/calm/exec?command=ls"
+    )
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 400"), head
