@@ -1,6 +1,7 @@
 """``POST /exec/{namespace}/{pod}/{container}`` (kubelet's) and the embedded API's
 ``/api/v1/namespaces/{namespace}/pods/{pod}/exec``: the caller's SPDY/3.1 connection
-(``protocol.spdy.remotecommand``) joined to an ``exec`` stream on the pod's node.
+(``protocol.spdy.remotecommand``), or its WebSocket with the channel protocols
+(``cloudhub.kubelet.wsexec``), joined to an ``exec`` stream on the pod's node.
 
 Query: ``command`` (repeated), ``stdin``, ``stdout``, ``stderr``, ``tty`` (and
 ``container``) on the API path; kube-apiserver calls them ``input``, ``output``, ``error``
@@ -117,9 +118,10 @@ async def serve_exec(
     error: Callable[[int, str], web.Response] = plain_error,
 ) -> web.StreamResponse:
     """Answer one exec (or attach) request (see the module docstring)."""
-    if request.headers.get("Upgrade", "").lower() != "spdy/3.1":
+    upgrade = request.headers.get("Upgrade", "").lower()
+    if upgrade not in ("spdy/3.1", "websocket"):
         return error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
-    protocol = negotiate(_offered(request))
+    protocol = negotiate(_offered(request)) if upgrade == "spdy/3.1" else "websocket"
     if protocol is None:
         return error(
             403,
@@ -141,6 +143,11 @@ async def serve_exec(
         return error(400, "you must specify at least one of stdin, stdout, stderr")
     if streams.endpoint(node) is None:
         return error(503, streams.offline_message(node))
+    if upgrade == "websocket":
+        from cloudhub.kubelet.wsexec import serve_websocket
+
+        where = (node, namespace, pod_name, container)
+        return await serve_websocket(request, streams, where, flags, user, operation)
     response = web.StreamResponse(
         status=101,
         headers={

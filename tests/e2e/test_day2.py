@@ -484,3 +484,62 @@ async def test_malformed_spdy_is_refused_and_nothing_else_is_disturbed(
     )
     writer.close()
     assert head.startswith(b"HTTP/1.1 400"), head
+
+
+@pytest.mark.parametrize("subprotocol", ["v4.channel.k8s.io", "v4.base64.channel.k8s.io"])
+async def test_exec_over_websocket_channels(hub, kube, agent, subprotocol) -> None:
+    """A WebSocket client (the ``websockets`` library) execs with the channel protocols:
+    stdin in, stdout and stderr out on their channels, the v4 status with the exit code on
+    channel 3; a message on a channel a client may not write closes it with 1008."""
+    import base64
+    import json
+
+    import websockets
+
+    from tests.bench.bench_streams import API
+
+    node = unique("edge-ws-exec")
+    ns = await namespace(kube)
+    agent(node)
+    await running_pod(kube, ns, pod("wsx", ns, node, "exec sleep 3600"))
+    api = API(hub.kubeconfig)
+    b64 = "base64" in subprotocol
+    query = "command=sh&command=-c&command=read+x%3B+echo+got+%24x%3B+echo+err+%3E%262%3B+exit+2"
+    url = f"wss://{api.url.netloc}/api/v1/namespaces/{ns}/pods/wsx/exec?{query}&stdin=true&stdout=true&stderr=true"
+
+    def frame(channel: int, data: bytes):
+        return str(channel) + base64.b64encode(data).decode() if b64 else bytes([channel]) + data
+
+    def unframe(message) -> tuple[int, bytes]:
+        if b64:
+            return int(message[0]), base64.b64decode(message[1:])
+        return message[0], message[1:]
+
+    async with websockets.connect(
+        url,
+        ssl=api.context,
+        subprotocols=[subprotocol],
+        additional_headers={"Authorization": f"Bearer {api.token}"},
+    ) as ws:
+        assert ws.subprotocol == subprotocol
+        await ws.send(frame(0, b"it\n"))
+        got: dict[int, bytes] = {}
+        async for message in ws:
+            channel, data = unframe(message)
+            got[channel] = got.get(channel, b"") + data
+    assert got[1] == b"got it\n" and got[2] == b"err\n"
+    status = json.loads(got[3])
+    assert status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "2"}]
+
+    async with websockets.connect(
+        url,
+        ssl=api.context,
+        subprotocols=[subprotocol],
+        additional_headers={"Authorization": f"Bearer {api.token}"},
+    ) as ws:
+        await ws.send(frame(1, b"a client may not write stdout"))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async for _ in ws:
+                pass
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
