@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from cloudhub.errors import HubError
 from cloudhub.kubelet.streams import HubStreams, StreamUnavailable
 from protocol.errors import ErrorCode
 from protocol.spdy.remotecommand import exit_status
@@ -40,7 +41,7 @@ PROTOCOLS = (
 STDIN, STDOUT, STDERR, ERROR, RESIZE = 0, 1, 2, 3, 4
 
 
-class ChannelError(ValueError):
+class ChannelError(HubError):
     """A message that breaks the channel protocol."""
 
 
