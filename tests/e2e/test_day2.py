@@ -167,16 +167,22 @@ async def test_kubectl_exec_it_through_a_pty_type_read_back_and_resize(
     """``kubectl exec -it POD -- sh`` with kubectl on a real pseudo-terminal: what is typed
     reaches the shell, its answer comes back, and a terminal resize reaches the shell's
     terminal (``stty size``)."""
-    import fcntl
-    import os
-    import pty
-    import struct
-    import termios
-
     node = unique("edge-tty")
     ns = await namespace(kube)
     agent(node)
     await running_pod(kube, ns, pod("term", ns, node, "exec sleep 3600"))
+    await drive_tty(kubectl, hub, ns, "term")
+
+
+async def drive_tty(kubectl: str, hub, ns: str, name: str) -> None:
+    """Run ``kubectl exec -it`` on a pty: type, read back, resize, exit 5."""
+    import fcntl
+    import os
+    import pty
+    import signal
+    import struct
+    import termios
+
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = await asyncio.create_subprocess_exec(
@@ -187,7 +193,7 @@ async def test_kubectl_exec_it_through_a_pty_type_read_back_and_resize(
         "-it",
         "-n",
         ns,
-        "term",
+        name,
         "--",
         "sh",
         stdin=slave,
@@ -224,7 +230,7 @@ async def test_kubectl_exec_it_through_a_pty_type_read_back_and_resize(
         os.write(master, b"stty size\r")
         await read_until(b"24 80")
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        os.killpg(proc.pid, __import__("signal").SIGWINCH)
+        os.killpg(proc.pid, signal.SIGWINCH)
 
         async def resized() -> bool:
             os.write(master, b"stty size\r")
@@ -543,3 +549,32 @@ async def test_exec_over_websocket_channels(hub, kube, agent, subprotocol) -> No
             async for _ in ws:
                 pass
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+@pytest.mark.podman
+async def test_kubectl_exec_it_on_the_docker_runtime(
+    hub,
+    kube,
+    kubectl,
+    podman_engine,  # noqa: F811 (the session fixture imported above)
+    pki_ca,
+    tmp_path,
+) -> None:
+    """``kubectl exec -it`` through the engine's exec with a tty: type, read back, resize."""
+    node = unique("edge-docker-tty")
+    ns = await namespace(kube)
+    edge = AgentProcess(
+        tmp_path / node,
+        node,
+        "docker",
+        f"quic://127.0.0.1:{hub.port}",
+        pki_ca.ca,
+        engine=podman_engine,
+    )
+    edge.start()
+    try:
+        await running_pod(kube, ns, pod("term", ns, node, "exec sleep 3600"))
+        await drive_tty(kubectl, hub, ns, "term")
+    finally:
+        await edge.stop()
+        await edge.remove_everything()
