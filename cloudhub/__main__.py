@@ -104,6 +104,7 @@ def serve(config_path: str | None, **flags: str | None) -> None:
 async def _serve(settings: HubSettings) -> int:
     from cloudhub.devices.extension import devices_extension
     from cloudhub.hub import Hub
+    from cloudhub.kubelet.extension import kubelet_extension
     from cloudhub.metrics.extension import metrics_extension
     from cloudhub.pki.extension import pki_extension
     from cloudhub.placement.extension import placement_extension
@@ -133,6 +134,7 @@ async def _serve(settings: HubSettings) -> int:
     extensions.append(devices_extension(settings.devices))
     extensions.append(metrics_extension(settings.metrics))
     extensions.append(placement_extension(settings.placement))
+    extensions.append(kubelet_extension(settings.kubelet))
     hub = Hub(settings, extensions=extensions)
     # Starting waits for the informers' first lists, for as long as the API is unreachable:
     # a signal meanwhile stops the hub as it would a serving one.

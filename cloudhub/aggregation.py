@@ -16,11 +16,17 @@ implements it without importing ``cloudhub.standalone``, which is optional in pr
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["AggregatedAPI", "AggregatedRequest", "AggregatedResource", "LabelSelector"]
+__all__ = [
+    "AggregatedAPI",
+    "AggregatedRequest",
+    "AggregatedResource",
+    "LabelSelector",
+    "PodSubresource",
+]
 
 
 class LabelSelector(Protocol):
@@ -101,3 +107,10 @@ class AggregatedAPI(Protocol):
         """Answer a ``get`` or ``list``: the JSON object, or ``None`` for a ``get`` of
         something that does not exist (answered 404 NotFound)."""
         ...
+
+
+PodSubresource = Callable[[Any, str, str], Awaitable[Any]]
+"""A pod subresource served by code (``log``, ``exec``, ``attach``, ``portforward``, as
+kube-apiserver proxies them to the node's kubelet): ``handler(request, namespace, pod)``
+gets the embedded API's aiohttp request, after its bearer-token check, and returns the
+aiohttp response. Register one with ``EmbeddedAPIServer.add_pod_subresource(name, handler)``."""

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from cloudhub.devices.settings import DevicesSettings
 from cloudhub.ha.settings import HASettings
+from cloudhub.kubelet.settings import KubeletSettings
 from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.pki.settings import PKISettings
 from cloudhub.placement.settings import PlacementSettings
@@ -430,6 +431,7 @@ class HubSettings:
     metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     ha: HASettings = field(default_factory=HASettings)
+    kubelet: KubeletSettings = field(default_factory=KubeletSettings)
 
 
 def load_hub_settings(

@@ -158,9 +158,11 @@ def run(
 
     services = []
     if settings.hub.url:
+        from edgeagent.day2 import Day2
         from edgeagent.uplink.session import HubLink  # imported only when a hub is configured
 
-        services.append(HubLink())
+        hub_link = HubLink()
+        services += [hub_link, Day2(hub_link)]  # day-2 streams ride the hub link
     agent = Agent(settings, notifier=Notifier.from_env(os.environ), services=services)
 
     async def serve() -> None:

@@ -636,7 +636,7 @@ class Close(Message):
 
 #: Largest ``stream_data`` payload, bytes: bulk data goes in slices this size so that no
 #: single frame holds heartbeats back for long.
-MAX_STREAM_CHUNK = 64 * 1024
+MAX_STREAM_CHUNK = 16 * 1024
 
 _STREAM_OPERATIONS = ("logs", "exec", "attach", "portforward")
 

@@ -128,6 +128,9 @@ class NodeLifecycle:
         self.metrics = metrics
         self.events = events
         self.registry = registry
+        self.kubelet_endpoint: tuple[str, int] | None = None
+        """The hub's kubelet API ``(address, port)`` published in every Node's status (the
+        kubelet extension sets it), or ``None``."""
         self._clock = clock
         self._cached_node = cached_node
         self._states: dict[str, _State] = {}
@@ -382,7 +385,13 @@ class NodeLifecycle:
                 created = await self.client.create(
                     NODES,
                     model.build_node(
-                        node, facts, hello, transport, now, self._extra_conditions(node, now)
+                        node,
+                        facts,
+                        hello,
+                        transport,
+                        now,
+                        self._extra_conditions(node, now),
+                        self.kubelet_endpoint,
                     ),
                 )
             except KubeConflict:  # created meanwhile (another replica, a retry): update it
@@ -425,7 +434,12 @@ class NodeLifecycle:
             return {
                 **current,
                 "status": model.node_status(
-                    current.get("status") or {}, facts, transport, now, extra
+                    current.get("status") or {},
+                    facts,
+                    transport,
+                    now,
+                    extra,
+                    kubelet=self.kubelet_endpoint,
                 ),
             }
 

@@ -258,9 +258,10 @@ def build_node(
     transport: str,
     now: float,
     extra: Sequence[dict] = (),
+    kubelet: tuple[str, int] | None = None,
 ) -> dict:
     """The Node to create for a node's first session (``extra``: see
-    :func:`ready_conditions`)."""
+    :func:`ready_conditions`; ``kubelet``: see :func:`node_status`)."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -274,7 +275,7 @@ def build_node(
             },
         },
         "spec": {},
-        "status": node_status({}, facts, transport, now, extra),
+        "status": node_status({}, facts, transport, now, extra, kubelet),
     }
 
 
@@ -297,20 +298,35 @@ def node_metadata(node: dict, facts: NodeFacts, hello: Hello, transport: str) ->
 
 
 def node_status(
-    status: dict, facts: NodeFacts, transport: str, now: float, extra: Sequence[dict] = ()
+    status: dict,
+    facts: NodeFacts,
+    transport: str,
+    now: float,
+    extra: Sequence[dict] = (),
+    kubelet: tuple[str, int] | None = None,
 ) -> dict:
     """``status`` with the session's capacity, nodeInfo, addresses and Ready=True
-    (``extra``: see :func:`ready_conditions`)."""
+    (``extra``: see :func:`ready_conditions`). ``kubelet``: the hub's kubelet API
+    ``(address, port)``, published first as an ``InternalDNS`` address and as the kubelet
+    port, so that the API server's logs/exec reach the hub (docs/streams.md)."""
+    addresses = list(facts.addresses)
+    endpoints = status.get("daemonEndpoints") or {"kubeletEndpoint": {"Port": 0}}
+    if kubelet is not None:
+        addresses = [
+            {"type": "InternalDNS", "address": kubelet[0]},
+            *(a for a in addresses if a["type"] != "InternalDNS"),
+        ]
+        endpoints = {"kubeletEndpoint": {"Port": kubelet[1]}}
     return {
         **status,
         "capacity": dict(facts.capacity),
         "allocatable": dict(facts.allocatable),
         "nodeInfo": dict(facts.node_info),
-        "addresses": list(facts.addresses),
+        "addresses": addresses,
         "conditions": set_conditions(
             status.get("conditions"), ready_conditions(now, transport, extra)
         ),
-        "daemonEndpoints": status.get("daemonEndpoints") or {"kubeletEndpoint": {"Port": 0}},
+        "daemonEndpoints": endpoints,
     }
 
 

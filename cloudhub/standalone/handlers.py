@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from cloudhub.aggregation import AggregatedAPI, AggregatedRequest
+from cloudhub.aggregation import AggregatedAPI, AggregatedRequest, PodSubresource
 from cloudhub.standalone import bodies, discovery, errors, openapi, patch, protobuf, tables
 from cloudhub.standalone.encoding import dumps, loads
 from cloudhub.standalone.errors import StatusError, StorageError
@@ -164,6 +164,8 @@ class APIHandler:
         self.openapi = openapi.OpenAPI(registry)
         self.aggregated: dict[str, AggregatedAPI] = {}
         """API groups served in process (:mod:`aggregation`), by group name."""
+        self.pod_subresources: dict[str, PodSubresource] = {}
+        """Pod subresources served in process (``log``, ``exec``...), by name."""
 
     def server(self) -> web.Server:
         """The aiohttp low-level server: every request goes to :meth:`handle`, which
@@ -288,6 +290,9 @@ class APIHandler:
             raise _NOT_FOUND
         if rtype.namespaced and namespace is None and name is not None:
             raise _NOT_FOUND
+        served = self.pod_subresources.get(sub) if sub and rtype.plural == "pods" else None
+        if served is not None and not rtype.group and namespace is not None and name:
+            return await served(request, namespace, name)
         if sub and not (
             (sub == "status" and rtype.status_subresource)
             or (sub == "scale" and rtype.scale is not None)

@@ -24,7 +24,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from cloudhub.aggregation import AggregatedAPI
+from cloudhub.aggregation import AggregatedAPI, PodSubresource
 from cloudhub.standalone.controllers import Controllers
 from cloudhub.standalone.errors import ConfigurationError, StandaloneError, StorageError
 from cloudhub.standalone.expiry import EVENTS_KEY, EventExpiry
@@ -98,6 +98,7 @@ class EmbeddedAPIServer:
         self._port = 0
         self._kubeconfig: pathlib.Path | None = None
         self._aggregated: dict[str, AggregatedAPI] = {}
+        self._pod_subresources: dict[str, PodSubresource] = {}
 
     # -- public ------------------------------------------------------------------
 
@@ -144,6 +145,11 @@ class EmbeddedAPIServer:
         ):
             raise ConfigurationError(f"API group {api.group} is already served")
         self._aggregated[api.group] = api
+
+    def add_pod_subresource(self, name: str, handler: PodSubresource) -> None:
+        """Serve the pod subresource ``name`` (``log``, ``exec``...) from code (the hub's
+        day-2 streams), before or after :meth:`start`."""
+        self._pod_subresources[name] = handler
 
     def remove_api(self, group: str) -> None:
         """Stop serving an in-process API group (no-op if it is not served)."""
@@ -199,6 +205,7 @@ class EmbeddedAPIServer:
                 lambda: f"{self._url_host()}:{self._port}",
             )
             self._handler.aggregated = self._aggregated
+            self._handler.pod_subresources = self._pod_subresources
             await self._listen()
             self._kubeconfig = files / "kubeconfig"
             await asyncio.to_thread(write_kubeconfig, self._kubeconfig, self.url, self._pki)

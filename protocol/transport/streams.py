@@ -105,6 +105,11 @@ class Stream:
             sent_eof = eof and last
             await self._endpoint.send_now(message)
 
+    async def resize(self, width: int, height: int) -> None:
+        """Hub side: the caller's terminal is ``width`` columns by ``height`` rows."""
+        if self.ended is None:
+            await self._endpoint.send_now(self._endpoint.mux.resize(self.id, width, height))
+
     async def close(self, exit_code: int | None = None) -> None:
         """Edge side: the stream is complete (after the last :meth:`write`)."""
         if self.ended is None:

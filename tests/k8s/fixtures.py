@@ -74,11 +74,18 @@ class _SharedServer:
 
 
 @pytest.fixture(scope="session")
-def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAPIServer]:
-    """A real kube-apiserver v1.20.2 + etcd for the whole test session, stopped at its end."""
+def kube_apiserver(tmp_path_factory: pytest.TempPathFactory, pki_ca) -> Iterator[RunningAPIServer]:
+    """A real kube-apiserver v1.20.2 + etcd for the whole test session, stopped at its end;
+    it trusts the session's hub CA (``pki_ca``) for kubelet serving certificates (the hub's
+    kubelet API)."""
     _require_binaries()
     if _SharedServer.server is None:
-        _SharedServer.server = start(tmp_path_factory.mktemp("kube-apiserver"))
+        from protocol import pki
+
+        _SharedServer.server = start(
+            tmp_path_factory.mktemp("kube-apiserver"),
+            kubelet_ca=pki.dump_certificate_pem(pki_ca.ca.certificate),
+        )
     _SharedServer.users += 1
     try:
         yield _SharedServer.server

@@ -256,6 +256,7 @@ def start(
     binary: Path | None = None,
     etcd: Path | None = None,
     ready_timeout: float = 120.0,
+    kubelet_ca: bytes | None = None,
 ) -> RunningAPIServer:
     """Start etcd and kube-apiserver on free loopback ports and wait until the API is ready.
 
@@ -269,6 +270,11 @@ def start(
         etcd: the etcd to run; default :func:`etcd_path`.
         ready_timeout: seconds to wait for each component to become ready; generous,
             because the machine may be shared with other busy processes.
+        kubelet_ca: PEM CA the kubelets' (the hub's kubelet API's) serving certificates
+            chain to (``--kubelet-certificate-authority``); ``None``: not verified, as
+            kube-apiserver does without the flag. The API server always dials kubelets
+            with a client certificate from its own CA (``kubelet_client_*`` in ``pki/``)
+            at the Node's ``InternalDNS`` address first (docs/streams.md).
 
     Returns:
         The running pair; the caller must :meth:`RunningAPIServer.stop` it.
@@ -291,6 +297,16 @@ def start(
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     pki = _write_pki(workdir)
+    kubelet_flags = [
+        f"--kubelet-client-certificate={pki['kubelet_client_cert']}",
+        f"--kubelet-client-key={pki['kubelet_client_key']}",
+        "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname",
+    ]
+    if kubelet_ca is not None:
+        (workdir / "pki" / "kubelet-ca.crt").write_bytes(kubelet_ca)
+        kubelet_flags.append(
+            f"--kubelet-certificate-authority={workdir / 'pki' / 'kubelet-ca.crt'}"
+        )
     token = secrets.token_urlsafe(32)
     token_file = workdir / "tokens.csv"
     # Static token file format: token,user,uid,"group1,group2".
@@ -322,6 +338,7 @@ def start(
                 f"--service-account-key-file={pki['sa_key']}",
                 f"--service-account-signing-key-file={pki['sa_key']}",
                 f"--cert-dir={workdir / 'apiserver-certs'}",
+                *kubelet_flags,
                 *_FIXED_APISERVER_FLAGS,
             ]
             processes.append(
@@ -373,11 +390,13 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
     from cryptography.hazmat.primitives import serialization
 
     from protocol.pki import (
+        build_node_csr,
         dump_certificate_pem,
         dump_private_key_pem,
         generate_ca,
         generate_private_key,
         issue_server_certificate,
+        sign_node_csr,
     )
 
     now = time.time()
@@ -391,6 +410,11 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
         now=now,
     )
     sa_key = generate_private_key()
+    # the API server's client certificate toward kubelets (the hub's kubelet API)
+    kubelet_key = generate_private_key()
+    kubelet_cert = sign_node_csr(
+        ca, build_node_csr("kube-apiserver", kubelet_key), lifetime=lifetime, now=now
+    )
 
     pki_dir = workdir / "pki"
     pki_dir.mkdir(exist_ok=True)
@@ -399,7 +423,10 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
         "serving_cert": pki_dir / "apiserver.crt",
         "serving_key": pki_dir / "apiserver.key",
         "sa_key": pki_dir / "sa.key",
+        "kubelet_client_cert": pki_dir / "kubelet-client.crt",
+        "kubelet_client_key": pki_dir / "kubelet-client.key",
     }
+    paths["kubelet_client_cert"].write_bytes(dump_certificate_pem(kubelet_cert))
     paths["ca_cert"].write_bytes(dump_certificate_pem(ca.certificate))
     paths["serving_cert"].write_bytes(dump_certificate_pem(serving_cert))
     # kube-apiserver 1.20 reads public keys out of --service-account-key-file only from
@@ -409,7 +436,11 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
         serialization.PrivateFormat.TraditionalOpenSSL,
         serialization.NoEncryption(),
     )
-    for name, data in (("serving_key", dump_private_key_pem(serving_key)), ("sa_key", sa_pem)):
+    for name, data in (
+        ("serving_key", dump_private_key_pem(serving_key)),
+        ("sa_key", sa_pem),
+        ("kubelet_client_key", dump_private_key_pem(kubelet_key)),
+    ):
         paths[name].touch(mode=0o600)
         paths[name].write_bytes(data)
     return paths

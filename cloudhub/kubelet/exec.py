@@ -1,0 +1,282 @@
+"""``POST /exec/{namespace}/{pod}/{container}`` (kubelet's) and the embedded API's
+``/api/v1/namespaces/{namespace}/pods/{pod}/exec``: the caller's SPDY/3.1 connection
+(``protocol.spdy.remotecommand``), or its WebSocket with the channel protocols
+(``cloudhub.kubelet.wsexec``), joined to an ``exec`` stream on the pod's node.
+
+Query: ``command`` (repeated), ``stdin``, ``stdout``, ``stderr``, ``tty`` (and
+``container``) on the API path; kube-apiserver calls them ``input``, ``output``, ``error``
+and ``tty`` toward kubelets. Everything that can be refused is refused before the
+upgrade, with an HTTP status (``kubectl`` prints it): no upgrade headers (``400``), no
+common protocol (``403``), unknown pod or container (``404``/``400``), no command
+(``400``), the node offline (``503``, ``node X is offline since …``). After the upgrade the
+edge's refusal (no such executable...) or its end comes back as the v4 status on the error
+stream, and kubectl exits with the command's exit code.
+
+Data both ways is bounded: the caller's bytes wait in one queue that pauses the socket
+past :data:`READ_PAUSE_BYTES`, and the node's output waits for the socket to drain before
+the next piece is taken from the stream (whose window then stops the node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from cloudhub.kubelet.logs import LogRequestError, plain_error, pod_container
+from cloudhub.kubelet.streams import HubStreams, StreamUnavailable
+from protocol.errors import ErrorCode
+from protocol.spdy.connection import SpdyProtocolError
+from protocol.spdy.remotecommand import (
+    PROTOCOLS,
+    Ended,
+    Ready,
+    RemoteCommandServer,
+    Resize,
+    Stdin,
+    negotiate,
+)
+from protocol.streams import DataReceived
+from protocol.transport.streams import Stream
+
+__all__ = ["serve_exec"]
+
+log = logging.getLogger(__name__)
+
+_TRUE = ("true", "1", "True")
+#: Bytes from the caller buffered before its socket is paused.
+READ_PAUSE_BYTES = 256 * 1024
+
+
+class _Feeder:
+    """aiohttp's payload parser slot after the upgrade: the connection's bytes, queued."""
+
+    def __init__(self, transport: Any) -> None:
+        self.chunks: deque[bytes | None] = deque()
+        self.size = 0
+        self.wake = asyncio.Event()
+        self._transport = transport
+        self._paused = False
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        self.chunks.append(bytes(data))
+        self.size += len(data)
+        self.wake.set()
+        if self.size > READ_PAUSE_BYTES and not self._paused and self._transport is not None:
+            self._transport.pause_reading()
+            self._paused = True
+        return False, b""
+
+    def feed_eof(self) -> None:
+        self.chunks.append(None)
+        self.wake.set()
+
+    async def next(self) -> bytes | None:
+        while not self.chunks:
+            self.wake.clear()
+            await self.wake.wait()
+        chunk = self.chunks.popleft()
+        if chunk is not None:
+            self.size -= len(chunk)
+            if self._paused and self.size <= READ_PAUSE_BYTES // 2:
+                self._transport.resume_reading()
+                self._paused = False
+        return chunk
+
+
+#: The API's query names and what kube-apiserver calls them toward kubelets.
+_KUBELET_NAMES = {"stdin": "input", "stdout": "output", "stderr": "error", "tty": "tty"}
+
+
+def _flags(query: Any) -> dict[str, Any]:
+    flags = {
+        k: query.get(k) in _TRUE or query.get(alias) in _TRUE for k, alias in _KUBELET_NAMES.items()
+    }
+    flags["command"] = query.getall("command", [])
+    return flags
+
+
+def _offered(request: web.BaseRequest) -> list[str]:
+    values = request.headers.getall("X-Stream-Protocol-Version", [])
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+async def serve_exec(
+    request: web.BaseRequest,
+    streams: HubStreams,
+    find_pod: Callable[[str, str], dict[str, Any] | None],
+    namespace: str,
+    pod_name: str,
+    container: str,
+    *,
+    user: str,
+    operation: str = "exec",
+    error: Callable[[int, str], web.Response] = plain_error,
+) -> web.StreamResponse:
+    """Answer one exec (or attach) request (see the module docstring)."""
+    upgrade = request.headers.get("Upgrade", "").lower()
+    if upgrade not in ("spdy/3.1", "websocket"):
+        return error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
+    protocol = negotiate(_offered(request)) if upgrade == "spdy/3.1" else "websocket"
+    if protocol is None:
+        return error(
+            403,
+            f"unable to upgrade: unable to negotiate protocol: client supports "
+            f"{_offered(request)}, server supports {list(PROTOCOLS)}",
+        )
+    pod = find_pod(namespace, pod_name)
+    if pod is None:
+        return error(404, f'pods "{pod_name}" not found')
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    flags = _flags(request.query)
+    try:
+        container = pod_container(pod, container)
+    except LogRequestError as exc:
+        return error(400, str(exc))
+    if operation == "exec" and not flags["command"]:
+        return error(400, "you must specify at least one command for the container")
+    if not (flags["stdin"] or flags["stdout"] or flags["stderr"]):
+        return error(400, "you must specify at least one of stdin, stdout, stderr")
+    if streams.endpoint(node) is None:
+        return error(503, streams.offline_message(node))
+    if upgrade == "websocket":
+        from cloudhub.kubelet.wsexec import serve_websocket
+
+        where = (node, namespace, pod_name, container)
+        return await serve_websocket(request, streams, where, flags, user, operation)
+    response = web.StreamResponse(
+        status=101,
+        headers={
+            "Connection": "Upgrade",
+            "Upgrade": "SPDY/3.1",
+            "X-Stream-Protocol-Version": protocol,
+        },
+    )
+    await response.prepare(request)  # type: ignore[arg-type]
+    transport = request.transport
+    feeder = _Feeder(transport)
+    request.protocol.set_parser(feeder)  # type: ignore[attr-defined]
+    server = RemoteCommandServer(
+        stdin=flags["stdin"],
+        stdout=flags["stdout"],
+        stderr=flags["stderr"],
+        tty=flags["tty"],
+        protocol=protocol,
+    )
+    session = _ExecSession(request, server, feeder, streams, node, namespace, pod_name, container)
+    try:
+        await session.run(flags, user, operation)
+    finally:
+        if transport is not None and not transport.is_closing():
+            transport.close()
+    return response
+
+
+class _ExecSession:
+    def __init__(
+        self,
+        request: web.BaseRequest,
+        server: RemoteCommandServer,
+        feeder: _Feeder,
+        streams: HubStreams,
+        node: str,
+        namespace: str,
+        pod: str,
+        container: str,
+    ) -> None:
+        self.request = request
+        self.server = server
+        self.feeder = feeder
+        self.streams = streams
+        self.where = (node, namespace, pod, container)
+        self.stream: Stream | None = None
+        self.pending: list[Any] = []  # caller events before the node's stream is open
+
+    async def flush(self) -> None:
+        data = self.server.data_to_send()
+        transport = self.request.transport
+        if data and transport is not None and not transport.is_closing():
+            transport.write(data)
+            await self.request.protocol._drain_helper()  # type: ignore[attr-defined]
+
+    async def run(self, flags: dict[str, Any], user: str, operation: str) -> None:
+        node, namespace, pod, container = self.where
+        # wait until the caller opened every channel it asked for
+        while True:
+            events = await self._caller_events()
+            if events is None:
+                return
+            if any(isinstance(e, Ready) for e in events):
+                self.pending += [e for e in events if not isinstance(e, Ready)]
+                break
+            self.pending += events
+        params = {k: flags[k] for k in ("command", "stdin", "stdout", "stderr", "tty")}
+        try:
+            stream = await self.streams.open(
+                node, operation, namespace, pod, container, params, user=user
+            )
+        except StreamUnavailable as exc:
+            self.server.finish(None, str(exc))
+            await self.flush()
+            return
+        self.stream = stream
+        cancelled = True
+        upstream = asyncio.ensure_future(self._upstream(stream))
+        try:
+            await self._downstream(stream)
+            cancelled = False
+        finally:
+            upstream.cancel()
+            await asyncio.gather(upstream, return_exceptions=True)
+            if stream.ended is None:
+                await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+            self.streams.finished(stream, cancelled=cancelled)
+
+    async def _caller_events(self) -> list[Any] | None:
+        chunk = await self.feeder.next()
+        if chunk is None:
+            return None
+        try:
+            events = self.server.receive_data(chunk)
+        except SpdyProtocolError as exc:
+            log.warning("exec %s: refused the caller's SPDY: %s", "/".join(self.where[1:]), exc)
+            await self.flush()
+            return None
+        await self.flush()
+        return events
+
+    async def _upstream(self, stream: Stream) -> None:
+        """The caller's stdin and resizes to the node."""
+        events: list[Any] | None = self.pending
+        while events is not None:
+            for event in events:
+                if isinstance(event, Stdin):
+                    await stream.write(0, event.data, eof=event.eof)
+                elif isinstance(event, Resize):
+                    await stream.resize(event.width, event.height)
+                elif isinstance(event, Ended):
+                    await stream.reset(ErrorCode.INTERNAL, event.reason)
+                    return
+            events = await self._caller_events()
+        await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+
+    async def _downstream(self, stream: Stream) -> None:
+        """The node's output to the caller, then the command's status."""
+        while True:
+            event = await stream.read()
+            if event is None:
+                break
+            if isinstance(event, DataReceived) and event.data:
+                self.server.write(event.channel, event.data)
+                await self.flush()
+        ended = stream.ended
+        assert ended is not None
+        if ended.code is None:
+            self.server.finish(ended.exit_code if ended.exit_code is not None else 0)
+        else:
+            self.server.finish(None, ended.reason)
+        await self.flush()

@@ -1,0 +1,103 @@
+"""Docker API logs and exec for ``edgeagent.runtime.day2`` (imported only with the docker
+runtime: it needs aiodocker)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiodocker
+import aiohttp
+
+from edgeagent.errors import ContainerRuntimeError
+from edgeagent.runtime.base import ContainerInfo
+from edgeagent.runtime.day2 import ExecProcess, LogOptions
+
+__all__ = ["DockerExec", "docker_logs"]
+
+
+async def docker_logs(
+    runtime: Any, info: ContainerInfo, options: LogOptions
+) -> AsyncIterator[bytes]:
+    """``GET /containers/{id}/logs`` (stdout and stderr, in the engine's order)."""
+    params: dict[str, Any] = {"timestamps": options.timestamps}
+    if options.tail_lines is not None:
+        params["tail"] = str(max(0, options.tail_lines))
+    if options.since is not None:
+        params["since"] = f"{options.since:.9f}"
+    container = runtime._api.containers.container(info.id)
+    try:
+        if options.follow:
+            async for line in container.log(stdout=True, stderr=True, follow=True, **params):
+                yield line.encode() if isinstance(line, str) else line
+            return
+        lines = await container.log(stdout=True, stderr=True, follow=False, **params)
+    except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
+        raise runtime._error(exc, "logs") from exc
+    for line in lines:
+        yield line.encode() if isinstance(line, str) else line
+
+
+class DockerExec(ExecProcess):
+    """An exec instance and its hijacked stream."""
+
+    def __init__(self, execution: Any, stream: Any, tty: bool) -> None:
+        self._exec = execution
+        self._stream = stream
+        self._tty = tty
+
+    @classmethod
+    async def start(
+        cls, runtime: Any, info: ContainerInfo, argv: list[str], *, stdin: bool, tty: bool
+    ) -> DockerExec:
+        try:
+            container = runtime._api.containers.container(info.id)
+            execution = await container.exec(argv, stdout=True, stderr=True, stdin=stdin, tty=tty)
+            stream = execution.start(detach=False)
+            await stream._init()
+        except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
+            raise runtime._error(exc, "exec") from exc
+        return cls(execution, stream, tty)
+
+    async def write(self, data: bytes) -> None:
+        try:
+            await self._stream.write_in(data)
+        except (RuntimeError, OSError, aiohttp.ClientError):
+            pass  # the command's end tells the caller
+
+    async def close_stdin(self) -> None:
+        transport = self._stream._resp.connection.transport if self._stream._resp else None
+        if transport is not None and transport.can_write_eof():
+            transport.write_eof()
+
+    async def output(self) -> AsyncIterator[tuple[int, bytes]]:  # type: ignore[override]
+        while True:
+            try:
+                message = await self._stream.read_out()
+            except (aiohttp.ClientError, OSError) as exc:
+                raise ContainerRuntimeError(f"exec output: {exc}", operation="exec") from exc
+            if message is None:
+                return
+            yield (1 if self._tty else message.stream), message.data
+
+    async def resize(self, width: int, height: int) -> None:
+        if self._tty:
+            try:
+                await self._exec.resize(h=height, w=width)
+            except aiodocker.DockerError:
+                pass  # not running yet / any more
+
+    async def wait(self) -> int:
+        details: dict[str, Any] = {}
+        for _ in range(100):  # the engine records the exit a moment after the stream ends
+            details = await self._exec.inspect()
+            if not details.get("Running"):
+                break
+            await asyncio.sleep(0.02)
+        code = details.get("ExitCode")
+        await self._stream.close()
+        return int(code if code is not None else 126)
+
+    async def kill(self) -> None:
+        await self._stream.close()
