@@ -63,6 +63,32 @@ class HubMetrics:
             registry=registry,
         )
         self.build_info.labels(_edgefleet_version(), platform.python_version()).set(1)
+        self._add_session_metrics(registry)
+        self._add_api_metrics(registry)
+        self.serving_not_after = Gauge(
+            f"{NS}_serving_certificate_expiry_timestamp_seconds",
+            "When the certificate the edge listeners present expires (Unix time); it "
+            "changes when a reissued or rotated one is picked up",
+            registry=registry,
+        )
+        self.events_dropped = Counter(
+            f"{NS}_events_dropped",
+            "Hub Events not recorded: the event queue was full, or the object had too many "
+            "Events of that reason (the correlator's spam filter)",
+            registry=registry,
+        )
+        self._bytes = {("in", "quic"): 0, ("in", "websocket"): 0}
+        self._bytes.update({("out", "quic"): 0, ("out", "websocket"): 0})
+        self._live: Callable[[], Iterable[Any]] | None = None
+        self._informers: Callable[[], Iterable[Any]] | None = None
+        self._status_pending: Callable[[], int] | None = None
+        self._listeners: Callable[[], Iterable[Any]] = tuple
+        self._heap_trims: Callable[[], int] = int
+        registry.register(_ScrapeTime(self))
+        self._expositions: list[Callable[[], bytes]] = []
+
+    def _add_session_metrics(self, registry: CollectorRegistry) -> None:
+        """Sessions and the messages they carry."""
         self.connected = Gauge(
             f"{NS}_connected_nodes", "Nodes with an open session", ["transport"], registry=registry
         )
@@ -98,6 +124,9 @@ class HubMetrics:
             ["kind", "code"],
             registry=registry,
         )
+
+    def _add_api_metrics(self, registry: CollectorRegistry) -> None:
+        """Kubernetes API calls and what the hub writes, refuses or gives up."""
         self.api_latency = Histogram(
             f"{NS}_api_request_duration_seconds",
             "Kubernetes API request latency by verb and resource (watch: until it opened)",
@@ -152,27 +181,6 @@ class HubMetrics:
             ["direction", "kind", "reason"],
             registry=registry,
         )
-        self.serving_not_after = Gauge(
-            f"{NS}_serving_certificate_expiry_timestamp_seconds",
-            "When the certificate the edge listeners present expires (Unix time); it "
-            "changes when a reissued or rotated one is picked up",
-            registry=registry,
-        )
-        self.events_dropped = Counter(
-            f"{NS}_events_dropped",
-            "Hub Events not recorded: the event queue was full, or the object had too many "
-            "Events of that reason (the correlator's spam filter)",
-            registry=registry,
-        )
-        self._bytes = {("in", "quic"): 0, ("in", "websocket"): 0}
-        self._bytes.update({("out", "quic"): 0, ("out", "websocket"): 0})
-        self._live: Callable[[], Iterable[Any]] | None = None
-        self._informers: Callable[[], Iterable[Any]] | None = None
-        self._status_pending: Callable[[], int] | None = None
-        self._listeners: Callable[[], Iterable[Any]] = tuple
-        self._heap_trims: Callable[[], int] = int
-        registry.register(_ScrapeTime(self))
-        self._expositions: list[Callable[[], bytes]] = []
 
     # -- feeds --------------------------------------------------------------------------------
 

@@ -27,11 +27,11 @@ import struct
 import subprocess
 import termios
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from edgeagent.errors import ContainerRuntimeError
 from edgeagent.runtime.base import ContainerInfo, ContainerRuntime
+from edgeagent.runtime.day2base import ExecProcess, LogOptions
 
 __all__ = ["ExecProcess", "LogOptions", "UnsupportedLogOption", "container_logs", "start_exec"]
 
@@ -43,23 +43,6 @@ FOLLOW_POLL_S = 0.05
 
 class UnsupportedLogOption(ContainerRuntimeError):
     """The runtime cannot honour a log option (e.g. ``timestamps`` from a plain file)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogOptions:
-    """What ``GET /containerLogs`` asks for.
-
-    Attributes:
-        follow: keep streaming while the container runs.
-        tail_lines: only the last N lines (``None``: all).
-        since: only lines written at or after this time, seconds since the epoch.
-        timestamps: prefix each line with its RFC 3339 time.
-    """
-
-    follow: bool = False
-    tail_lines: int | None = None
-    since: float | None = None
-    timestamps: bool = False
 
 
 async def container_logs(
@@ -154,38 +137,6 @@ async def _still_running(runtime: ContainerRuntime, info: ContainerInfo) -> bool
     except ContainerRuntimeError:
         return False
     return current.state.value == "running"
-
-
-class ExecProcess:
-    """A command running in a container: stdin in, output out, its exit code at the end.
-
-    Subclasses implement the runtime's way; every method may raise
-    ``ContainerRuntimeError``.
-    """
-
-    async def write(self, data: bytes) -> None:
-        """Bytes to the command's stdin."""
-        raise NotImplementedError
-
-    async def close_stdin(self) -> None:
-        """The caller's stdin ended."""
-        raise NotImplementedError
-
-    def output(self) -> AsyncIterator[tuple[int, bytes]]:
-        """``(channel, bytes)``: 1 stdout, 2 stderr (a tty's output is all on 1), until the
-        command closed them."""
-        raise NotImplementedError
-
-    async def resize(self, width: int, height: int) -> None:
-        """The caller's terminal size (columns, rows); ignored without a tty."""
-
-    async def wait(self) -> int:
-        """The exit code (128 + N for a signal N, as a shell reports it)."""
-        raise NotImplementedError
-
-    async def kill(self) -> None:
-        """Stop the command now (the caller went away)."""
-        raise NotImplementedError
 
 
 async def start_exec(

@@ -12,7 +12,7 @@ import aiohttp
 
 from edgeagent.errors import ContainerRuntimeError
 from edgeagent.runtime.base import ContainerInfo
-from edgeagent.runtime.day2 import ExecProcess, LogOptions
+from edgeagent.runtime.day2base import ExecProcess, LogOptions
 
 __all__ = ["DockerExec", "docker_logs"]
 

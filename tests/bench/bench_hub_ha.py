@@ -39,7 +39,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
-import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from cloudhub.errors import KubeConflict  # noqa: E402
@@ -48,6 +47,7 @@ from cloudhub.kube import CRDS, LEASES, NAMESPACES, NODES, Informer, KubeClient 
 from cloudhub.kube.times import parse_time  # noqa: E402
 from protocol import pki  # noqa: E402
 from tests.cloudhub.ha.processes import Balancer, ReplicaProcess  # noqa: E402
+from tests.crds import crd_documents  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
 
 NAMESPACE = "edgefleet-ha"
@@ -224,9 +224,9 @@ async def run_async(quick: bool) -> dict:
             for name in ("edgefleet", "kube-node-lease", NAMESPACE):
                 with contextlib.suppress(KubeConflict):
                     await kube.create(NAMESPACES, {"metadata": {"name": name}})
-            for path in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
+            for crd in crd_documents():
                 with contextlib.suppress(KubeConflict):
-                    await kube.create(CRDS, yaml.safe_load(path.read_text()))
+                    await kube.create(CRDS, crd)
             watch = Watch(prefix)
             nodes = Informer(kube, NODES)
             leases = Informer(kube, LEASES, namespace=NAMESPACE)

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -27,6 +26,7 @@ from cloudhub.devices import (
 from cloudhub.devices.twin import desired_version
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from protocol.devices import ReportedValue
+from tests.crds import crd_documents
 
 from .test_shared_manifests import PAIRS
 
@@ -49,8 +49,8 @@ async def kube() -> AsyncIterator[client.ApiClient]:
 
 async def install_crds(api_client: client.ApiClient) -> None:
     ext = client.ApiextensionsV1Api(api_client)
-    for path in sorted((REPO / "deploy" / "crds").glob("*.yaml")):
-        await ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+    for crd in crd_documents():
+        await ext.create_custom_resource_definition(crd)
     custom = client.CustomObjectsApi(api_client)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE_S

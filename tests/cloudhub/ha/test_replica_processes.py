@@ -20,13 +20,13 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-import yaml
 
 from cloudhub.errors import KubeConflict
 from cloudhub.ha import owner_of
 from cloudhub.kube import CRDS, LEASES, NAMESPACES, NODES, PODS, Informer, KubeClient
 from tests.cloudhub.ha.processes import Balancer, ReplicaProcess
 from tests.cloudhub.hub.conftest import eventually
+from tests.crds import crd_documents
 from tests.edgeagent.hublink.fleet import AgentProcess
 from tests.edgeagent.hublink.objects import pod
 from tests.testpki import TestPKI
@@ -66,9 +66,9 @@ def _ready(node: dict) -> str:
 
 
 async def _install_crds(kube: KubeClient) -> None:
-    for path in sorted((REPO / "deploy" / "crds").glob("*.yaml")):
+    for crd in crd_documents():
         try:
-            await kube.create(CRDS, yaml.safe_load(path.read_text()))
+            await kube.create(CRDS, crd)
         except KubeConflict:
             pass  # the shared server has them already
 
