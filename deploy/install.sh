@@ -550,7 +550,9 @@ upgrade() {
     mv "$VENV" "$VENV.failed"
     mv "$PREVIOUS" "$VENV"
     install_unit
-    [ -n "$ROOT" ] || ! joined || systemctl restart "$UNIT" || true
+    if [ -z "$ROOT" ] && joined; then
+        systemctl daemon-reload && systemctl restart "$UNIT" || true
+    fi
     die "upgrade to edgefleet $new failed; edgefleet $old is back (the failed venv is in $PREFIX.failed; journalctl -u edgeagent says why)"
 }
 
@@ -567,7 +569,10 @@ rollback() {
     mv "$PREVIOUS" "$STAGING"
     swap_in "$STAGING"
     install_unit
-    [ -n "$ROOT" ] || ! joined || systemctl restart "$UNIT"
+    if [ -z "$ROOT" ] && joined; then
+        systemctl daemon-reload
+        systemctl restart "$UNIT"
+    fi
     say "rolled back edgefleet $old -> $new"
 }
 

@@ -102,3 +102,44 @@ def test_bad_usage_is_refused(tmp_path: pathlib.Path) -> None:
     assert bad.returncode == 2 and "unknown architecture sparc" in bad.stderr
     old = build("--python", "2.7", "--out", str(tmp_path / "h"))
     assert old.returncode == 2 and "not 3.10 or later" in old.stderr
+
+
+async def test_install_sh_installs_from_a_wheelhouse_url(
+    house: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """--wheelhouse https://…/wheelhouse.tar.gz (here plain HTTP on loopback, a real
+    server): fetched, its manifest checked, the agent installed from it, no index."""
+    import functools
+    import http.server
+    import tarfile
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    with tarfile.open(served / "wheelhouse.tar.gz", "w:gz") as archive:
+        archive.add(house, arcname="wheelhouse")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        root = tmp_path / "root"
+        root.mkdir()
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        environ |= {"PIP_CONFIG_FILE": os.devnull, "TMPDIR": str(scratch)}
+        url = f"http://127.0.0.1:{server.server_address[1]}/wheelhouse.tar.gz"
+        result = await install(
+            "--root", str(root), "--python", sys.executable, "--wheelhouse", url,
+            "--runtime", "process", environ=environ,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "fetching the wheelhouse" in result.stdout
+        assert "installed edgefleet 0.1.0 (the agent) in /opt/edgeagent" in result.stdout
+        # The fetched copy is gone again (a temporary directory, removed on exit).
+        assert [p.name for p in scratch.iterdir()] == []
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
