@@ -1,0 +1,117 @@
+"""protocol.upgrade: the version grammar and order, digests, artifact names."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.upgrade import (
+    ArtifactError,
+    check_artifact_name,
+    check_sha256,
+    parse_version,
+)
+
+ORDERED = [
+    "0.9",
+    "1.0.dev1",
+    "1.0a1.dev1",
+    "1.0a1",
+    "1.0a2",
+    "1.0b1",
+    "1.0rc1",
+    "1.0",
+    "1.0.post1.dev1",
+    "1.0.post1",
+    "1.0.1",
+    "1.1",
+    "10.0",
+]
+
+
+def test_versions_sort_as_pep_440_does() -> None:
+    parsed = [parse_version(text) for text in ORDERED]
+    assert [str(v) for v in sorted(reversed(parsed))] == ORDERED
+    for earlier, later in itertools.pairwise(parsed):
+        assert earlier < later and later > earlier and earlier <= later and later >= earlier
+
+
+def test_trailing_zeros_compare_equal() -> None:
+    assert parse_version("1.0").key == parse_version("1.0.0.0").key
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "v1.0",
+        "1.0+local",
+        "1!1.0",
+        "1.0 ",
+        "1.0;rm -rf /",
+        "../1.0",
+        "1.0\n",
+        "1.2.3.4.5",
+        "1234567.0",
+        "1.0-rc1",
+        None,
+        10,
+    ],
+)
+def test_anything_outside_the_grammar_is_refused(bad: object) -> None:
+    with pytest.raises(ArtifactError) as caught:
+        parse_version(bad)
+    assert caught.value.field == "version"
+
+
+def test_a_digest_is_64_lowercase_hex_digits() -> None:
+    good = "ab" * 32
+    assert check_sha256(good) == good
+    for bad in ("AB" * 32, "ab" * 31, "ab" * 33, "zz" * 32, None, "ab" * 32 + "\n"):
+        with pytest.raises(ArtifactError):
+            check_sha256(bad)
+
+
+def test_an_artifact_is_a_bare_wheel_file_name() -> None:
+    name = "edgefleet-0.5.0-py3-none-any.whl"
+    assert check_artifact_name(name) == name
+    for bad in (
+        "../edgefleet-0.5.0-py3-none-any.whl",
+        "/etc/passwd.whl",
+        "dir/edgefleet.whl",
+        "..whl",
+        ".hidden.whl",
+        "edgefleet-0.5.0.tar.gz",
+        "edge fleet.whl",
+        "edgefleet\x00.whl",
+        "a..b.whl",
+        "",
+        None,
+    ):
+        with pytest.raises(ArtifactError):
+            check_artifact_name(bad)
+
+
+@given(st.text(max_size=40))
+def test_parse_version_accepts_or_refuses_cleanly(text: str) -> None:
+    try:
+        version = parse_version(text)
+    except ArtifactError:
+        return
+    assert version.text == text
+    assert all(ch.isdigit() or ch in ".abrcpostdev" for ch in text)
+
+
+@given(
+    st.lists(st.integers(0, 999), min_size=1, max_size=4),
+    st.lists(st.integers(0, 999), min_size=1, max_size=4),
+)
+def test_release_order_matches_tuple_order(a: list[int], b: list[int]) -> None:
+    va = parse_version(".".join(map(str, a)))
+    vb = parse_version(".".join(map(str, b)))
+    pad = lambda xs: xs + [0] * (4 - len(xs))  # noqa: E731
+    assert (va < vb) == (pad(a) < pad(b))
+    assert (va.key == vb.key) == (pad(a) == pad(b))
