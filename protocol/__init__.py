@@ -67,6 +67,9 @@ from protocol.session import Session
 from protocol.settings import SettingInfo, describe, load_settings
 from protocol.states import TRANSITIONS, Role, SessionState, negotiate_version
 
+# Registers the agent upgrade messages with the codec (see protocol.upgrade).
+import protocol.upgrade  # noqa: F401  isort: skip
+
 __all__ = [
     "DEFAULT_BASE",
     "DEFAULT_CAP",

@@ -8,8 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.codec import decode_payload, encode
+from protocol.errors import InvalidMessage
 from protocol.upgrade import (
+    MAX_ARTIFACT_CHUNK,
+    ArtifactChunk,
     ArtifactError,
+    ArtifactRequest,
+    UpgradeOrder,
+    UpgradeProgress,
+    UpgradeRollback,
     check_artifact_name,
     check_sha256,
     parse_version,
@@ -115,3 +123,48 @@ def test_release_order_matches_tuple_order(a: list[int], b: list[int]) -> None:
     pad = lambda xs: xs + [0] * (4 - len(xs))  # noqa: E731
     assert (va < vb) == (pad(a) < pad(b))
     assert (va.key == vb.key) == (pad(a) == pad(b))
+
+
+DIGEST = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (
+            lambda: UpgradeOrder("", "u", "0.5.0", DIGEST, artifact="a-1-py3-none-any.whl"),
+            "upgrade",
+        ),
+        (lambda: UpgradeOrder("x", "u", "0.5.0", DIGEST), "artifact"),
+        (
+            lambda: UpgradeOrder(
+                "x", "u", "0.5.0", DIGEST, artifact="a-1-py3-none-any.whl", url="https://x"
+            ),
+            "artifact",
+        ),
+        (
+            lambda: UpgradeOrder("x", "u", "0.5.0", DIGEST, artifact="a.whl", gate_s=0.0),
+            "size",
+        ),
+        (lambda: UpgradeProgress("x", "u", "Healthy", "0.5.0", 1.0), "phase"),
+        (lambda: UpgradeRollback("x", "", "Because"), "upgrade"),
+        (lambda: ArtifactRequest(DIGEST, -1, 10), "length"),
+        (lambda: ArtifactRequest(DIGEST, 0, MAX_ARTIFACT_CHUNK + 1), "length"),
+        (lambda: ArtifactRequest(DIGEST, 0, 0), "length"),
+        (lambda: ArtifactChunk(DIGEST, 8, b"0123", total=10), "offset"),
+    ],
+)
+def test_upgrade_messages_refuse_bad_fields(make, field: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        make()
+    assert caught.value.field == field
+
+
+def test_upgrade_messages_cross_the_codec_and_progress_is_latest_wins() -> None:
+    order = UpgradeOrder("x", "u", "0.5.0", DIGEST, artifact="edgefleet-0.5.0-py3-none-any.whl")
+    assert decode_payload(encode(order)[4:])[1] == order
+    a = UpgradeProgress("x", "u", "Downloading", "0.4.0", 1.0)
+    b = UpgradeProgress("x", "u", "Installing", "0.4.0", 2.0)
+    assert a.coalesce_key() == b.coalesce_key() == ("upgrade", "u")
+    assert UpgradeProgress.needs_ack and UpgradeProgress.from_edge
+    assert UpgradeOrder.from_hub and not UpgradeOrder.from_edge
