@@ -12,10 +12,14 @@ import sys
 import zipfile
 
 
-def make_wheel(directory: pathlib.Path, version: str, *, exit_status: int = 0) -> pathlib.Path:
+def make_wheel(
+    directory: pathlib.Path, version: str, *, exit_status: int = 0, padding: int = 0
+) -> pathlib.Path:
     """``edgefleet-<version>-py3-none-any.whl`` in ``directory``; its agent's smoke test
-    (``python -m edgeagent run --help``) exits ``exit_status``."""
+    (``python -m edgeagent run --help``) exits ``exit_status``; ``padding`` bytes of data
+    make it span several transfer chunks (stored, not compressed)."""
     files = {
+        "edgeagent/padding.txt": "x" * padding,
         "edgeagent/__init__.py": f'__version__ = "{version}"\n',
         "edgeagent/__main__.py": (
             f"import sys\nprint('edgeagent {version}')\nsys.exit({exit_status})\n"
