@@ -8,6 +8,7 @@ Real venvs, real pip, the real guard; the session between them is a direct call 
 from __future__ import annotations
 
 import dataclasses
+import filecmp
 import pathlib
 
 import pytest
@@ -128,9 +129,7 @@ async def test_an_order_over_a_flaky_link_resumes_installs_switches_and_is_healt
         rollout.report(NODE, NodePhase(report.phase), report.observed_at)
     assert node.restarts == 1 and node.layout.version() == "0.5.0"
     assert guard.probation(node.state)["previous_version"] == "0.4.0"
-    assert (node.state / "upgrade" / "guard.py").read_text() == pathlib.Path(
-        guard.__file__
-    ).read_text()
+    assert filecmp.cmp(node.state / "upgrade" / "guard.py", guard.__file__, shallow=False)
 
     # The process manager starts the new agent: the guard lets it, the hub welcomes it.
     assert guard.on_start(node.state, node.clock()) == "probation"
