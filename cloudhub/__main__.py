@@ -186,5 +186,9 @@ from cloudhub.devices.cli import devices  # noqa: E402  KubeEdge device manifest
 
 main.add_command(devices)
 
+from cloudhub.upgrade.cli import upgrade  # noqa: E402  staged agent upgrades: status
+
+main.add_command(upgrade)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

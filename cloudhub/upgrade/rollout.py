@@ -350,7 +350,7 @@ class Rollout:
                 )
                 continue
             if len(orders) == size:
-                break
+                continue  # the batch is full; later nodes still get their reasons above
             self.nodes[name] = replace(
                 state,
                 batch=self.batch + 1,

@@ -4,14 +4,17 @@ columns show the progress."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import pathlib
+import sys
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from cloudhub.upgrade import NodeFacts, Rollout, parse_upgrade
+from cloudhub.upgrade import NodeFacts, NodePhase, Rollout, parse_upgrade
 from tests.contract.conftest import Kube
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -132,3 +135,63 @@ async def test_what_the_schema_can_check_is_refused_at_the_api(
     assert status == 422, answer
     fields = {c.get("field", "") for c in answer["details"]["causes"]}
     assert any(f.startswith(f"spec.{field}") for f in fields), answer
+
+
+async def test_cloudhub_upgrade_status_shows_the_progress(kube: Kube, edgeupgrades: None) -> None:
+    name = kube.unique("shown")
+    made = await create(kube, name)
+    rollout = Rollout(parse_upgrade(made).spec)
+    facts = {
+        "pi-1": NodeFacts("pi-1", connected=True, version="0.4.0"),
+        "pi-2": NodeFacts("pi-2", connected=True, version="0.4.0"),
+        "pi-3": NodeFacts("pi-3", connected=False, version="0.4.0"),
+    }
+    rollout.step(facts, 1_700_000_000.0)
+    rollout.report("pi-1", NodePhase.INSTALLING, 1_700_000_010.0)
+    rollout.report("pi-1", NodePhase.ROLLED_BACK, 1_700_000_050.0, "CrashedAtStart", "exit 1")
+    await kube.custom.patch_cluster_custom_object_status(
+        GROUP,
+        VERSION,
+        PLURAL,
+        name,
+        {"status": rollout.to_status(1)},
+        _content_type="application/merge-patch+json",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        str(pathlib.Path(sys.executable).parent / "cloudhub"),
+        "upgrade",
+        "status",
+        name,
+        "--once",
+        "--kubeconfig",
+        str(kube.cluster.kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    text = out.decode()
+    assert f"{name} -> 0.5.0: Paused (FailureBudgetExceeded), 0/3 healthy" in text
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()[2:] if line.strip()}
+    assert rows["pi-1"][:4] == ["RolledBack", "1", "0.4.0", "CrashedAtStart"]
+    assert rows["pi-3"] == ["Pending", "NodeOffline"]
+
+
+async def test_cloudhub_upgrade_status_of_a_missing_upgrade_fails_clearly(
+    kube: Kube, edgeupgrades: None
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        str(pathlib.Path(sys.executable).parent / "cloudhub"),
+        "upgrade",
+        "status",
+        kube.unique("absent"),
+        "--once",
+        "--kubeconfig",
+        str(kube.cluster.kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 1
+    assert "404" in err.decode()
