@@ -15,8 +15,10 @@ Per node (one table, :data:`TRANSITIONS`)::
     Pending -> Skipped (offline with offlinePolicy Skip, or a refused downgrade)
     Pending -> Healthy (already at the version)
 
-Forward skips are legal (an agent with the artifact cached reports Downloaded first;
-the hub infers Restarted when the node comes back with the new version).
+Forward skips are legal: an agent with the artifact cached reports Downloaded first, the
+hub infers Restarted when the node comes back with the new version, and progress reports
+are latest-wins (coalesced in the agent's outbox), so RolledBack may follow any earlier
+phase.
 
 The rollout: batches of ``maxUnavailable`` nodes (a percentage of the selected nodes,
 rounded down, at least 1), in name order; a batch starts when no node is upgrading.
@@ -84,10 +86,13 @@ TERMINAL = frozenset({P.HEALTHY, P.ROLLED_BACK, P.FAILED, P.SKIPPED})
 #: The legal transitions of one node (forward skips included, see the module docstring).
 TRANSITIONS: Mapping[NodePhase, frozenset[NodePhase]] = {
     P.PENDING: frozenset(
-        {P.DOWNLOADING, P.DOWNLOADED, P.INSTALLING, P.RESTARTED, P.HEALTHY, P.SKIPPED} | {P.FAILED}
+        {P.DOWNLOADING, P.DOWNLOADED, P.INSTALLING, P.RESTARTED, P.HEALTHY, P.SKIPPED}
+        | {P.ROLLED_BACK, P.FAILED}
     ),
-    P.DOWNLOADING: frozenset({P.DOWNLOADED, P.INSTALLING, P.RESTARTED, P.HEALTHY, P.FAILED}),
-    P.DOWNLOADED: frozenset({P.INSTALLING, P.RESTARTED, P.HEALTHY, P.FAILED}),
+    P.DOWNLOADING: frozenset(
+        {P.DOWNLOADED, P.INSTALLING, P.RESTARTED, P.HEALTHY, P.ROLLED_BACK, P.FAILED}
+    ),
+    P.DOWNLOADED: frozenset({P.INSTALLING, P.RESTARTED, P.HEALTHY, P.ROLLED_BACK, P.FAILED}),
     P.INSTALLING: frozenset({P.RESTARTED, P.HEALTHY, P.ROLLED_BACK, P.FAILED}),
     P.RESTARTED: frozenset({P.HEALTHY, P.ROLLED_BACK, P.FAILED}),
     P.HEALTHY: frozenset({P.ROLLED_BACK}),

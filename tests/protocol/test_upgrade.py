@@ -168,3 +168,12 @@ def test_upgrade_messages_cross_the_codec_and_progress_is_latest_wins() -> None:
     assert a.coalesce_key() == b.coalesce_key() == ("upgrade", "u")
     assert UpgradeProgress.needs_ack and UpgradeProgress.from_edge
     assert UpgradeOrder.from_hub and not UpgradeOrder.from_edge
+
+
+def test_the_session_tables_know_the_upgrade_kinds() -> None:
+    # protocol.states builds them from the registry at import: protocol/__init__ imports
+    # protocol.upgrade first, so an agent's session accepts an upgrade_order.
+    from protocol.states import KINDS_IN, Role
+
+    assert UpgradeOrder in KINDS_IN[Role.CLIENT] and ArtifactChunk in KINDS_IN[Role.CLIENT]
+    assert UpgradeProgress in KINDS_IN[Role.SERVER] and ArtifactRequest in KINDS_IN[Role.SERVER]
