@@ -107,6 +107,7 @@ async def _serve(settings: HubSettings) -> int:
     from cloudhub.metrics.extension import metrics_extension
     from cloudhub.pki.extension import pki_extension
     from cloudhub.placement.extension import placement_extension
+    from cloudhub.upgrade.extension import upgrade_extension
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -133,6 +134,7 @@ async def _serve(settings: HubSettings) -> int:
     extensions.append(devices_extension(settings.devices))
     extensions.append(metrics_extension(settings.metrics))
     extensions.append(placement_extension(settings.placement))
+    extensions.append(upgrade_extension(settings.upgrade))
     hub = Hub(settings, extensions=extensions)
     # Starting waits for the informers' first lists, for as long as the API is unreachable:
     # a signal meanwhile stops the hub as it would a serving one.

@@ -19,6 +19,7 @@ from cloudhub.devices.settings import DevicesSettings
 from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.pki.settings import PKISettings
 from cloudhub.placement.settings import PlacementSettings
+from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.config import SessionConfig
 from protocol.errors import SettingsError
 from protocol.settings import load_settings
@@ -402,6 +403,7 @@ class HubSettings:
     devices: DevicesSettings = field(default_factory=DevicesSettings)
     metrics: HubMetricsSettings = field(default_factory=HubMetricsSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
+    upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)
 
 
 def load_hub_settings(

@@ -199,6 +199,39 @@ def status(config: str | None, state_dir: str | None, sets: tuple[str, ...], as_
         click.echo(render(report))
 
 
+@main.command("hold")
+@common
+@click.option("--reason", default="", help="Why (shown in the node's upgrade status).")
+def hold_cmd(config: str | None, state_dir: str | None, sets: tuple[str, ...], reason: str) -> None:
+    """Defer agent upgrades on this node until ``edgeagent unhold`` (docs/upgrade.md)."""
+    import time
+
+    from edgeagent.upgrade.hold import hold
+
+    try:
+        settings = _load(config, state_dir, sets)
+        hold(settings.state_dir, reason, time.time())
+    except (AgentError, OSError) as exc:
+        click.echo(f"edgeagent: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"upgrades held on this node{': ' + reason if reason else ''}")
+
+
+@main.command("unhold")
+@common
+def unhold_cmd(config: str | None, state_dir: str | None, sets: tuple[str, ...]) -> None:
+    """Release ``edgeagent hold``: upgrades ordered by the hub go ahead again."""
+    from edgeagent.upgrade.hold import unhold
+
+    try:
+        settings = _load(config, state_dir, sets)
+        released = unhold(settings.state_dir)
+    except (AgentError, OSError) as exc:
+        click.echo(f"edgeagent: {exc}", err=True)
+        sys.exit(1)
+    click.echo("upgrades released" if released else "upgrades were not held")
+
+
 from edgeagent.join import join  # noqa: E402
 
 main.add_command(join)
