@@ -24,6 +24,7 @@ upgrade every edge node: grant it like node administration.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import pathlib
 import time
@@ -155,14 +156,19 @@ class UpgradeExtension:
         )
 
     async def _loop(self) -> None:
-        import asyncio
-
+        missing = False
         while True:
             try:
                 await self.tick()
+                missing = False
             except KubeAPIError as exc:
-                log.warning("upgrade pass failed: %s", exc)
-            await asyncio.sleep(self.settings.interval)
+                if exc.status == 404:  # the CRD is not applied (deploy/crds): say it once
+                    if not missing:
+                        log.info("no EdgeUpgrade CRD on this API: upgrades are off until it is")
+                    missing = True
+                else:
+                    log.warning("upgrade pass failed: %s", exc)
+            await asyncio.sleep(self.settings.interval * (15 if missing else 1))
 
     async def tick(self) -> None:
         """One pass over every EdgeUpgrade (see the module docstring)."""
