@@ -131,3 +131,106 @@ async def test_a_rollout_over_real_sessions(
     finally:
         for agent in hubs_agents:
             await agent.stop()
+
+
+async def start_hub(hubs: Hubs, kube: KubeClient, tmp_path: pathlib.Path) -> str:
+    """A hub with the extension, the CRD installed, one artifact; returns its digest."""
+    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    return hashlib.sha256(b"wheel bytes").hexdigest()
+
+
+def edgeupgrade(name: str, digest: str, site: str, **spec) -> dict:
+    return {
+        "apiVersion": "apps.edgefleet.io/v1alpha1",
+        "kind": "EdgeUpgrade",
+        "metadata": {"name": name},
+        "spec": {
+            "version": "0.5.0",
+            "artifact": {"sha256": digest, "name": WHEEL},
+            "nodeSelector": {"matchLabels": {"edgefleet.io/site": site}},
+            "maxUnavailable": 1,
+            **spec,
+        },
+    }
+
+
+async def test_a_node_offline_during_its_batch_is_upgraded_when_it_returns(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    digest = await start_hub(hubs, kube, tmp_path)
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    early, late = unique("a-node"), unique("b-node")
+    a = hubs.agent(early, agent_version="0.4.0", node_info=info)
+    b = hubs.agent(late, agent_version="0.4.0", node_info=info)
+    for agent in (a, b):
+        await agent.wait_for(lambda x=agent: x.synced, DEADLINE)
+    await b.stop()  # offline before the rollout starts: its Node stays
+    name = unique("offline")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    await a.wait_for(lambda: bool(orders(a)), DEADLINE)
+
+    async def entry(node: str) -> dict:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return {e["name"]: e for e in status.get("nodes") or ()}.get(node, {})
+
+    async def waiting_offline() -> bool:
+        return (await entry(late)).get("reason") == "NodeOffline"
+
+    await a.stop()
+    a2 = a.restarted(agent_version="0.5.0")
+    a2.start()
+    b2 = None
+    try:
+        await eventually(lambda: _phase(entry, early, "Healthy"), "the online node Healthy")
+        await eventually(waiting_offline, "the offline node waiting")
+        status = (await kube.get(EDGEUPGRADES, name))["status"]
+        assert status["phase"] == "Progressing" and status["healthy"] == 1
+        b2 = b.restarted(agent_version="0.4.0")
+        b2.start()
+        await b2.wait_for(lambda: bool(orders(b2)), DEADLINE)
+        assert orders(b2)[0].sha256 == digest
+        await b2.stop()
+        b2 = b2.restarted(agent_version="0.5.0")
+        b2.start()
+        await eventually(lambda: _phase(entry, late, "Healthy"), "the returned node Healthy")
+
+        async def completed() -> bool:
+            return ((await kube.get(EDGEUPGRADES, name)).get("status") or {}).get(
+                "phase"
+            ) == "Completed"
+
+        await eventually(completed, "the rollout Completed")
+    finally:
+        await a2.stop()
+        if b2 is not None:
+            await b2.stop()
+
+
+async def _phase(entry, node: str, phase: str) -> bool:
+    return (await entry(node)).get("phase") == phase
+
+
+async def test_an_invalid_edgeupgrade_is_marked_invalid_naming_the_field(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    digest = await start_hub(hubs, kube, tmp_path)
+    name = unique("invalid")
+    # Valid for the schema, refused by the hub: soakSeconds must stay below the timeout.
+    body = edgeupgrade(name, digest, "s", healthGate={"soakSeconds": 60, "timeoutSeconds": 30})
+    await kube.create(EDGEUPGRADES, body)
+
+    async def invalid() -> bool:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return status.get("phase") == "Invalid"
+
+    await eventually(invalid, "the EdgeUpgrade marked Invalid")
+    status = (await kube.get(EDGEUPGRADES, name))["status"]
+    assert status["reason"] == "spec.healthGate.soakSeconds"
+    assert "below timeoutSeconds" in status["message"]
