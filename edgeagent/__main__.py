@@ -156,15 +156,20 @@ def run(
     from edgeagent.agent import Agent
     from edgeagent.sdnotify import Notifier
 
-    services = []
+    stop = asyncio.Event()
+    services: list = []
     if settings.hub.url:
         from edgeagent.hublink import HubLink  # imported only when a hub is configured
 
-        services.append(HubLink())
+        link = HubLink()
+        services.append(link)
+        if settings.upgrade.enabled:
+            from edgeagent.upgrade.service import upgrade_service
+
+            services.append(upgrade_service(settings, link, stop))
     agent = Agent(settings, notifier=Notifier.from_env(os.environ), services=services)
 
     async def serve() -> None:
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)

@@ -132,3 +132,39 @@ class UpgradeService:
             await asyncio.sleep(self.probation_check_s)
             if await self.manager.check_probation():
                 return
+
+
+def upgrade_service(settings: Any, link: HubLink, stop: asyncio.Event) -> UpgradeService:
+    """The service ``edgeagent run`` starts (settings group ``upgrade``): the venv at
+    ``upgrade.prefix`` (default: this interpreter's), the cache under
+    ``<state_dir>/upgrade/artifacts``, and a restart that stops this agent (the unit's
+    ``Restart=always`` starts the switched venv; ``KillMode=process`` keeps the pods)."""
+    import pathlib
+    import sys
+
+    from edgeagent.nodeinfo import AGENT_VERSION
+    from edgeagent.upgrade.artifact import ArtifactCache
+    from edgeagent.upgrade.hold import parse_window
+    from edgeagent.upgrade.venvs import Layout
+
+    group = settings.upgrade
+    state_dir = pathlib.Path(settings.state_dir)
+
+    async def restart() -> None:
+        log.info("restarting into the new agent")
+        stop.set()
+
+    def make(fetch, report) -> UpgradeManager:
+        return UpgradeManager(
+            state_dir,
+            Layout(pathlib.Path(group.prefix or sys.prefix)),
+            ArtifactCache(state_dir / "upgrade" / "artifacts", group.cache_budget),
+            running_version=AGENT_VERSION,
+            fetch=fetch,
+            report=report,
+            restart=restart,
+            window=parse_window(group.window),
+            max_attempts=group.max_attempts,
+        )
+
+    return UpgradeService(link, make)

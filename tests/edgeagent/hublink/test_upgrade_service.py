@@ -16,14 +16,14 @@ import yaml
 from cloudhub.kube import CRDS, KubeClient
 from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
-from cloudhub.upgrade.settings import UpgradeSettings
+from cloudhub.upgrade.settings import UpgradeSettings as HubUpgradeSettings
 from edgeagent.agent import Agent
 from edgeagent.hublink import HubLink
-from edgeagent.nodeinfo import AGENT_VERSION
 from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings, HubSettings, RuntimeSettings, StoreSettings
-from edgeagent.upgrade import CHUNK_BYTES, ArtifactCache, Layout, UpgradeManager, guard
-from edgeagent.upgrade.service import UpgradeService
+from edgeagent.upgrade import CHUNK_BYTES, Layout, guard
+from edgeagent.upgrade.service import upgrade_service
+from edgeagent.upgrade.settings import UpgradeSettings
 from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port, write_node_pki
 from tests.edgeagent.upgrade.wheels import copy_venv, make_venv, make_wheel, sha256
 
@@ -41,7 +41,7 @@ async def test_an_order_over_the_real_link_is_fetched_installed_and_switched(
 ) -> None:
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
-    wheel = make_wheel(artifacts, "9.0.0", padding=2 * CHUNK_BYTES)  # above AGENT_VERSION
+    wheel = make_wheel(artifacts, "9.0.0", padding=2 * CHUNK_BYTES)  # newer than the agent
     digest = sha256(wheel)
     await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
     hub = HubRunner(
@@ -50,7 +50,7 @@ async def test_an_order_over_the_real_link_is_fetched_installed_and_switched(
         free_port(),
         extensions=lambda settings: [
             UpgradeExtension(
-                UpgradeSettings(artifact_dir=str(artifacts), interval=0.1, install_crd=False)
+                HubUpgradeSettings(artifact_dir=str(artifacts), interval=0.1, install_crd=False)
             )
         ],
     )
@@ -68,27 +68,13 @@ async def test_an_order_over_the_real_link_is_fetched_installed_and_switched(
         runtime=RuntimeSettings(kind="process"),
         store=StoreSettings(commit_delay=0.05),
         hub=HubSettings(url=hub.url, backoff_base=0.1, backoff_cap=0.5, healthy_after=0.5),
+        upgrade=UpgradeSettings(enabled=True, prefix=str(prefix)),
     )
-    restarts = asyncio.Event()
-
-    async def restart() -> None:
-        restarts.set()
-
-    link = HubLink()
-    service = UpgradeService(
-        link,
-        lambda fetch, report: UpgradeManager(
-            state,
-            Layout(prefix),
-            ArtifactCache(state / "upgrade" / "artifacts", budget=16 << 20),
-            running_version=AGENT_VERSION,
-            fetch=fetch,
-            report=report,
-            restart=restart,
-        ),
-    )
-    agent = Agent(settings, notifier=Notifier.from_env({}), services=[link, service])
+    # As edgeagent run wires it: the restart stops this agent (systemd starts the new one).
     stop = asyncio.Event()
+    link = HubLink()
+    service = upgrade_service(settings, link, stop)
+    agent = Agent(settings, notifier=Notifier.from_env({}), services=[link, service])
     task = asyncio.create_task(agent.run(stop), name="test-agent")
     try:
         await eventually(lambda: link.connection_id() is not None, "hub session open")
@@ -109,7 +95,8 @@ async def test_an_order_over_the_real_link_is_fetched_installed_and_switched(
                 },
             },
         )
-        await asyncio.wait_for(restarts.wait(), 120)
+        await asyncio.wait_for(asyncio.shield(task), 120)  # the agent stopped itself
+        assert stop.is_set()
         assert Layout(prefix).version() == "9.0.0"
         assert Layout(prefix).version(Layout(prefix).previous) == "0.0.9"
         cached = state / "upgrade" / "artifacts" / digest / wheel.name
