@@ -10,6 +10,8 @@ Files under ``<state_dir>/upgrade/``:
 
 - ``probation.json``: written just before the switch: ``{"upgrade", "uid", "version",
   "previous_version", "prefix", "deadline" (epoch s), "attempts", "max_attempts"}``.
+- ``last.json``: the last confirmed switch (the probation as written): a rollback the hub
+  orders later for that upgrade (its failure policy) undoes it, and only that one.
 - ``result.json``: written by a rollback: ``{"upgrade", "uid", "phase": "RolledBack",
   "reason", "message", "version" (the one running again), "at" (epoch s)}``; the agent
   that runs next reports it to the hub and deletes it.
@@ -32,6 +34,8 @@ import time
 
 __all__ = [
     "confirm",
+    "forget_last_switch",
+    "last_switch",
     "on_start",
     "probation",
     "read_result",
@@ -43,6 +47,7 @@ __all__ = [
 
 PROBATION = "probation.json"
 RESULT = "result.json"
+LAST = "last.json"
 
 
 def _dir(state_dir: pathlib.Path) -> pathlib.Path:
@@ -154,11 +159,25 @@ def probation(state_dir: pathlib.Path) -> dict | None:
 
 
 def confirm(state_dir: pathlib.Path) -> dict | None:
-    """The new agent reached the hub: end the probation. Returns it, or None."""
+    """The new agent reached the hub: end the probation, and remember it as the last
+    switch (``last.json``: what a later rollback order of the same upgrade undoes).
+    Returns it, or None."""
     path = _dir(state_dir) / PROBATION
     found = _read(path)
+    if found is not None:
+        _write(_dir(state_dir) / LAST, found)
     path.unlink(missing_ok=True)
     return found
+
+
+def last_switch(state_dir: pathlib.Path) -> dict | None:
+    """The last confirmed switch (its probation as written), or None."""
+    return _read(_dir(state_dir) / LAST)
+
+
+def forget_last_switch(state_dir: pathlib.Path) -> None:
+    """The last switch was undone: a second rollback order must not undo an older one."""
+    (_dir(state_dir) / LAST).unlink(missing_ok=True)
 
 
 def read_result(state_dir: pathlib.Path, *, consume: bool = False) -> dict | None:

@@ -227,17 +227,22 @@ class UpgradeManager:
         """The hub's failure policy: go back to the previous venv and restart.
 
         Returns:
-            True when a previous venv was put back (the agent is restarting).
+            True when a previous venv was put back (the agent is restarting); False when
+            this node made no switch for that upgrade (nothing is touched).
         """
         probation = guard.probation(self.state_dir)
-        if probation is not None:
+        last = guard.last_switch(self.state_dir)
+        if probation is not None and probation.get("uid") == message.uid:
             guard.roll_back(self.state_dir, message.reason, "asked by the hub", self.clock())
-        else:
+        elif probation is None and last is not None and last.get("uid") == message.uid:
+            # Only the switch this upgrade made is undone: a node that never switched (held,
+            # refused, failed before the switch) or was rolled back already keeps its venv.
             try:
                 await asyncio.to_thread(self.layout.rollback)
             except UpgradeFailed as exc:
                 log.warning("rollback asked by the hub: %s", exc)
                 return False
+            guard.forget_last_switch(self.state_dir)
             guard.write_result(
                 self.state_dir,
                 {
@@ -250,6 +255,9 @@ class UpgradeManager:
                     "at": self.clock(),
                 },
             )
+        else:
+            log.info("rollback of %s asked, but this node did not switch for it", message.upgrade)
+            return False
         await self._restart()
         return True
 

@@ -254,3 +254,23 @@ async def test_a_held_node_defers_until_unheld(node: Node) -> None:
 
     assert unhold(node.state) is True
     assert await agent.handle_order(order) == "restarting"
+
+
+async def test_a_rollback_order_touches_only_the_switch_its_upgrade_made(node: Node) -> None:
+    order = publish(node, "0.5.0")
+    agent = node.agent()
+    # Never switched for it (here: held): the order leaves every venv alone.
+    assert (
+        await agent.handle_rollback(UpgradeRollback("agent", "u-1", "HealthGateTimeout")) is False
+    )
+    await agent.handle_order(order)
+    new = node.agent()
+    await new.on_connected()  # confirmed: remembered as the last switch
+    other = UpgradeRollback("another", "u-2", "BatchRolledBack")
+    assert await new.handle_rollback(other) is False and node.layout.version() == "0.5.0"
+    assert await new.handle_rollback(UpgradeRollback("agent", "u-1", "BatchRolledBack")) is True
+    assert node.layout.version() == "0.4.0"
+    back = node.agent()
+    # The same order again (a resend) must not undo an older switch.
+    assert await back.handle_rollback(UpgradeRollback("agent", "u-1", "BatchRolledBack")) is False
+    assert node.layout.version() == "0.4.0" and node.restarts == 2
