@@ -162,8 +162,10 @@ def check_artifact_name(value: object) -> str:
 # --- agent upgrades (docs/upgrade.md) ----------------------------------------------------------
 
 #: The phases an edge may report for its upgrade (Healthy and Skipped are the hub's).
+#: "Deferred": the node holds upgrades (edgeagent hold, its maintenance window) and did
+#: nothing; the hub asks again later.
 UPGRADE_REPORTS = frozenset(
-    {"Downloading", "Downloaded", "Installing", "Restarted", "RolledBack", "Failed"}
+    {"Downloading", "Downloaded", "Installing", "Restarted", "RolledBack", "Failed", "Deferred"}
 )
 #: The largest artifact chunk (bytes) a request may ask for: well under the frame limit.
 MAX_ARTIFACT_CHUNK = 1024 * 1024

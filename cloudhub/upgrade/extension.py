@@ -121,6 +121,10 @@ class UpgradeExtension:
             log.info("progress of unknown upgrade %s from %s", message.uid, inbound.node)
             return
         try:
+            if message.phase == "Deferred":
+                found[1].defer(inbound.node, self.clock(), message.reason)
+                self._dirty.add(message.uid)
+                return
             found[1].report(
                 inbound.node,
                 NodePhase(message.phase),

@@ -138,6 +138,8 @@ class NodeState:
         last_transition: epoch seconds of the last phase change.
         healthy_since: epoch seconds since when it passed the gate (soak), or None.
         rollback_ordered: the hub asked it to roll back.
+        deferred_until: epoch seconds before which it is not ordered again (it reported
+            Deferred: held, or outside its maintenance window), or None.
     """
 
     name: str
@@ -150,6 +152,7 @@ class NodeState:
     last_transition: float = 0.0
     healthy_since: float | None = None
     rollback_ordered: bool = False
+    deferred_until: float | None = None
 
     @property
     def ordered(self) -> bool:
@@ -230,6 +233,27 @@ class Rollout:
         if phase == state.phase:
             return state
         return self._move(state, phase, now, reason, message)
+
+    def defer(self, node: str, now: float, reason: str, recheck_s: float = 300.0) -> NodeState:
+        """``node`` reported Deferred (it holds upgrades): it leaves its batch untouched
+        and is not ordered again for ``recheck_s`` seconds.
+
+        Raises:
+            IllegalTransition: it is not ordered, or it already started.
+        """
+        state = self.nodes.get(node)
+        if state is None or not state.ordered or state.phase is not P.PENDING:
+            raise IllegalTransition(node, state.phase if state else None, "Deferred")
+        deferred = replace(
+            state,
+            batch=0,
+            start_time=None,
+            reason=reason or "Held",
+            last_transition=now,
+            deferred_until=now + recheck_s,
+        )
+        self.nodes[node] = deferred
+        return deferred
 
     def _move(
         self, state: NodeState, phase: NodePhase, now: float, reason: str, message: str = ""
@@ -342,6 +366,8 @@ class Rollout:
             if fact.held:
                 self.nodes[name] = replace(state, reason="Held")
                 continue
+            if state.deferred_until is not None and now < state.deferred_until:
+                continue
             if self._is_target(fact.version):
                 self._move(state, P.HEALTHY, now, "AlreadyAtVersion")
                 continue
@@ -362,6 +388,7 @@ class Rollout:
                 from_version=fact.version,
                 start_time=now,
                 reason="",
+                deferred_until=None,
                 last_transition=now,
             )
             orders.append(Order(name, self.batch + 1))
@@ -418,6 +445,7 @@ class Rollout:
                 ("startTime", _iso(s.start_time)),
                 ("lastTransitionTime", _iso(s.last_transition)),
                 ("healthySince", _iso(s.healthy_since)),
+                ("deferredUntil", _iso(s.deferred_until)),
             ):
                 if value:
                     entry[key] = value
@@ -460,6 +488,7 @@ class Rollout:
                     last_transition=_epoch(entry.get("lastTransitionTime")) or 0.0,
                     healthy_since=_epoch(entry.get("healthySince")),
                     rollback_ordered=bool(entry.get("rollbackOrdered", False)),
+                    deferred_until=_epoch(entry.get("deferredUntil")),
                 )
             )
         batch = status.get("batch", 0)

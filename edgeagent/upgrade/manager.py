@@ -133,7 +133,9 @@ class UpgradeManager:
             return "busy"
         if parse_version_or_none(order.version) == parse_version_or_none(self.running_version):
             return "current"
-        if self.deferred():
+        why = self.deferred()
+        if why:
+            await self._progress(order, "Deferred", why.split(":")[0], why)
             return "deferred"
         self._busy = order.uid
         try:

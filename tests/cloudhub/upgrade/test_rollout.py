@@ -308,3 +308,23 @@ def test_nodes_leaving_the_selection_before_their_order_are_dropped() -> None:
     del fleet.facts["n02"]
     fleet.step()
     assert set(fleet.rollout.nodes) == {"n00", "n01"}
+
+
+def test_a_node_that_reports_deferred_leaves_its_batch_and_is_asked_again_later() -> None:
+    fleet = Fleet(2, maxUnavailable=1)
+    assert fleet.step() == [Order("n00", 1)]
+    fleet.rollout.defer("n00", fleet.clock(), "Held", recheck_s=300)
+    assert fleet.rollout.nodes["n00"].reason == "Held" and not fleet.rollout.nodes["n00"].ordered
+    assert fleet.step() == [Order("n01", 2)]  # the held node did not hold the batch
+    fleet.upgrade("n01")
+    assert fleet.step() == []  # n00 is not asked again before its recheck
+    assert fleet.rollout.to_status(1)["failed"] == 0
+    again = Rollout.from_status(fleet.rollout.spec, fleet.rollout.to_status(1))
+    assert again.nodes["n00"].deferred_until == fleet.rollout.nodes["n00"].deferred_until
+    fleet.clock.advance(300)
+    assert fleet.step() == [Order("n00", 3)]
+    with pytest.raises(IllegalTransition):
+        fleet.rollout.defer("n01", fleet.clock(), "Held")  # finished: nothing to defer
+    fleet.rollout.report("n00", NodePhase.DOWNLOADING, fleet.clock())
+    with pytest.raises(IllegalTransition):
+        fleet.rollout.defer("n00", fleet.clock(), "Held")  # started already

@@ -249,7 +249,10 @@ async def test_a_held_node_defers_until_unheld(node: Node) -> None:
     agent = node.agent()
     assert agent.deferred() == "Held: line 4 is producing"
     assert await agent.handle_order(order) == "deferred"
-    assert node.reports == [] and node.requests == 0
+    assert [(r.phase, r.reason, r.message) for r in node.reports] == [
+        ("Deferred", "Held", "Held: line 4 is producing")
+    ]
+    assert node.requests == 0 and node.layout.version() == "0.4.0"
     from edgeagent.upgrade import unhold
 
     assert unhold(node.state) is True
