@@ -35,6 +35,7 @@ import yaml
 
 from cloudhub.errors import KubeAPIError, KubeConflict
 from cloudhub.kube import CRDS, NODES, PODS
+from cloudhub.nodes.model import AGENT_VERSION_ANNOTATION
 from cloudhub.upgrade.artifacts import ArtifactServer
 from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.errors import IllegalTransition, InvalidUpgrade
@@ -54,8 +55,6 @@ log = logging.getLogger(__name__)
 
 CRD_PATH = pathlib.Path(__file__).with_name("crd.yaml")
 """The EdgeUpgrade CRD (the same file as ``deploy/crds/``)."""
-AGENT_VERSION_ANNOTATION = "edgefleet.io/agent-version"
-"""The Node annotation the hub writes from each hello (cloudhub.nodes)."""
 
 
 def pods_ready_by_node(pods: list[dict]) -> dict[str, bool]:
