@@ -108,6 +108,7 @@ async def _serve(settings: HubSettings) -> int:
     from cloudhub.metrics.extension import metrics_extension
     from cloudhub.pki.extension import pki_extension
     from cloudhub.placement.extension import placement_extension
+    from cloudhub.upgrade.extension import upgrade_extension
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -135,6 +136,7 @@ async def _serve(settings: HubSettings) -> int:
     extensions.append(metrics_extension(settings.metrics))
     extensions.append(placement_extension(settings.placement))
     extensions.append(kubelet_extension(settings.kubelet))
+    extensions.append(upgrade_extension(settings.upgrade))
     hub = Hub(settings, extensions=extensions)
     # Starting waits for the informers' first lists, for as long as the API is unreachable:
     # a signal meanwhile stops the hub as it would a serving one.
@@ -187,6 +189,10 @@ main.add_command(placement)
 from cloudhub.devices.cli import devices  # noqa: E402  KubeEdge device manifests: convert, validate
 
 main.add_command(devices)
+
+from cloudhub.upgrade.cli import upgrade  # noqa: E402  staged agent upgrades: status
+
+main.add_command(upgrade)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

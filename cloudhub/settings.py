@@ -21,6 +21,7 @@ from cloudhub.kubelet.settings import KubeletSettings
 from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.pki.settings import PKISettings
 from cloudhub.placement.settings import PlacementSettings
+from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.config import SessionConfig
 from protocol.errors import SettingsError
 from protocol.settings import load_settings
@@ -432,6 +433,7 @@ class HubSettings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     ha: HASettings = field(default_factory=HASettings)
     kubelet: KubeletSettings = field(default_factory=KubeletSettings)
+    upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)
 
 
 def load_hub_settings(

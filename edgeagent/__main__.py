@@ -156,17 +156,21 @@ def run(
     from edgeagent.agent import Agent
     from edgeagent.sdnotify import Notifier
 
-    services = []
+    stop = asyncio.Event()
+    services: list = []
     if settings.hub.url:
         from edgeagent.day2 import Day2
         from edgeagent.uplink.session import HubLink  # imported only when a hub is configured
 
         hub_link = HubLink()
         services += [hub_link, Day2(hub_link)]  # day-2 streams ride the hub link
+        if settings.upgrade.enabled:
+            from edgeagent.upgrade.service import upgrade_service
+
+            services.append(upgrade_service(settings, hub_link, stop))
     agent = Agent(settings, notifier=Notifier.from_env(os.environ), services=services)
 
     async def serve() -> None:
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -199,6 +203,39 @@ def status(config: str | None, state_dir: str | None, sets: tuple[str, ...], as_
         click.echo(json.dumps(report, indent=2))
     else:
         click.echo(render(report))
+
+
+@main.command("hold")
+@common
+@click.option("--reason", default="", help="Why (shown in the node's upgrade status).")
+def hold_cmd(config: str | None, state_dir: str | None, sets: tuple[str, ...], reason: str) -> None:
+    """Defer agent upgrades on this node until ``edgeagent unhold`` (docs/upgrade.md)."""
+    import time
+
+    from edgeagent.upgrade.hold import hold
+
+    try:
+        settings = _load(config, state_dir, sets)
+        hold(settings.state_dir, reason, time.time())
+    except (AgentError, OSError) as exc:
+        click.echo(f"edgeagent: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"upgrades held on this node{': ' + reason if reason else ''}")
+
+
+@main.command("unhold")
+@common
+def unhold_cmd(config: str | None, state_dir: str | None, sets: tuple[str, ...]) -> None:
+    """Release ``edgeagent hold``: upgrades ordered by the hub go ahead again."""
+    from edgeagent.upgrade.hold import unhold
+
+    try:
+        settings = _load(config, state_dir, sets)
+        released = unhold(settings.state_dir)
+    except (AgentError, OSError) as exc:
+        click.echo(f"edgeagent: {exc}", err=True)
+        sys.exit(1)
+    click.echo("upgrades released" if released else "upgrades were not held")
 
 
 from edgeagent.join import join  # noqa: E402

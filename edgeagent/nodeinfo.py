@@ -18,6 +18,7 @@ this), so a memory upgrade or a new address shows up at the next session:
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import pathlib
 import platform
@@ -27,8 +28,17 @@ from edgeagent.settings import AgentSettings
 
 __all__ = ["AGENT_VERSION", "go_arch", "node_info", "runtime_version"]
 
-AGENT_VERSION = "0.1.0"
-"""This agent's release (``pyproject.toml``'s version), reported as the Node's
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("edgefleet")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "0.1.0"
+
+
+AGENT_VERSION = _installed_version()
+"""This agent's release: the installed ``edgefleet`` distribution's version (so that an
+agent upgrade's new venv reports the new one; docs/upgrade.md), reported as the Node's
 ``kubeletVersion`` by the hub."""
 
 _GO_ARCH = {

@@ -38,6 +38,7 @@ from typing import Any
 from edgeagent.devices.settings import DeviceSettings
 from edgeagent.errors import ConfigError
 from edgeagent.metrics.settings import MetricsSettings
+from edgeagent.upgrade.settings import UpgradeSettings
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -387,6 +388,7 @@ class AgentSettings:
     hub: HubSettings = field(default_factory=HubSettings)
     devices: DeviceSettings = field(default_factory=DeviceSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)
     node: NodeSettings = field(default_factory=NodeSettings)
 
     @property

@@ -45,6 +45,13 @@ from protocol.messages import (
     StreamResize,
     StreamWindow,
 )
+from protocol.upgrade import (
+    ArtifactChunk,
+    ArtifactRequest,
+    UpgradeOrder,
+    UpgradeProgress,
+    UpgradeRollback,
+)
 
 POD = ObjectRef(kind="Pod", namespace="default", name="web-0", uid="7d3c0d5e-pod")
 DEVICE = ObjectRef(kind="Device", namespace="plant", name="thermo-1", uid="a1b2-device")
@@ -109,6 +116,36 @@ def sample_messages() -> list[Message]:
         StreamResize(stream_id=1, width=80, height=24),
         StreamClose(stream_id=1, exit_code=0),
         StreamReset(stream_id=1, code=ErrorCode.NOT_FOUND, reason="no such container"),
+        *upgrade_samples(),
+    ]
+
+
+def upgrade_samples() -> list[Message]:
+    """One message of every agent upgrade kind (protocol.upgrade)."""
+    digest = "ab" * 32
+    return [
+        UpgradeOrder(
+            upgrade="agent-0-5",
+            uid="u-1",
+            version="0.5.0",
+            sha256=digest,
+            artifact="edgefleet-0.5.0-py3-none-any.whl",
+            size=1234,
+            allow_downgrade=True,
+            gate_s=120.0,
+        ),
+        UpgradeRollback(upgrade="agent-0-5", uid="u-1", reason="BatchRolledBack"),
+        UpgradeProgress(
+            upgrade="agent-0-5",
+            uid="u-1",
+            phase="RolledBack",
+            version="0.4.0",
+            observed_at=1_700_000_000.5,
+            reason="CrashedAtStart",
+            message="exit status 1",
+        ),
+        ArtifactRequest(sha256=digest, offset=65536, length=65536),
+        ArtifactChunk(sha256=digest, offset=0, data=b"PK\x03\x04", total=1234, error=""),
     ]
 
 

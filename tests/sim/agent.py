@@ -99,6 +99,7 @@ class SimAgent:
         backoff_base / backoff_cap: reconnect delays, seconds (full jitter).
         connect_timeout: seconds per dial.
         host_ip: reported as the pods' hostIP.
+        agent_version: the hello's agent version (an upgrade test changes it).
     """
 
     def __init__(
@@ -119,6 +120,7 @@ class SimAgent:
         backoff_cap: float = 1.0,
         connect_timeout: float = 10.0,
         host_ip: str = "10.0.0.1",
+        agent_version: str = "sim-0.1",
     ) -> None:
         if transport not in ("quic", "websocket"):
             raise ValueError(f"transport must be quic or websocket, got {transport!r}")
@@ -137,6 +139,9 @@ class SimAgent:
         self.backoff_cap = backoff_cap
         self.connect_timeout = connect_timeout
         self.host_ip = host_ip
+        self.agent_version = agent_version
+        # hub messages of kinds this simulation does not act on (upgrade orders...), in order
+        self.others: list[Message] = []
         # what the edge holds: uid -> (ref, resourceVersion, object)
         self.store: dict[str, tuple[ObjectRef, str, dict]] = {}
         # numbered messages sent and not acknowledged: seq -> message (resent on reconnect)
@@ -307,7 +312,7 @@ class SimAgent:
             min_version=PROTOCOL_VERSION,
             max_version=PROTOCOL_VERSION,
             node_name=self.name,
-            agent_version="sim-0.1",
+            agent_version=self.agent_version,
             capabilities=(),
             inventory=self.inventory(),
             node_info=self.node_info,
@@ -392,6 +397,8 @@ class SimAgent:
             held = self.desired.get(uid)
             if uid in self.store and (held is None or message.version > held.version):
                 self.desired[uid] = message  # as the edge does: newer versions of known devices
+        else:
+            self.others.append(message)
 
     def _on_pod(self, ref: ObjectRef, rv: str, pod: dict) -> None:
         terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))

@@ -1,0 +1,255 @@
+"""Agent upgrades as a hub extension: ``Hub(settings, extensions=[upgrade_extension(...)])``.
+
+At install it registers the edge's ``artifact_request`` (answered by the
+:class:`~cloudhub.upgrade.artifacts.ArtifactServer`, to ordered nodes only) and
+``upgrade_progress`` (applied to the node's rollout); it sends an upgrading node its order
+again right after every reconnect (``registry.on_synced``); and it runs the controller
+loop as a task the hub owns. Every ``upgrade.interval`` seconds the loop lists the
+EdgeUpgrades, the Nodes and the Pods, and for each EdgeUpgrade:
+
+1. validates it (an invalid one gets ``status.phase: Invalid`` with the field and reason);
+2. builds each selected node's facts: connected (the hub's session registry), the agent
+   version (the Node's ``edgefleet.io/agent-version`` annotation, written from the hello),
+   its pods Running and Ready (or Succeeded);
+3. steps its :class:`~cloudhub.upgrade.rollout.Rollout` (rebuilt from the status when the
+   hub starts, so a restarted hub carries on) and sends the orders and rollbacks to the
+   connected nodes;
+4. writes the status when it changed.
+
+Limitation (docs/upgrade.md): the hub does not know who created an EdgeUpgrade (Kubernetes
+does not record it on the object), so it cannot check with a SubjectAccessReview that the
+creator may see the nodes selected. Whoever may create EdgeUpgrades (cluster-scoped) may
+upgrade every edge node: grant it like node administration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pathlib
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from cloudhub.errors import KubeAPIError, KubeConflict
+from cloudhub.kube import CRDS, NODES, PODS
+from cloudhub.nodes.model import AGENT_VERSION_ANNOTATION
+from cloudhub.upgrade.artifacts import ArtifactServer
+from cloudhub.upgrade.cli import EDGEUPGRADES
+from cloudhub.upgrade.errors import IllegalTransition, InvalidUpgrade
+from cloudhub.upgrade.model import Upgrade, parse_upgrade
+from cloudhub.upgrade.rollout import NodeFacts, NodePhase, Order, Rollback, Rollout
+from cloudhub.upgrade.settings import UpgradeSettings
+from protocol.upgrade import ArtifactRequest, UpgradeOrder, UpgradeProgress, UpgradeRollback
+
+if TYPE_CHECKING:
+    from cloudhub.bridge.dispatch import Inbound
+    from cloudhub.bridge.session import NodeSession
+    from cloudhub.hub import Hub
+
+__all__ = ["AGENT_VERSION_ANNOTATION", "CRD_PATH", "UpgradeExtension", "upgrade_extension"]
+
+log = logging.getLogger(__name__)
+
+CRD_PATH = pathlib.Path(__file__).with_name("crd.yaml")
+"""The EdgeUpgrade CRD (the same file as ``deploy/crds/``)."""
+
+
+def pods_ready_by_node(pods: list[dict]) -> dict[str, bool]:
+    """Node name -> whether every pod bound to it is Running and Ready (or Succeeded)."""
+    ready: dict[str, bool] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        status = pod.get("status") or {}
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or ()}
+        ok = status.get("phase") == "Succeeded" or (
+            status.get("phase") == "Running" and conditions.get("Ready") == "True"
+        )
+        ready[node] = ready.get(node, True) and ok
+    return ready
+
+
+class UpgradeExtension:
+    """Installs agent upgrades into a hub (see the module docstring).
+
+    Args:
+        settings: the ``upgrade`` settings group.
+        clock: epoch seconds (the rollouts' time).
+    """
+
+    def __init__(self, settings: UpgradeSettings, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.server = ArtifactServer(pathlib.Path(settings.artifact_dir))
+        self.rollouts: dict[str, tuple[Upgrade, Rollout]] = {}
+        self._dirty: set[str] = set()
+        self._hub: Hub | None = None
+
+    async def __call__(self, hub: Hub) -> None:
+        if not self.settings.enabled:
+            return
+        self._hub = hub
+        if self.settings.install_crd and hub.settings.kube.mode == "embedded":
+            await self._install_crd()
+        hub.dispatcher.register(ArtifactRequest, self._on_artifact_request)
+        hub.dispatcher.register(UpgradeProgress, self._on_progress)
+        hub.registry.on_synced.append(self._on_synced)
+        hub.add_task(self._loop(), name="upgrade")
+
+    async def _install_crd(self) -> None:
+        assert self._hub is not None and self._hub.kube is not None
+        try:
+            # rbac: embedded API only (a cluster gets the CRD from deploy/crds)
+            await self._hub.kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        except KubeConflict:
+            pass
+
+    # -- from the edges ----------------------------------------------------------------------
+
+    def _on_artifact_request(self, inbound: Inbound) -> None:
+        inbound.reply(self.server.answer(inbound.node, inbound.message))
+
+    def _on_progress(self, inbound: Inbound) -> None:
+        message: UpgradeProgress = inbound.message
+        found = self.rollouts.get(message.uid)
+        if found is None:
+            log.info("progress of unknown upgrade %s from %s", message.uid, inbound.node)
+            return
+        try:
+            if message.phase == "Deferred":
+                found[1].defer(inbound.node, self.clock(), message.reason)
+                self._dirty.add(message.uid)
+                return
+            found[1].report(
+                inbound.node,
+                NodePhase(message.phase),
+                self.clock(),
+                message.reason,
+                message.message,
+            )
+        except IllegalTransition as exc:
+            log.warning("upgrade %s: %s", found[0].name, exc)
+            return
+        self._dirty.add(message.uid)
+
+    def _on_synced(self, session: NodeSession) -> None:
+        for upgrade, rollout in self.rollouts.values():
+            order = rollout.order_for(session.node)
+            if order is not None:
+                session.send(self._order(upgrade, rollout))
+
+    # -- the controller ------------------------------------------------------------------
+
+    def _order(self, upgrade: Upgrade, rollout: Rollout) -> UpgradeOrder:
+        artifact = upgrade.spec.artifact
+        return UpgradeOrder(
+            upgrade=upgrade.name,
+            uid=upgrade.uid,
+            version=str(upgrade.spec.version),
+            sha256=artifact.sha256,
+            artifact=artifact.name,
+            url=artifact.url,
+            size=artifact.size,
+            allow_downgrade=upgrade.spec.allow_downgrade,
+            gate_s=upgrade.spec.gate.timeout_s,
+        )
+
+    async def _loop(self) -> None:
+        missing = False
+        while True:
+            try:
+                await self.tick()
+                missing = False
+            except KubeAPIError as exc:
+                if exc.status == 404:  # the CRD is not applied (deploy/crds): say it once
+                    if not missing:
+                        log.info("no EdgeUpgrade CRD on this API: upgrades are off until it is")
+                    missing = True
+                else:
+                    log.warning("upgrade pass failed: %s", exc)
+            await asyncio.sleep(self.settings.interval * (15 if missing else 1))
+
+    async def tick(self) -> None:
+        """One pass over every EdgeUpgrade (see the module docstring)."""
+        hub = self._hub
+        assert hub is not None and hub.kube is not None
+        # rbac: hub's ClusterRole (list edgeupgrades, nodes, pods)
+        upgrades, _ = await hub.kube.list(EDGEUPGRADES)
+        if not upgrades:
+            return
+        nodes, _ = await hub.kube.list(NODES)
+        pods, _ = await hub.kube.list(PODS)
+        ready = pods_ready_by_node(pods)
+        seen = set()
+        for obj in upgrades:
+            uid = str((obj.get("metadata") or {}).get("uid", ""))
+            seen.add(uid)
+            await self._step(obj, nodes, ready)
+        for uid in set(self.rollouts) - seen:
+            del self.rollouts[uid]
+
+    async def _step(self, obj: Mapping[str, Any], nodes: list[dict], ready: dict) -> None:
+        hub = self._hub
+        assert hub is not None and hub.kube is not None
+        name = obj["metadata"]["name"]
+        try:
+            upgrade = parse_upgrade(obj)
+        except InvalidUpgrade as exc:
+            status = obj.get("status") or {}
+            if status.get("phase") != "Invalid" or status.get("message") != str(exc):
+                body = {"status": {"phase": "Invalid", "reason": exc.path, "message": str(exc)}}
+                # rbac: hub's ClusterRole (patch edgeupgrades/status)
+                await hub.kube.patch(EDGEUPGRADES, name, body, subresource="status")
+            return
+        known = self.rollouts.get(upgrade.uid)
+        if known is None:
+            rollout = Rollout.from_status(upgrade.spec, upgrade.status)
+        elif known[0].generation != upgrade.generation:
+            rollout = Rollout(upgrade.spec, known[1].nodes.values(), known[1].batch)
+        else:
+            rollout = known[1]
+        self.rollouts[upgrade.uid] = (upgrade, rollout)
+        facts = {}
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            if not upgrade.spec.node_selector.matches(labels):
+                continue
+            node_name = meta.get("name", "")
+            session = hub.registry.get(node_name)
+            facts[node_name] = NodeFacts(
+                node_name,
+                connected=session is not None and not session.closed,
+                version=(meta.get("annotations") or {}).get(AGENT_VERSION_ANNOTATION, ""),
+                pods_ready=ready.get(node_name, True),
+            )
+        before = rollout.to_status(upgrade.generation)
+        for action in rollout.step(facts, self.clock()):
+            self._act(upgrade, rollout, action)
+        status = rollout.to_status(upgrade.generation)
+        if status != before or status != dict(upgrade.status) or upgrade.uid in self._dirty:
+            self._dirty.discard(upgrade.uid)
+            # rbac: hub's ClusterRole (patch edgeupgrades/status)
+            await hub.kube.patch(EDGEUPGRADES, name, {"status": status}, subresource="status")
+
+    def _act(self, upgrade: Upgrade, rollout: Rollout, action: Order | Rollback) -> None:
+        assert self._hub is not None
+        session = self._hub.registry.get(action.node)
+        if isinstance(action, Order):
+            artifact = upgrade.spec.artifact
+            if artifact.name:
+                self.server.allow(action.node, artifact.sha256, artifact.name)
+            message: Any = self._order(upgrade, rollout)
+        else:
+            message = UpgradeRollback(upgrade.name, upgrade.uid, action.reason)
+        if session is not None and not session.closed:
+            session.send(message)
+
+
+def upgrade_extension(settings: UpgradeSettings) -> UpgradeExtension:
+    """The upgrade extension for ``Hub(..., extensions=[...])``."""
+    return UpgradeExtension(settings)

@@ -1,0 +1,42 @@
+"""Settings of agent upgrades in the hub: the ``upgrade`` group of the hub's settings.
+
+YAML ``upgrade: {...}``, the environment (``CLOUDHUB_UPGRADE__ARTIFACT_DIR``) and flags
+(``--upgrade-artifact-dir``). Durations in seconds. Nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.errors import SettingsError
+
+__all__ = ["UpgradeSettings"]
+
+
+def _h(text: str, unit: str = "") -> dict[str, str]:
+    return {"help": text, "unit": unit} if unit else {"help": text}
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeSettings:
+    """The EdgeUpgrade controller run by ``cloudhub serve`` (docs/upgrade.md)."""
+
+    enabled: bool = field(
+        default=True, metadata=_h("roll EdgeUpgrades out: order, serve and gate agent upgrades")
+    )
+    artifact_dir: str = field(
+        default="/var/lib/cloudhub/artifacts",
+        metadata=_h("directory of the wheels EdgeUpgrades name (spec.artifact.name)"),
+    )
+    interval: float = field(
+        default=2.0,
+        metadata=_h("seconds between two passes over the EdgeUpgrades and their nodes", "s"),
+    )
+    install_crd: bool = field(
+        default=True,
+        metadata=_h("create the EdgeUpgrade CRD on the embedded API when it is missing"),
+    )
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise SettingsError("upgrade.interval", "> 0", self.interval)

@@ -1,0 +1,236 @@
+"""The upgrade extension in a real hub: simulated agents over real WebSocket/TLS receive
+their order in batches, fetch the artifact in chunks over the session, report progress,
+come back with the new version (the hub's health gate), and a rollback pauses the rest."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+
+import yaml
+
+from cloudhub.kube import CRDS, KubeClient
+from cloudhub.upgrade.cli import EDGEUPGRADES
+from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
+from cloudhub.upgrade.settings import UpgradeSettings
+from protocol.upgrade import (
+    ArtifactChunk,
+    ArtifactRequest,
+    UpgradeOrder,
+    UpgradeProgress,
+)
+from tests.cloudhub.hub.conftest import DEADLINE, Hubs, eventually
+from tests.sim.agent import default_node_info
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+WHEEL = "edgefleet-0.5.0-py3-none-any.whl"
+
+
+def orders(agent) -> list[UpgradeOrder]:
+    return [m for m in agent.others if isinstance(m, UpgradeOrder)]
+
+
+def chunks(agent) -> list[ArtifactChunk]:
+    return [m for m in agent.others if isinstance(m, ArtifactChunk)]
+
+
+async def test_a_rollout_over_real_sessions(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    assert (REPO / "deploy/crds/edgeupgrades.apps.edgefleet.io.yaml").read_text() == (
+        CRD_PATH.read_text()
+    )
+    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    artifact = bytes(range(256)) * 1000  # 256,000 bytes
+    (tmp_path / WHEEL).write_bytes(artifact)
+    digest = hashlib.sha256(artifact).hexdigest()
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    names = [unique(f"pi-{i}") for i in range(3)]
+    agents = {n: hubs.agent(n, agent_version="0.4.0", node_info=info) for n in names}
+    for agent in agents.values():
+        await agent.wait_for(lambda a=agent: a.synced, DEADLINE)
+    name = unique("agent")
+    await kube.create(
+        EDGEUPGRADES,
+        {
+            "apiVersion": "apps.edgefleet.io/v1alpha1",
+            "kind": "EdgeUpgrade",
+            "metadata": {"name": name},
+            "spec": {
+                "version": "0.5.0",
+                "artifact": {"sha256": digest, "name": WHEEL, "size": len(artifact)},
+                "nodeSelector": {"matchLabels": {"edgefleet.io/site": site}},
+                "maxUnavailable": 1,
+                "healthGate": {"timeoutSeconds": 120},
+            },
+        },
+    )
+    first, second, third = (agents[n] for n in sorted(names))
+    await first.wait_for(lambda: bool(orders(first)), DEADLINE)
+    order = orders(first)[0]
+    assert (order.version, order.sha256, order.artifact) == ("0.5.0", digest, WHEEL)
+    assert not orders(second) and not orders(third)  # batches of one
+
+    # A node that was not ordered gets nothing.
+    second.send(ArtifactRequest(digest, 0, 65536))
+    await second.wait_for(lambda: bool(chunks(second)), DEADLINE)
+    assert chunks(second)[0].error == "NotOrdered" and chunks(second)[0].data == b""
+
+    # The ordered one downloads it in chunks over its session.
+    received = b""
+    while len(received) < len(artifact):
+        count = len(chunks(first))
+        first.send(ArtifactRequest(digest, len(received), 100_000))
+        await first.wait_for(lambda c=count: len(chunks(first)) > c, DEADLINE)
+        chunk = chunks(first)[-1]
+        assert chunk.error == "" and chunk.total == len(artifact)
+        received += chunk.data
+    assert received == artifact
+    for phase in ("Downloading", "Downloaded", "Installing"):
+        first.send(UpgradeProgress(name, order.uid, phase, "0.4.0", 1.0))
+
+    async def node_phase(node: str, phase: str) -> bool:
+        obj = await kube.get(EDGEUPGRADES, name)
+        entries = {e["name"]: e for e in (obj.get("status") or {}).get("nodes") or ()}
+        return entries.get(node, {}).get("phase") == phase
+
+    await eventually(lambda: node_phase(first.name, "Installing"), "Installing recorded")
+    # The agent restarts on the new version: the hub's gate passes, the next batch starts.
+    await first.stop()
+    restarted = first.restarted(agent_version="0.5.0")
+    restarted.start()
+    hubs_agents = [restarted]
+    try:
+        await eventually(lambda: node_phase(first.name, "Healthy"), "the first node Healthy")
+        await second.wait_for(lambda: bool(orders(second)), DEADLINE)
+        second.send(UpgradeProgress(name, order.uid, "Installing", "0.4.0", 2.0))
+        second.send(
+            UpgradeProgress(name, order.uid, "RolledBack", "0.4.0", 3.0, "CrashedAtStart", "x")
+        )
+        await eventually(lambda: node_phase(second.name, "RolledBack"), "the rollback recorded")
+
+        async def paused() -> bool:
+            status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+            return (status.get("phase"), status.get("reason")) == (
+                "Paused",
+                "FailureBudgetExceeded",
+            )
+
+        await eventually(paused, "the rollout paused")
+        status = (await kube.get(EDGEUPGRADES, name))["status"]
+        assert (status["healthy"], status["failed"], status["batch"]) == (1, 1, 2)
+        assert not orders(third)
+        entry = next(e for e in status["nodes"] if e["name"] == second.name)
+        assert entry["reason"] == "CrashedAtStart"
+    finally:
+        for agent in hubs_agents:
+            await agent.stop()
+
+
+async def start_hub(hubs: Hubs, kube: KubeClient, tmp_path: pathlib.Path) -> str:
+    """A hub with the extension, the CRD installed, one artifact; returns its digest."""
+    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    return hashlib.sha256(b"wheel bytes").hexdigest()
+
+
+def edgeupgrade(name: str, digest: str, site: str, **spec) -> dict:
+    return {
+        "apiVersion": "apps.edgefleet.io/v1alpha1",
+        "kind": "EdgeUpgrade",
+        "metadata": {"name": name},
+        "spec": {
+            "version": "0.5.0",
+            "artifact": {"sha256": digest, "name": WHEEL},
+            "nodeSelector": {"matchLabels": {"edgefleet.io/site": site}},
+            "maxUnavailable": 1,
+            **spec,
+        },
+    }
+
+
+async def test_a_node_offline_during_its_batch_is_upgraded_when_it_returns(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    digest = await start_hub(hubs, kube, tmp_path)
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    early, late = unique("a-node"), unique("b-node")
+    a = hubs.agent(early, agent_version="0.4.0", node_info=info)
+    b = hubs.agent(late, agent_version="0.4.0", node_info=info)
+    for agent in (a, b):
+        await agent.wait_for(lambda x=agent: x.synced, DEADLINE)
+    await b.stop()  # offline before the rollout starts: its Node stays
+    name = unique("offline")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    await a.wait_for(lambda: bool(orders(a)), DEADLINE)
+
+    async def entry(node: str) -> dict:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return {e["name"]: e for e in status.get("nodes") or ()}.get(node, {})
+
+    async def waiting_offline() -> bool:
+        return (await entry(late)).get("reason") == "NodeOffline"
+
+    await a.stop()
+    a2 = a.restarted(agent_version="0.5.0")
+    a2.start()
+    b2 = None
+    try:
+        await eventually(lambda: _phase(entry, early, "Healthy"), "the online node Healthy")
+        await eventually(waiting_offline, "the offline node waiting")
+        status = (await kube.get(EDGEUPGRADES, name))["status"]
+        assert status["phase"] == "Progressing" and status["healthy"] == 1
+        b2 = b.restarted(agent_version="0.4.0")
+        b2.start()
+        await b2.wait_for(lambda: bool(orders(b2)), DEADLINE)
+        assert orders(b2)[0].sha256 == digest
+        await b2.stop()
+        b2 = b2.restarted(agent_version="0.5.0")
+        b2.start()
+        await eventually(lambda: _phase(entry, late, "Healthy"), "the returned node Healthy")
+
+        async def completed() -> bool:
+            return ((await kube.get(EDGEUPGRADES, name)).get("status") or {}).get(
+                "phase"
+            ) == "Completed"
+
+        await eventually(completed, "the rollout Completed")
+    finally:
+        await a2.stop()
+        if b2 is not None:
+            await b2.stop()
+
+
+async def _phase(entry, node: str, phase: str) -> bool:
+    return (await entry(node)).get("phase") == phase
+
+
+async def test_an_invalid_edgeupgrade_is_marked_invalid_naming_the_field(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    digest = await start_hub(hubs, kube, tmp_path)
+    name = unique("invalid")
+    # Valid for the schema, refused by the hub: soakSeconds must stay below the timeout.
+    body = edgeupgrade(name, digest, "s", healthGate={"soakSeconds": 60, "timeoutSeconds": 30})
+    await kube.create(EDGEUPGRADES, body)
+
+    async def invalid() -> bool:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return status.get("phase") == "Invalid"
+
+    await eventually(invalid, "the EdgeUpgrade marked Invalid")
+    status = (await kube.get(EDGEUPGRADES, name))["status"]
+    assert status["reason"] == "spec.healthGate.soakSeconds"
+    assert "below timeoutSeconds" in status["message"]
