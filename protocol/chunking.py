@@ -9,7 +9,7 @@ Two pieces the session uses, with no I/O, no clock and no randomness:
   BULK, looking at the lanes again after every frame or chunk, so a ping, an ack or a pod
   status waits for at most one chunk of a 4 MiB ConfigMap, whatever the link's speed.
   Within a lane, order is kept (numbered messages ride STATUS, in seq order; the hub's
-  upserts, deletes and ``sync_done`` ride BULK, in order).
+  upserts, deletes, ``twin_desired`` and ``sync_done`` ride BULK, in order).
 - :class:`Reassembler` joins the chunks of each message back into one frame payload, with
   bounded memory: a message is refused (``ChunkRefused``) when its announced ``total`` is
   over ``max_message_size`` or over what the reassembly budget has left, *before* any of
