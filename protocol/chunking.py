@@ -9,7 +9,7 @@ Two pieces the session uses, with no I/O, no clock and no randomness:
   BULK, looking at the lanes again after every frame or chunk, so a ping, an ack or a pod
   status waits for at most one chunk of a 4 MiB ConfigMap, whatever the link's speed.
   Within a lane, order is kept (numbered messages ride STATUS, in seq order; the hub's
-  upserts, deletes and ``sync_done`` ride BULK, in order).
+  upserts, deletes, ``twin_desired`` and ``sync_done`` ride BULK, in order).
 - :class:`Reassembler` joins the chunks of each message back into one frame payload, with
   bounded memory: a message is refused (``ChunkRefused``) when its announced ``total`` is
   over ``max_message_size`` or over what the reassembly budget has left, *before* any of
@@ -131,17 +131,29 @@ class _Chunked:
 class SendQueue:
     """Three send lanes (CONTROL > STATUS > BULK), cutting large payloads into chunks.
 
+    Lanes are made when first used (an idle session holds none: 10,000 sessions per hub).
+
     Args:
         limits: what we may send; :meth:`configure` replaces it after the handshake.
         chunk_size: data bytes per chunk (at most the frame limit minus the chunk's
             ``CHUNK_OVERHEAD``).
     """
 
-    __slots__ = ("_chunk_size", "_lanes", "_next_id", "bytes", "limits")
+    __slots__ = (
+        "_chunk_size",
+        "_chunked",
+        "_chunks",
+        "_lanes",
+        "_largest",
+        "_next_id",
+        "bytes",
+        "limits",
+    )
 
     def __init__(self, limits: Limits, chunk_size: int = CHUNK_SIZE) -> None:
-        self._lanes: tuple[deque[bytes | _Chunked], ...] = tuple(deque() for _ in _LANES)
+        self._lanes: list[deque[bytes | _Chunked] | None] = [None, None, None]
         self._next_id = 0
+        self._chunked = 0  # payloads queued as chunks (0: every lane holds whole frames)
         self._chunk_size = chunk_size
         self.bytes = 0
         """Bytes queued (whole frames, and what is left of chunked payloads)."""
@@ -152,14 +164,17 @@ class SendQueue:
         """Use the agreed limits from now on (what is queued is cut with them as pulled)."""
         self.limits = limits
         self._chunk_size = max(1, min(self._chunk_size, limits.max_frame_size - CHUNK_OVERHEAD))
+        self._chunks = limits.chunks
+        self._largest = limits.largest_message
 
     def backlog(self, priority: Priority) -> int:
         """Frames and chunked messages waiting in one lane (streams stop reading at a bound)."""
-        return len(self._lanes[priority])
+        lane = self._lanes[priority]
+        return 0 if lane is None else len(lane)
 
     def fits(self, payload_size: int) -> bool:
         """True if a frame with this payload (bytes) can be sent under the limits."""
-        return payload_size <= self.limits.largest_message
+        return payload_size <= self._largest
 
     def put(self, frame: bytes, priority: Priority, seq: int = 0) -> None:
         """Queue one encoded frame (length prefix included) at the end of its lane.
@@ -167,11 +182,14 @@ class SendQueue:
         A payload over the chunk size is sent as chunks when the peer takes them. Check
         :meth:`fits` first: a frame over the limits is a usage error of the caller.
         """
-        size = len(frame) - HEADER_SIZE
-        if size > self._chunk_size and self.limits.chunks:
-            self._lanes[priority].append(_Chunked(-1, memoryview(frame)[HEADER_SIZE:], seq))
+        lane = self._lanes[priority]
+        if lane is None:
+            lane = self._lanes[priority] = deque()
+        if len(frame) - HEADER_SIZE > self._chunk_size and self._chunks:
+            lane.append(_Chunked(-1, memoryview(frame)[HEADER_SIZE:], seq))
+            self._chunked += 1
         else:
-            self._lanes[priority].append(frame)
+            lane.append(frame)
         self.bytes += len(frame)
 
     def pull(self, max_bytes: int | None = None) -> list[bytes]:
@@ -185,16 +203,27 @@ class SendQueue:
         Returns:
             The frames, in the order to write them.
         """
-        out: list[bytes] = []
+        lanes = self._lanes
+        if not self.bytes:
+            return []
+        if max_bytes is None and not self._chunked:  # the common case: whole frames
+            out: list[bytes] = []
+            for i, lane in enumerate(lanes):
+                if lane is not None:
+                    out.extend(lane)  # type: ignore[arg-type]
+                    lanes[i] = None  # an empty deque is ~600 bytes: idle sessions hold none
+            self.bytes = 0
+            return out
+        out = []
         taken = 0
-        control, *others = self._lanes
-        while control:
-            frame = control.popleft()
-            assert isinstance(frame, bytes)  # control frames are never chunked
-            out.append(frame)
-            taken += len(frame)
+        control = lanes[0]
+        if control is not None:
+            out.extend(control)  # type: ignore[arg-type]  # control frames are never chunked
+            taken = sum(map(len, out))
+            lanes[0] = None
         self.bytes -= taken
         budget = None if max_bytes is None else max_bytes - taken
+        others = lanes[1:]
         while budget is None or budget > 0:
             lane = next((lane for lane in others if lane), None)
             if lane is None:
@@ -203,6 +232,9 @@ class SendQueue:
             out.append(frame)
             if budget is not None:
                 budget -= len(frame)
+        for i in (1, 2):
+            if lanes[i] is not None and not lanes[i]:
+                lanes[i] = None
         return out
 
     def _take(self, lane: deque[bytes | _Chunked]) -> bytes:
@@ -224,6 +256,7 @@ class SendQueue:
         self.bytes -= sent
         if end == len(head.payload):
             lane.popleft()
+            self._chunked -= 1
         return frame
 
 

@@ -348,6 +348,7 @@ class TwinDesired(Message):
 
     kind: ClassVar[str] = "twin_desired"
     from_hub: ClassVar[bool] = True
+    priority: ClassVar[Priority] = Priority.BULK  # after the Device's upsert, in order
 
     ref: ObjectRef
     """The device."""

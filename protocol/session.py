@@ -145,7 +145,7 @@ class Session(SessionTimers):
         self._decoder = FrameDecoder(config.max_frame_size)
         # Whole frames under our own limit until the handshake agrees on the limits.
         self._sendq = SendQueue(Limits(config.max_frame_size, 0))
-        self._reassembler = Reassembler(config.max_message_size)
+        self._reassembler: Reassembler | None = None  # made at the first chunk
         self._peer_limits = (0, 0)  # server: what the hello announced
         self._events: list[SessionEvent] = []
         # sending side
@@ -619,7 +619,10 @@ class Session(SessionTimers):
             self._fail(CloseCode.PROTOCOL_ERROR, "a chunk inside a chunked message", now)
             return False
         try:
-            payload = self._reassembler.feed(chunk)
+            reassembler = self._reassembler
+            if reassembler is None:
+                reassembler = self._reassembler = Reassembler(self.config.max_message_size)
+            payload = reassembler.feed(chunk)
         except ChunkRefused as exc:
             self._refuse(exc.seq or None, ErrorCode.TOO_LARGE, exc.reason, now)
             return True

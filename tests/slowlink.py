@@ -6,8 +6,10 @@ this relay plays the narrow link between an agent and the hub on loopback:
 - one port for both TCP (WebSocket) and UDP (QUIC), forwarding to ``target``;
 - each direction is a link of ``rate`` bytes/s, shared by every flow in that direction:
   bytes are delivered when their serialisation time has passed, as a router would;
-- TCP: the relay reads the next piece only once the last one is through, so back-pressure
-  reaches the sender's socket (the link's buffer is the kernel's, as on a real path);
+- TCP: the relay reads the next piece only once the last one is through, with its receive
+  buffers fixed at ``buffer_bytes`` (no autotuning: on loopback Linux grows them to
+  megabytes, a router queue no real link has), so back-pressure reaches the sender's
+  socket as through a ``tc tbf`` queue of that size;
 - UDP: a queue of at most ``queue_bytes`` per direction (tail drop when full) and a
   random ``loss`` fraction dropped, from a seeded ``random.Random`` (reproducible).
 
@@ -53,6 +55,7 @@ class SlowLink:
         rate: bytes per second, each direction (64 kbit/s is 8,000).
         loss: the fraction of UDP datagrams dropped at random (0..1).
         queue_bytes: the UDP queue per direction (tail drop beyond it).
+        buffer_bytes: the TCP receive buffer of the relay's sockets, each way.
         seed: for the loss draws.
 
     Attributes:
@@ -68,8 +71,10 @@ class SlowLink:
         rate: float,
         loss: float = 0.0,
         queue_bytes: int = 64 * 1024,
+        buffer_bytes: int = 16 * 1024,
         seed: int = 15,
     ) -> None:
+        self.buffer_bytes = buffer_bytes
         self.target = target
         self.port = 0
         self.loss = loss
@@ -92,7 +97,7 @@ class SlowLink:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        server = await asyncio.start_server(self._accept, sock=sock)
+        server = await asyncio.start_server(self._accept, sock=sock, limit=_PIECE)
         self._closers.append(server)
         udp, _ = await loop.create_datagram_endpoint(
             lambda: _Front(self), local_addr=("127.0.0.1", self.port)
@@ -119,9 +124,18 @@ class SlowLink:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.tcp_connections += 1
         self._writers.append(writer)
+        writer.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_bytes
+        )
+        loop = asyncio.get_running_loop()
+        up = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        up.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_bytes)
+        up.setblocking(False)
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+            await loop.sock_connect(up, ("127.0.0.1", self.target))
+            up_reader, up_writer = await asyncio.open_connection(sock=up, limit=_PIECE)
         except OSError:
+            up.close()
             writer.close()
             return
         self._writers.append(up_writer)

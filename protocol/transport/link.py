@@ -33,6 +33,10 @@ __all__ = ["TRANSPORT_CLOSE_BOUND", "Link", "handshake_failure"]
 
 logger = logging.getLogger(__name__)
 
+SEND_AHEAD = 1024 * 1024
+"""Bytes the session's lanes may hold, while the transport is paused, before ``send()``
+waits (a sender's memory bound; the lanes order what waits, control first)."""
+
 TRANSPORT_CLOSE_BOUND = 1.0
 """Seconds a transport gets to close cleanly (QUIC CONNECTION_CLOSE, WebSocket close frame)
 after the session has ended, before it is aborted."""
@@ -337,8 +341,9 @@ class Link:
         """Queue a message for the peer, waiting while the unacknowledged window is full.
 
         The message leaves with everything else sent in the same event-loop iteration, at
-        its end. If the transport's write buffer is over its high-water mark, the call
-        then waits for it to drain (back-pressure).
+        its end, in its lane's order (``protocol.chunking``). While the transport's write
+        buffer is over its high-water mark and the lanes hold more than ``SEND_AHEAD``
+        bytes, the call waits (back-pressure).
 
         Returns:
             The message's sequence number if it needs an ack, else ``None``.
@@ -362,7 +367,13 @@ class Link:
         backend = self._backend
         if backend is not None:
             backend.data_ready()
-            if backend.writing_paused:  # back-pressure: wait for the buffer to drain
+            # Back-pressure: while the transport is paused and the session's lanes hold
+            # more than SEND_AHEAD, wait (what is queued still leaves in lane order).
+            while (
+                backend.writing_paused
+                and session.bytes_to_send > SEND_AHEAD
+                and not self._ended.is_set()
+            ):
                 await backend.wait_writable()
         return seq
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,16 @@ logger = logging.getLogger(__name__)
 PATH = "/edgefleet/v1"
 """The URL path of the WebSocket endpoint."""
 
+WRITE_HIGH = 64 * 1024
+"""Bytes the TLS transport may buffer before it pauses our writes (asyncio's: 512 KiB)."""
+
+UNSENT_LOWAT = 16 * 1024
+"""Bytes the kernel may hold unsent per WebSocket connection (``TCP_NOTSENT_LOWAT``)."""
+
+REPLY_BUDGET = 256 * 1024
+"""Bytes of replies (pongs, acks, errors) the hub writes while its transport is over its
+high-water mark before it stops reading the peer (a peer that sends and never reads)."""
+
 BATCH_BYTES = 64 * 1024
 """Largest WebSocket message (bytes) made by joining frames; a larger frame goes alone.
 64 KiB already spreads websockets' and TLS's per-message cost over 60 1-KiB frames."""
@@ -97,6 +108,25 @@ _UNSUPPORTED_DATA = 1003
 
 def _max_message(config: SessionConfig) -> int:
     return max(config.max_frame_size + _LENGTH, BATCH_BYTES)
+
+
+def _limit_unsent(transport: asyncio.BaseTransport) -> None:
+    """Keep at most ``UNSENT_LOWAT`` bytes unsent in the kernel's socket buffer.
+
+    Linux autotunes a TCP send buffer up to megabytes; whatever sits there is beyond the
+    session's lanes, so a heartbeat written after it waits for all of it (on a 64 kbit/s
+    link, minutes). With ``TCP_NOTSENT_LOWAT`` the kernel takes more only while little is
+    unsent: the rest waits in the session, where control frames go first.
+    """
+    transport.set_write_buffer_limits(high=UNSENT_LOWAT)  # type: ignore[attr-defined]
+    sock = transport.get_extra_info("socket")
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    if sock is None or option is None:  # not Linux (or not TCP): the lanes still order
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, UNSENT_LOWAT)
+    except OSError:  # pragma: no cover - a kernel without it
+        logger.debug("TCP_NOTSENT_LOWAT refused", exc_info=True)
 
 
 def _done(future: asyncio.Future[Any], result: Any = None) -> None:
@@ -147,6 +177,8 @@ class _WebSocketConnection(asyncio.Protocol):
         self._text = False  # inside a text message (a violation: ends the connection)
         self._flush_scheduled = False
         self._paused = False
+        self._replies_paused = 0  # control bytes written while paused (see pause_writing)
+        self._unread = False  # the hub stopped reading (replies over REPLY_BUDGET)
         self._writable: asyncio.Future[None] | None = None
         self.peer_node_name: str | None = None
         self.peer_certificate: x509.Certificate | None = None
@@ -159,6 +191,7 @@ class _WebSocketConnection(asyncio.Protocol):
             if self._admit is not None and not self._admit(self, transport):
                 transport.abort()  # connection_lost() follows, then _ended()
                 return
+            _limit_unsent(transport)
             waiter = start_tls(
                 self,
                 transport,
@@ -170,6 +203,9 @@ class _WebSocketConnection(asyncio.Protocol):
             waiter.add_done_callback(self._tls_done)
             return
         self.transport = transport  # type: ignore[assignment]
+        # asyncio's TLS transport buffers up to 512 KiB before it pauses us: behind that a
+        # heartbeat waits 64 s at 64 kbit/s. Pause at WRITE_HIGH: the rest waits in lanes.
+        transport.set_write_buffer_limits(high=WRITE_HIGH)  # type: ignore[attr-defined]
         if self._client:  # TLS is up: ask for the upgrade
             ws = self._ws
             assert isinstance(ws, ClientProtocol)
@@ -381,7 +417,10 @@ class _WebSocketConnection(asyncio.Protocol):
         ws = self._ws
         if ws.state is not _OPEN or self.transport is None:
             return False  # closing: the session said its last word already, or cannot any more
-        link.bytes_out += sum(map(len, frames))
+        size = sum(map(len, frames))
+        link.bytes_out += size
+        if self._paused:
+            self._replied_while_paused(size)
         send = ws.send_binary
         if len(frames) == 1:
             send(frames[0])
@@ -417,16 +456,26 @@ class _WebSocketConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._paused = True
-        if not self._client and self.transport is not None:
-            # What the hub writes unprompted waits in link.send(), but pongs, errors and
-            # acks answer what it reads: a peer that keeps sending and reads nothing would
-            # make it buffer without bound. Read no more until the peer drains our writes
-            # (the agent always reads, so the two can never wait on each other).
-            self.transport.pause_reading()
+        self._replies_paused = 0
+
+    def _replied_while_paused(self, n: int) -> None:
+        # What the hub writes unprompted waits in the session's lanes while paused, but
+        # pongs, errors and acks (CONTROL) answer what it reads and are written anyway: a
+        # peer that keeps sending and reads nothing would make it buffer them without
+        # bound. Past REPLY_BUDGET of them, read no more until the peer drains our writes
+        # (the agent always reads, so the two can never wait on each other). Bulk alone
+        # never stops the reading: the agent's acks and pings must get through it.
+        self._replies_paused += n
+        transport = self.transport
+        if self._replies_paused > REPLY_BUDGET and not self._client and not self._unread:
+            if transport is not None and not transport.is_closing():
+                self._unread = True
+                transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
-        if not self._client and self.transport is not None and not self.transport.is_closing():
+        if self._unread and self.transport is not None and not self.transport.is_closing():
+            self._unread = False
             self.transport.resume_reading()
         if self.link is not None:
             # The peer's TCP took what we had buffered: it is there, although the hub did
@@ -447,8 +496,9 @@ class _WebSocketConnection(asyncio.Protocol):
         return self._paused and not self.lost.done()
 
     async def wait_writable(self) -> None:
-        """Wait until the write buffer drains below its low-water mark, or the end."""
-        while self.writing_paused:
+        """Wait until the write buffer next drains below its low-water mark, or the end
+        (the link then checks its lanes again: the flush at the resume may pause anew)."""
+        if self.writing_paused:
             if self._writable is None:
                 self._writable = self._loop.create_future()
             await asyncio.shield(self._writable)

@@ -125,3 +125,41 @@ async def test_an_edge_message_over_the_hub_limit_does_not_block_the_ten_behind_
 
         await asyncio.wait_for(acked(), 10)
         assert link.session.backlog(Priority.STATUS) == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_ack_overtakes_bulk_queued_on_a_slow_link(transport, make_hub, pki_ca) -> None:
+    """1.1 MiB of ConfigMaps queued at the hub take 18 s on a 64 kB/s link; the ack of a pod
+    status sent meanwhile rides the CONTROL lane and arrives within seconds (on main it
+    waited behind all of it)."""
+    bulk = [configmap(i, 384 * KIB) for i in range(3)]
+    queued = asyncio.Event()
+
+    async def behaviour(link: Link) -> None:
+        link.accept(welcome(link))
+        for cm in bulk:
+            await link.send(cm)
+        queued.set()
+        async for event in link:
+            if isinstance(event, MessageReceived) and event.seq is not None:
+                link.release(event.seq)
+
+    hub = await make_hub(behaviour, config=SessionConfig(manual_ack=True))
+    async with SlowLink(hub.port(transport), rate=64_000) as relay:
+        link = await dial(transport, relay.port, pki_ca, SessionConfig())
+        async with link:
+            await asyncio.wait_for(queued.wait(), 10)
+            loop = asyncio.get_running_loop()
+            sent_at = loop.time()
+            seq = await link.send(PodStatus(POD, {"phase": "Running"}, 1.0))
+
+            async def acked() -> float:
+                async for event in link:
+                    if isinstance(event, Acked) and event.up_to >= seq:
+                        return loop.time() - sent_at
+                raise AssertionError(f"closed: {link.close_event}")
+
+            took = await asyncio.wait_for(acked(), 60)
+            carried = relay.sent("down")
+            assert took < 5.0, f"the ack took {took:.1f} s behind the bulk"
+            assert carried < 768 * KIB  # most of the bulk was still to go
