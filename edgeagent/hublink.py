@@ -636,8 +636,9 @@ class HubLink:
         self._store.apply_delete(message.ref.uid)
 
     def _on_sync_done(self, message: Message) -> None:
-        assert isinstance(message, SyncDone)
+        assert isinstance(message, SyncDone) and self._store is not None
         log.info("in sync with the hub: %d object(s) for this node", message.inventory_size)
+        self._store.note_full_sync(message.inventory_size)  # ends a pod adoption
         self.synced.set()
 
     def _on_error(self, message: Message) -> None:

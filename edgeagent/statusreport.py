@@ -137,7 +137,11 @@ def collect(settings: AgentSettings) -> dict[str, Any]:
             "outbox_depth": store.outbox_depth(),
             "devices": _devices(store, settings),
             "metrics": _metrics(store, settings),
-            "store": {"path": str(settings.store_path), "schema_version": store.schema_version()},
+            "store": {
+                "path": str(settings.store_path),
+                "schema_version": store.schema_version(),
+                "adoption": store.get_state("pods.adoption"),
+            },
         }
     finally:
         store.close()
@@ -164,6 +168,17 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"outbox:      {report['outbox_depth']} message(s) waiting for the hub")
     lines.append("devices:     " + _devices_line(report.get("devices") or {}))
     lines.append("metrics:     " + _metrics_line(report.get("metrics") or {}))
+    adoption = (report.get("store") or {}).get("adoption") or {}
+    if adoption.get("state") == "adopting":
+        why = (
+            f"store recovered (damaged file moved to {adoption.get('recoveredFrom')})"
+            if adoption.get("reason") == "StoreRecovered"
+            else "store never in sync with the hub"
+        )
+        lines.append(
+            f"store:       {why}; {len(adoption.get('pods') or [])} running pod(s) adopted "
+            "until the hub's first full sync"
+        )
     lines.append(f"pods:        {len(report['pods'])}")
     if report["pods"]:
         rows = [("NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS")]
