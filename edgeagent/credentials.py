@@ -59,16 +59,28 @@ class FileCredentials:
     certificate's expiry read from its DER, so that an agent on WebSocket never imports
     ``cryptography`` (about 8 MiB of RSS); QUIC parses them when it dials.
 
+    A certificate is refused here only when it expired by *both* this node's clock and the
+    hub's as last measured (``hub_clock``): when the two disagree, one of them is wrong
+    and the hub, which judges the certificate, is asked (a wrongly refused dial would tell
+    the operator to get a new token for a certificate that still works).
+
     Args:
         settings: the agent settings (where the files are).
-        wall_clock: seconds since the epoch (expiry check).
+        wall_clock: seconds since the epoch, this node's clock (expiry check).
+        hub_clock: seconds since the epoch by the hub's clock as last measured
+            (:meth:`edgeagent.certs.HubClock.now`); default: ``wall_clock``.
     """
 
     def __init__(
-        self, settings: AgentSettings, *, wall_clock: Callable[[], float] = time.time
+        self,
+        settings: AgentSettings,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        hub_clock: Callable[[], float] | None = None,
     ) -> None:
         self.paths = credential_paths(settings)
         self._wall = wall_clock
+        self._hub = hub_clock or wall_clock
         self._stamp: tuple | None = None
         self._credentials: PEMCredentials | None = None
         self._not_after = 0.0
@@ -104,8 +116,8 @@ class FileCredentials:
         if self._credentials is None or stamp != self._stamp:
             self._credentials, self._not_after = self._load()
             self._stamp = stamp
-        now = self._wall()
-        if now >= self._not_after:
+        now, hub_now = self._wall(), self._hub()
+        if min(now, hub_now) >= self._not_after:
             at = datetime.datetime.fromtimestamp(self._not_after, tz=datetime.timezone.utc)
             raise CredentialsError(
                 f"the node certificate {self.paths[1]} expired at {at.isoformat()} "

@@ -9,7 +9,9 @@ or not the hub answers. On every session the uplink (:mod:`edgeagent.uplink`) op
    are resent with their sequence numbers, minus those the welcome says the hub has.
 2. **welcome**: the hub's ``received_up_to`` acknowledges what it already has; its clock
    is compared with ours (a difference over ``hub.max_clock_skew`` is logged with both
-   times, and certificate timing uses the hub's clock from then on: :meth:`HubLink.hub_clock`);
+   times, and certificate renewal is timed by the hub's clock from then on:
+   :meth:`HubLink.hub_clock`, an :class:`~edgeagent.certs.HubClock` that drops the skew when
+   our clock is stepped; the certificate is refused locally only when it expired by both);
    ``hub.session`` (state, transport, since) is recorded for ``edgeagent status``.
 3. **down**: every message from the hub goes to the handler registered for its kind
    (:meth:`HubLink.register`), in arrival order. Built in: ``object_upsert`` and
@@ -61,6 +63,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from edgeagent.certs.clock import HubClock
 from edgeagent.credentials import RENEW_HINT
 from edgeagent.errors import HubUnavailable, StoreError
 from edgeagent.nodeinfo import AGENT_VERSION, node_info
@@ -259,8 +262,8 @@ class HubLink:
         """The uplink while the service runs (for observation: transport, link changes)."""
         self.synced = asyncio.Event()
         """Set when the current session's ``sync_done`` arrived; cleared when it ends."""
-        self.skew: float | None = None
-        """Our clock minus the hub's at the last welcome, seconds."""
+        self.clock = HubClock(wall=wall_clock)
+        """The hub's clock, measured at every welcome (dropped when ours is stepped)."""
         self.renewer: CertificateRenewer | None = None
         """The certificate renewer while the service runs with the default credentials."""
 
@@ -298,11 +301,16 @@ class HubLink:
         link = self._link
         return link if link is not None and not link.closed else None
 
+    @property
+    def skew(self) -> float | None:
+        """Our clock minus the hub's at the last welcome, seconds (``None`` before it, or
+        once our clock was stepped since: :class:`~edgeagent.certs.HubClock`)."""
+        return self.clock.skew
+
     def hub_clock(self) -> float:
-        """Seconds since the epoch by the hub's clock as last seen: ours corrected by the
-        skew measured at the last welcome (ours alone before the first). The hub judges
-        certificates by its clock, so their expiry and renewal are timed with this one."""
-        return self._wall() - (self.skew or 0.0)
+        """Seconds since the epoch by the hub's clock as last seen (``HubClock.now``): the
+        hub judges certificates by its clock, so their renewal is timed with this one."""
+        return self.clock.now()
 
     def connection_id(self) -> int | None:
         """A number that changes with every session, or ``None`` while offline."""
@@ -386,7 +394,9 @@ class HubLink:
             from edgeagent.certs import CertificateRenewer, CertPaths
             from edgeagent.credentials import FileCredentials
 
-            self._credentials = FileCredentials(settings, wall_clock=self.hub_clock)
+            self._credentials = FileCredentials(
+                settings, wall_clock=self._wall, hub_clock=self.hub_clock
+            )
             self.renewer = CertificateRenewer(
                 CertPaths.from_settings(settings), uniform=random.uniform, clock=self.hub_clock
             )
@@ -490,20 +500,6 @@ class HubLink:
         except StoreError as exc:
             log.warning("cannot record the hub session state: %s", exc)
 
-    def _check_skew(self, hub_time: float, limit: float) -> None:
-        local = self._wall()
-        skew = local - hub_time
-        self.skew = skew
-        if abs(skew) > limit:
-            log.warning(
-                "clock skew with the hub: this node's clock reads %s, the hub's %s (%s by %.0f s);"
-                " status and event times will be off: check NTP (timedatectl status)",
-                _iso(local),
-                _iso(hub_time),
-                "ahead" if skew > 0 else "behind",
-                abs(skew),
-            )
-
     async def _serve(
         self, link: Link, ctx: AgentContext, handlers: dict[type[Message], DownHandler]
     ) -> None:
@@ -511,7 +507,7 @@ class HubLink:
         store = ctx.store
         welcome = link.welcome
         assert welcome is not None
-        self._check_skew(welcome.hub_time, ctx.settings.hub.max_clock_skew)
+        self.clock.measure(welcome.hub_time, limit=ctx.settings.hub.max_clock_skew)
         self._session_no += 1
         self._link = link
         self._acked_up_to = welcome.received_up_to
