@@ -83,6 +83,7 @@ class FileCredentials:
         self._hub = hub_clock or wall_clock
         self._stamp: tuple | None = None
         self._credentials: PEMCredentials | None = None
+        self._not_before = 0.0
         self._not_after = 0.0
 
     def _file_stamp(self) -> tuple:
@@ -97,6 +98,12 @@ class FileCredentials:
             else:
                 stamp.append((st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(stamp)
+
+    @property
+    def not_before(self) -> float:
+        """When the current certificate starts, seconds since the epoch (the hub's clock
+        when it issued it, minus 5 minutes; 0 before the first successful load)."""
+        return self._not_before
 
     @property
     def not_after(self) -> float:
@@ -114,7 +121,7 @@ class FileCredentials:
         """
         stamp = self._file_stamp()
         if self._credentials is None or stamp != self._stamp:
-            self._credentials, self._not_after = self._load()
+            self._credentials, (self._not_before, self._not_after) = self._load()
             self._stamp = stamp
         now, hub_now = self._wall(), self._hub()
         if min(now, hub_now) >= self._not_after:
@@ -127,7 +134,7 @@ class FileCredentials:
             )
         return self._credentials
 
-    def _load(self) -> tuple[PEMCredentials, float]:
+    def _load(self) -> tuple[PEMCredentials, tuple[float, float]]:
         from protocol.transport.errors import TransportError
         from protocol.transport.tls import PEMCredentials, client_ssl_context
 
@@ -154,12 +161,12 @@ class FileCredentials:
                 ) from exc
             raise CredentialsError(f"unusable TLS material in {names}: {exc}") from exc
         try:
-            not_after = certificate_not_after(cert)
+            validity = certificate_validity(cert)
         except ValueError as exc:
             raise CredentialsError(
                 f"unusable TLS material in {self.paths[1]}: {exc}", path=str(self.paths[1])
             ) from exc
-        return credentials, not_after
+        return credentials, validity
 
 
 # --- reading notAfter without cryptography ------------------------------------------------

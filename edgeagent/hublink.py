@@ -452,6 +452,7 @@ class HubLink:
             on_refused=lambda reason, by_hub: self._record(
                 store, "refused" if by_hub else "no-credentials", reason=reason
             ),
+            explain=lambda exc: self._explain_dial_failure(store, exc),
         )
         self.uplink = uplink
         removers.append(store.add_outbox_hook(self.kick))
@@ -492,6 +493,22 @@ class HubLink:
                 )
                 store.outbox_drop(entry.id)
         return out
+
+    def _explain_dial_failure(self, store: Store, exc: Exception) -> str | None:
+        """This node's clock as the cause of a failed dial (issue 15 item 6b), recorded as
+        ``hub.session`` state ``clock-wrong``; ``None`` when time is not the cause."""
+        from edgeagent.certs.clock import explain_tls_failure
+        from edgeagent.credentials import FileCredentials
+
+        credentials = self._credentials
+        known = []
+        if isinstance(credentials, FileCredentials) and credentials.not_before:
+            known.append(("this node's certificate (issued by the hub)", credentials.not_before))
+        text = explain_tls_failure(str(exc), self._wall(), known)
+        if text:
+            text += "; the agent connects by itself once the clock is right"
+            self._record(store, "clock-wrong", reason=text)
+        return text
 
     def _record(self, store: Store, state: str, **extra: Any) -> None:
         value = {"state": state, "since": _iso(self._wall()), **extra}

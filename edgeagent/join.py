@@ -183,7 +183,7 @@ def run_join(
     answer: dict[str, Any] = {}
     for attempt in range(1, max(1, attempts) + 1):
         try:
-            bundle, served = fetch_ca(address, timeout=timeout)
+            bundle, served, hub_time = fetch_ca(address, timeout=timeout)
             ca_pem = pin_ca(address, bundle, ca_cert_hash)
             if attempt == 1:
                 echo(f"the hub CA matches {ca_cert_hash}; sending the join request as {node_name}")
@@ -193,6 +193,7 @@ def run_join(
                 {"token": token, "csr": pki.dump_csr_pem(csr).decode(), "labels": labels or {}},
                 timeout=timeout,
                 served_der=served,
+                hub_time=hub_time,
             )
             break
         except JoinFailed as exc:

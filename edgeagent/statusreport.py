@@ -158,7 +158,7 @@ def render(report: dict[str, Any]) -> str:
         + (f" since {hub['since']}" if hub.get("since") else "")
         + (f" ({hub['url']})" if hub.get("url") else " (no hub configured)"),
     ]
-    if hub["state"] in ("refused", "no-credentials") and hub.get("reason"):
+    if hub["state"] in ("refused", "no-credentials", "clock-wrong") and hub.get("reason"):
         lines.append(f"             {hub['reason']}")  # what to run to fix it
     if cert.get("not_after"):
         days = cert["seconds_left"] / 86400

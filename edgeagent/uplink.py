@@ -142,6 +142,9 @@ class Uplink:
         on_refused: ``on_refused(text, by_hub)``, called with the ERROR line's text whenever
             this node's identity is refused by the hub (``by_hub``) or unusable here (see
             the module docstring), e.g. to record it for ``edgeagent status``.
+        explain: ``explain(exc)``: the cause of a failed dial the transport cannot name
+            (e.g. this node's clock behind the hub's certificate), logged as an ERROR once
+            per dial, or ``None``.
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class Uplink:
         next_seq: Callable[[], int],
         on_link: Callable[[Link], Awaitable[None]],
         on_refused: Callable[[str, bool], None] | None = None,
+        explain: Callable[[ConnectFailed], str | None] | None = None,
     ) -> None:
         self.settings = settings
         self._credentials = credentials
@@ -162,6 +166,8 @@ class Uplink:
         self._next_seq = next_seq
         self._on_link = on_link
         self._on_refused = on_refused
+        self._explain = explain
+        self._explained = False
         self._identity_refused = False
         self._stop = asyncio.Event()
         self._link: Link | None = None
@@ -302,6 +308,7 @@ class Uplink:
         """Try QUIC (when due), then WebSocket; ``None`` if both failed."""
         s = self.settings
         loop = asyncio.get_running_loop()
+        self._explained = False
         common = {
             "hello": self._make_hello(),
             "pending": list(self._pending()),
@@ -333,6 +340,7 @@ class Uplink:
                 return None
             except ConnectFailed as exc:
                 logger.info("QUIC to %s:%s failed (%s); trying WebSocket", s.host, s.quic_port, exc)
+                self._explain_failure(exc)
                 self._note_quic_failed(loop.time())
             else:
                 self._preferred = QUIC
@@ -360,12 +368,23 @@ class Uplink:
             return None
         except ConnectFailed as exc:
             logger.warning("WebSocket to %s:%s failed: %s", s.host, s.websocket_port, exc)
+            self._explain_failure(exc)
             return None
         self._preferred = WEBSOCKET
         if self._quic_failed_at is None:
             self._quic_failed_at = loop.time()
         await self._set_link(link)
         return link
+
+    def _explain_failure(self, exc: ConnectFailed) -> None:
+        """A dial failure whose cause ``explain`` can name (this node's clock): an ERROR,
+        once per dial."""
+        if self._explain is None or self._explained:
+            return
+        text = self._explain(exc)
+        if text:
+            self._explained = True
+            logger.error("%s", text)
 
     def _refused(self, text: str, *, by_hub: bool = True) -> None:
         """This node's identity is refused or unusable: say so once per dial, loudly."""

@@ -28,7 +28,9 @@ __all__ = [
     "HubClock",
     "check_clock_skew",
     "clock_behind",
+    "explain_tls_failure",
     "iso",
+    "span",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,8 @@ def iso(t: float) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
+    """``seconds`` (its size) in the unit a reader takes in: s, minutes, hours, days."""
     seconds = abs(seconds)
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.1f} days"
@@ -110,9 +113,61 @@ def clock_behind(local_time: float, not_before: float, whose: str) -> str | None
         return None
     return (
         f"this node's clock reads {iso(local_time)}, before {whose}'s notBefore "
-        f"{iso(not_before)}: the clock is at least {_span(not_before - local_time)} behind; "
+        f"{iso(not_before)}: the clock is at least {span(not_before - local_time)} behind; "
         f"{NTP_HINT}"
     )
+
+
+_NOT_YET_VALID = ("not yet valid", "not valid yet")
+"""How OpenSSL (``certificate is not yet valid``) and aioquic (``Certificate is not valid
+yet``) say that a certificate starts after the local clock's now."""
+_EXPIRED = ("has expired", "no longer valid", "certificate_expired")
+
+
+def explain_tls_failure(
+    error: str, local_time: float, known: list[tuple[str, float]], hub_time: float | None = None
+) -> str | None:
+    """Say what is wrong when verifying the hub's serving certificate failed for time.
+
+    Args:
+        error: the TLS failure's text (OpenSSL's or aioquic's words).
+        local_time: this node's clock, seconds since the epoch.
+        known: ``(name, notBefore)`` of certificates the hub issued by its clock (this
+            node's certificate, the hub CA): a clock before one of them is behind by at
+            least the difference, whatever the TLS error says.
+        hub_time: the hub's clock as last measured, if any.
+
+    Returns:
+        A message naming this node's clock against the hub's (or a certificate's
+        notBefore) and what to do, or ``None`` when time is not the cause.
+    """
+    text = error.lower()
+    behind = next(
+        ((name, nb) for name, nb in sorted(known, key=lambda item: -item[1]) if local_time < nb),
+        None,
+    )
+    if behind is not None:
+        name, not_before = behind
+        lead = clock_behind(local_time, not_before, name)
+        return f"cannot verify the hub's certificate by this node's clock: {lead}"
+    if hub_time is not None and hub_time - local_time > MAX_CLOCK_SKEW:
+        return (
+            f"cannot verify the hub's certificate by this node's clock: it reads "
+            f"{iso(local_time)}, the hub's {iso(hub_time)} (behind by "
+            f"{span(hub_time - local_time)}); {NTP_HINT}"
+        )
+    if any(words in text for words in _NOT_YET_VALID):
+        return (
+            f"the hub's serving certificate is not valid yet by this node's clock, which "
+            f"reads {iso(local_time)}: the clock is behind the hub's; {NTP_HINT}"
+        )
+    if any(words in text for words in _EXPIRED):
+        return (
+            f"the hub's serving certificate has expired by this node's clock, which reads "
+            f"{iso(local_time)}: if the clock is ahead, {NTP_HINT}; if it is right, the "
+            "hub's operator must renew the hub's certificate"
+        )
+    return None
 
 
 class HubClock:
@@ -179,7 +234,7 @@ class HubClock:
             "(NTP, a resume, or 'date -s'); dropping the %.0f s skew measured then: the "
             "clock is used as it is until the next welcome measures again",
             "forward" if step > 0 else "back",
-            _span(step),
+            span(step),
             self._skew,
         )
         self._skew = None

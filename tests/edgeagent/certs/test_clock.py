@@ -12,10 +12,11 @@ import time
 import pytest
 
 from edgeagent.certs import HubClock
-from edgeagent.certs.clock import clock_behind, iso
+from edgeagent.certs.clock import clock_behind, explain_tls_failure, iso
 from edgeagent.credentials import FileCredentials, certificate_validity
 from edgeagent.errors import CredentialsError
 from edgeagent.settings import AgentSettings
+from protocol import pki
 from tests.clock import ManualClock
 from tests.edgeagent.hublink.fleet import write_node_pki
 
@@ -84,3 +85,56 @@ def test_a_clock_behind_a_certificate_is_named_with_both_times() -> None:
     assert clock_behind(now, now - 300, "x") is None
     assert "not a time" not in iso(now)
     assert "s since the epoch" in iso(1e20)  # out of range: still a message
+
+
+def test_a_tls_failure_is_explained_by_the_clock_only_when_time_is_the_cause() -> None:
+    now = time.time()
+    node_cert = ("this node's certificate", now - 300)
+    # before a certificate the hub issued: behind by at least the difference, whatever
+    # the TLS error says
+    text = explain_tls_failure("connection reset", now - 7200, [node_cert])
+    assert text is not None and "115 minutes behind" in text and "notBefore" in text
+    # the words of OpenSSL and of aioquic
+    for error in (
+        "certificate verify failed: certificate is not yet valid (_ssl.c:1006)",
+        "TLS alert certificate_expired Certificate is not valid yet",
+    ):
+        said = explain_tls_failure(error, now, [node_cert])
+        assert said is not None and "not valid yet" in said and "NTP" in said
+    expired = explain_tls_failure("certificate verify failed: certificate has expired", now, [])
+    assert expired is not None and "ahead" in expired and "renew" in expired
+    # a measured hub clock far ahead of ours
+    measured = explain_tls_failure("handshake failed", now, [], hub_time=now + 600)
+    assert measured is not None and "10 minutes" in measured
+    # not a matter of time
+    assert explain_tls_failure("connection refused", now, [node_cert]) is None
+    assert explain_tls_failure("handshake failed", now, [], hub_time=now + 5) is None
+
+
+def _serving_der(pki_ca, now: float) -> bytes:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    cert, _ = pki.issue_server_certificate(
+        pki_ca.ca, dns_names=["hub.example"], lifetime=3600, now=now
+    )
+    return cert.public_bytes(Encoding.DER)
+
+
+def test_the_join_names_a_clock_outside_the_serving_certificates_validity(pki_ca) -> None:
+    from edgeagent.certs.joinclient import HubAddress, _clock_failure
+
+    hub = HubAddress.parse("hub.example:7444")
+    now = time.time()
+    later = _serving_der(pki_ca, now + 3 * 3600)  # valid from 3 h from now (minus 5 min)
+    behind = _clock_failure(hub, 9, later, now + 3 * 3600)
+    assert behind.reason == "ClockBehind" and "2.9 hours behind" not in str(behind)
+    assert "3.0 hours behind" in str(behind) and "(its Date header)" in str(behind)
+    assert "notBefore" in str(behind) and "timedatectl set-ntp true" in behind.hint
+    no_date = _clock_failure(hub, 9, None, None)
+    assert no_date.reason == "ClockBehind" and "not valid yet" in str(no_date)
+
+    old = _serving_der(pki_ca, now - 2 * 3600)  # expired an hour ago (+ 5 min)
+    ahead = _clock_failure(hub, 10, old, now - 2 * 3600)  # the hub's clock: still valid
+    assert ahead.reason == "ClockAhead" and "ahead" in str(ahead) and "NTP" in ahead.hint
+    gone = _clock_failure(hub, 10, old, now)  # the hub's clock agrees: it expired
+    assert gone.reason == "ServingCertificateExpired" and "renew" in gone.hint
