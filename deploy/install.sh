@@ -35,7 +35,7 @@ SYSTEM_SITE=0
 WHEEL=""
 WHEELHOUSE=""
 INDEX_URL=""
-PACKAGE=edgefleet
+PACKAGE="edgefleet[agent]" # the agent alone: none of the hub's dependencies
 HUB=""
 TOKEN=""
 CA_HASH=""
@@ -61,7 +61,7 @@ What to install:
   --wheel FILE             install EdgeFleet from this wheel
   --wheelhouse DIR         take dependencies only from DIR (no index; for offline sites)
   --index-url URL          package index to install from (default: pip's)
-  --package SPEC           package to install from the index (default: edgefleet)
+  --package SPEC           package to install from the index (default: edgefleet[agent])
   --upgrade                upgrade an existing installation
   --python PATH            Python >= 3.10 to build the venv with (default: python3)
   --system-site-packages   let the venv use the system's Python packages (apt's
@@ -304,7 +304,7 @@ pip_install() {
         if [ "$SYSTEM_SITE" = 1 ] && [ -z "$WHEELHOUSE" ] && [ -z "$INDEX_URL" ]; then
             args+=(--no-index) # dependencies come from the system's packages
         fi
-        run "${pip[@]}" install "${args[@]}" "${force[@]}" "$WHEEL"
+        run "${pip[@]}" install "${args[@]}" "${force[@]}" "$WHEEL[agent]"
         if [ "$DRY_RUN" = 0 ]; then printf '%s\n' "$digest" >"$stamp"; fi
         CHANGED=1
         say "installed $(basename "$WHEEL")"

@@ -92,8 +92,9 @@ fi
 command -v "$PYTHON" >/dev/null || fail "no $PYTHON on PATH (apt-get install python3)"
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
     fail "EdgeFleet needs Python >= 3.10; $PYTHON is $("$PYTHON" -V 2>&1)"
-extras=""
-[ "$PROFILE" = test ] && extras="[test]"
+# One source tree, two installs (pyproject's extras): the demo and the tests run both halves.
+extras="[agent,hub]"
+[ "$PROFILE" = test ] && extras="[agent,hub,test]"
 stamp_want="$(
     {
         cat "$TOP/pyproject.toml"

@@ -17,8 +17,6 @@ Rules (docs/devices.md):
 - Reported: the device wins, latest-wins per property. ``merge_reported`` writes a report
   to ``status.twins[].reported`` only when its version is higher than the one there;
   a report for another uid (a deleted and recreated Device) is stale.
-- Observed desired: ``merge_observed`` writes what the mapper last fetched to
-  ``status.twins[].observedDesired``.
 
 Status layout (KubeEdge's ``Twin`` plus ``rejectedDesired``; values are text)::
 
@@ -28,9 +26,6 @@ Status layout (KubeEdge's ``Twin`` plus ``rejectedDesired``; values are text)::
         reported:
           value: "21.5"
           metadata: {timestamp: "<ms since epoch>", version: "<edge version>", type: double}
-        observedDesired:
-          value: "22"
-          metadata: {timestamp: "<ms since epoch>", version: "<generation>", type: double}
         rejectedDesired: {value: "99", reason: OutOfRange, message: "...", generation: 7}
 """
 
@@ -47,7 +42,6 @@ from protocol.devices import (
     DeviceModel,
     InvalidValue,
     ModelProperty,
-    ObservedDesired,
     Reason,
     ReportedValue,
     Value,
@@ -269,45 +263,6 @@ def merge_reported(
         applied.append(report)
     merge = _finish(device, status)
     return StatusMerge(merge.status, merge.changed, tuple(applied), tuple(stale), tuple(invalid))
-
-
-def merge_observed(
-    device: Device, model: DeviceModel | None, observed: ObservedDesired
-) -> StatusMerge:
-    """Write the desired state a mapper last fetched to ``status.twins[].observedDesired``.
-
-    Properties absent from ``observed`` lose their ``observedDesired`` (the desired value
-    was removed). An older version than the one shown, or another uid, changes nothing.
-
-    Returns:
-        The new status; ``changed`` False when nothing was written.
-    """
-    status = _copy_status(device.status)
-    if observed.uid != device.uid:
-        return StatusMerge(status, False)
-    shown = max((_version(t.get("observedDesired")) for t in status["twins"]), default=0)
-    if observed.version < shown:
-        return StatusMerge(status, False)
-    for twin in status["twins"]:
-        if twin.get("propertyName") not in observed.properties:
-            twin.pop("observedDesired", None)
-    for name, value in observed.properties.items():
-        prop = model.property(name) if model is not None else None
-        text = to_text(prop, value) if prop is not None else _plain_text(value)
-        metadata = {
-            "timestamp": str(round(observed.timestamp * 1000)),
-            "version": str(observed.version),
-        }
-        if prop is not None:
-            metadata["type"] = prop.type.value
-        _twin(status, name)["observedDesired"] = {"value": text, "metadata": metadata}
-    return _finish(device, status)
-
-
-def _plain_text(value: Value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _model_property(device: Device, model: DeviceModel | None, name: str) -> ModelProperty:

@@ -19,12 +19,8 @@ import asyncio
 import pathlib
 import shutil
 import ssl
-import sys
 import tempfile
-import threading
-from asyncio import sslproto
 from types import TracebackType
-from typing import Any
 
 from aiohttp import web
 
@@ -39,48 +35,22 @@ from cloudhub.standalone.pki import ServerPKI, ensure_pki, write_kubeconfig
 from cloudhub.standalone.rest import Registry
 from cloudhub.standalone.settings import APIServerSettings
 from cloudhub.standalone.store import Store
+from protocol.transport.leantls import server_protocol
 
 __all__ = ["EmbeddedAPIServer"]
 
 _WILDCARDS = ("0.0.0.0", "::", "")
 
-#: Bytes of TLS read buffer, shared by the connections of a thread (a TLS record is at
-#: most 16 KiB); asyncio's TLS layer allocates 256 KiB per connection instead.
-TLS_READ_BUFFER = 16 * 1024
 #: Seconds a client has to complete the TLS handshake, and to close TLS at the end.
 _TLS_HANDSHAKE_S = 60.0
 _TLS_SHUTDOWN_S = 5.0
 
-_scratch = threading.local()
-
-
-class _SharedBufferTLS(sslproto.SSLProtocol):
-    """asyncio's TLS protocol reading through one buffer per thread.
-
-    asyncio (3.11+) gives every TLS connection its own 256 KiB read buffer: with it,
-    each open watch held ~290 KiB (1,000 watches: +290 MB). The event loop uses the
-    buffer synchronously (``get_buffer()``, ``recv_into()``, then ``buffer_updated()``,
-    which copies the bytes into the connection's ``MemoryBIO`` before returning), so one
-    buffer per thread serves every connection. The same technique as the hub's
-    WebSocket transport (``protocol/transport/websocket.py``); Python 3.10's TLS layer
-    has no such buffer and setting the attributes there is harmless.
-    """
-
-    max_size = TLS_READ_BUFFER
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        view = getattr(_scratch, "view", None)
-        if view is None:
-            view = _scratch.view = memoryview(bytearray(TLS_READ_BUFFER))
-        self._ssl_buffer = view.obj
-        self._ssl_buffer_view = view
-
 
 class _LeanTLSSite(web.TCPSite):
-    """``web.TCPSite`` whose connections use :class:`_SharedBufferTLS`: TLS is put
-    between each accepted TCP connection and aiohttp's handler here, as
-    ``loop.create_server(ssl=...)`` would do."""
+    """``web.TCPSite`` whose connections share one TLS read buffer per thread
+    (``protocol.transport.leantls``: asyncio's own TLS layer holds 256 KiB per connection,
+    ~290 KiB per open watch): TLS is put between each accepted TCP connection and
+    aiohttp's handler here, as ``loop.create_server(ssl=...)`` would do."""
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -88,12 +58,14 @@ class _LeanTLSSite(web.TCPSite):
         server = self._runner.server
         assert server is not None and self._ssl_context is not None
         context = self._ssl_context
-        extra: dict[str, Any] = {"ssl_handshake_timeout": _TLS_HANDSHAKE_S}
-        if sys.version_info >= (3, 11):
-            extra["ssl_shutdown_timeout"] = _TLS_SHUTDOWN_S
 
         def connection() -> asyncio.Protocol:
-            return _SharedBufferTLS(loop, server(), context, None, server_side=True, **extra)
+            return server_protocol(
+                server(),
+                context,
+                handshake_timeout=_TLS_HANDSHAKE_S,
+                shutdown_timeout=_TLS_SHUTDOWN_S,
+            )
 
         self._server = await loop.create_server(
             connection, self._host, self._port, backlog=self._backlog

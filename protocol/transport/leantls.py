@@ -10,7 +10,8 @@ asyncio; each connection starts TLS itself on its TCP transport, exactly as
 thread (see :class:`_LeanSSLProtocol`).
 
 This is the one module that reaches into asyncio's TLS internals (``asyncio.sslproto``,
-which has no public API for the buffer): the WebSocket transport uses it.
+which has no public API for the buffer): the WebSocket transport uses :func:`start_tls`,
+the embedded API's HTTPS listener :func:`server_protocol`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from protocol.transport.link import TRANSPORT_CLOSE_BOUND
 
-__all__ = ["TLS_READ_BUFFER", "certificate_alert", "start_tls"]
+__all__ = ["TLS_READ_BUFFER", "certificate_alert", "server_protocol", "start_tls"]
 
 TLS_READ_BUFFER = 16 * 1024
 """Bytes of TLS read buffer per connection (asyncio's default is 256 KiB)."""
@@ -65,7 +66,10 @@ class _LeanSSLProtocol(sslproto.SSLProtocol):
         # asyncio tells the application about a TLS failure only on a later loop turn;
         # record it now so that a failed connect can name it (e.g. the hub's alert).
         if isinstance(exc, ssl.SSLError):
-            self._owner.tls_error = exc
+            try:
+                self._owner.tls_error = exc
+            except AttributeError:  # an application protocol with __slots__ (aiohttp's)
+                pass
         super().connection_lost(exc)
 
 
@@ -100,6 +104,27 @@ def start_tls(
     transport.set_protocol(protocol)  # type: ignore[attr-defined]
     protocol.connection_made(transport)
     return waiter
+
+
+def server_protocol(
+    app_protocol: asyncio.Protocol,
+    context: ssl.SSLContext,
+    *,
+    handshake_timeout: float,
+    shutdown_timeout: float = TRANSPORT_CLOSE_BOUND,
+) -> asyncio.Protocol:
+    """The protocol for one accepted connection of a TLS server, as
+    ``loop.create_server(ssl=context)`` would build it, but with the shared read buffer.
+
+    Use it as (part of) the protocol factory given to ``loop.create_server`` without
+    ``ssl=``; ``app_protocol`` sees the decrypted stream. Must be called on the loop's
+    thread. Timeouts in seconds.
+    """
+    kwargs: dict[str, Any] = {"ssl_handshake_timeout": handshake_timeout}
+    if sys.version_info >= (3, 11):
+        kwargs["ssl_shutdown_timeout"] = shutdown_timeout
+    loop = asyncio.get_running_loop()
+    return _LeanSSLProtocol(loop, app_protocol, context, None, server_side=True, **kwargs)
 
 
 #: OpenSSL's names for the alerts a TLS server sends about a client certificate.

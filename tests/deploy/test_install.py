@@ -19,8 +19,8 @@ import yaml
 
 from protocol import pki
 from tests.deploy.test_systemd_unit import systemd_version, verify_tree
+from tests.deploy.wheels import REPO, build_wheel, make_wheelhouse
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy" / "install.sh"
 UNIT = REPO / "systemd" / "edgeagent.service"
 
@@ -31,38 +31,16 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """The EdgeFleet wheel built from this tree (a copy, so the tree stays clean)."""
-    work = tmp_path_factory.mktemp("wheel")
-    source = work / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    for name in ("protocol", "cloudhub", "edgeagent", "systemd"):
-        shutil.copytree(REPO / name, source / name, ignore=ignore)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), "."],
-        cwd=source,
-        check=True,
-        timeout=300,
-    )
-    (built,) = (work / "dist").glob("edgefleet-*.whl")
-    return built
+    """The EdgeFleet wheel built from this tree (from a copy, so the tree stays clean)."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="module")
 def wheelhouse(wheel: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A wheelhouse as an offline site has it: EdgeFleet's wheel and every dependency's.
-
-    The dependencies' wheels come from pip's cache (the test environment's install filled
-    it), so that install.sh is tested with ``--no-index`` on any machine, a fresh one too.
-    """
+    """A wheelhouse as an offline site has it: EdgeFleet's wheel, every dependency of the
+    agent's, and their SHA-256 manifest (from pip's cache, so any machine can run it)."""
     house = tmp_path_factory.mktemp("wheelhouse")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(house), str(wheel)],
-        check=True,
-        timeout=600,
-    )
+    make_wheelhouse(wheel, house, "agent")
     return house
 
 

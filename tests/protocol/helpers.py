@@ -36,6 +36,14 @@ from protocol import (
     TwinReported,
     Welcome,
 )
+from protocol.messages import (
+    StreamClose,
+    StreamData,
+    StreamOpen,
+    StreamReset,
+    StreamResize,
+    StreamWindow,
+)
 
 POD = ObjectRef(kind="Pod", namespace="default", name="web-0", uid="7d3c0d5e-pod")
 DEVICE = ObjectRef(kind="Device", namespace="plant", name="thermo-1", uid="a1b2-device")
@@ -84,6 +92,21 @@ def sample_messages() -> list[Message]:
         CertRenewResponse(request_id="r-2", error="CSR names another node"),
         Error(code=ErrorCode.FORBIDDEN, message="not your pod", in_reply_to=5),
         Close(code=CloseCode.OVERLOADED, reason="busy", retry_after=30.0),
+        StreamOpen(
+            stream_id=1,
+            operation="exec",
+            namespace="default",
+            pod="web-0",
+            container="app",
+            window=65536,
+            params={"command": ["sh"], "stdin": True},
+            user="alice",
+        ),
+        StreamData(stream_id=1, channel=1, data=b"hi", eof=True),
+        StreamWindow(stream_id=1, credit=4096),
+        StreamResize(stream_id=1, width=80, height=24),
+        StreamClose(stream_id=1, exit_code=0),
+        StreamReset(stream_id=1, code=ErrorCode.NOT_FOUND, reason="no such container"),
     ]
 
 

@@ -276,6 +276,10 @@ class SimAgent:
                     log.debug("%s: dial failed: %s", self.name, exc)
                     await self._pause(next(delays))
                     continue
+                if self._stop.is_set():
+                    # stop() ran while this dial was in flight and saw no link to close
+                    await link.close(CloseCode.GOING_AWAY, "agent stopping")
+                    break
                 delays = backoff(
                     uniform=random.uniform, base=self.backoff_base, cap=self.backoff_cap
                 )

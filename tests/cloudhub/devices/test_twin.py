@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import Any
 
 from cloudhub.devices import (
     evaluate_desired,
-    merge_observed,
     merge_reported,
     status_with_rejections,
 )
 from cloudhub.devices.twin import desired_version, model_revision
 from protocol.devices import (
-    ObservedDesired,
     ReportedValue,
     parse_device,
     parse_device_model,
@@ -174,25 +170,3 @@ def test_reported_and_rejections_coexist() -> None:
     (twin,) = merged.status["twins"]
     assert set(twin) == {"propertyName", "rejectedDesired", "reported"}
     assert merged.status is not status and "reported" not in status["twins"][0]
-
-
-def test_observed_desired_written_and_older_ignored() -> None:
-    device = parse_device(device_doc({"setpoint": "22", "mode": "eco"}))
-    observed = ObservedDesired("default", "t1", "u-1", 4, {"setpoint": 22.0, "mode": "eco"}, 5.0)
-    merge = merge_observed(device, MODEL, observed)
-    assert merge.changed
-    by_name = {t["propertyName"]: t for t in merge.status["twins"]}
-    assert by_name["setpoint"]["observedDesired"] == {
-        "value": "22.0",
-        "metadata": {"timestamp": "5000", "version": "4", "type": "double"},
-    }
-    doc = device_doc({"setpoint": "22", "mode": "eco"})
-    doc["status"] = copy.deepcopy(merge.status)
-    current = parse_device(doc)
-    assert not merge_observed(current, MODEL, dataclasses.replace(observed, version=3)).changed
-    assert not merge_observed(current, MODEL, dataclasses.replace(observed, uid="other")).changed
-    # generation 5 dropped "mode": its observedDesired goes too
-    newer = dataclasses.replace(observed, version=5, properties={"setpoint": 23.0})
-    after = merge_observed(current, MODEL, newer).status
-    assert [t["propertyName"] for t in after["twins"]] == ["setpoint"]
-    assert after["twins"][0]["observedDesired"]["value"] == "23.0"
