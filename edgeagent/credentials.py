@@ -82,6 +82,7 @@ class FileCredentials:
         self._wall = wall_clock
         self._hub = hub_clock or wall_clock
         self._stamp: tuple | None = None
+        self._seen: tuple | None = None  # the files' stamp at the last call, loaded or not
         self._credentials: PEMCredentials | None = None
         self._not_before = 0.0
         self._not_after = 0.0
@@ -98,6 +99,15 @@ class FileCredentials:
             else:
                 stamp.append((st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(stamp)
+
+    def changed(self) -> bool:
+        """True when a file differs from the ones last loaded (a re-join or a renewal
+        wrote new ones): cheap (three ``stat`` calls), for polling while waiting to redial.
+        """
+        try:
+            return self._seen is not None and self._file_stamp() != self._seen
+        except CredentialsError:
+            return True  # unreadable now: the next dial says why
 
     @property
     def not_before(self) -> float:
@@ -119,7 +129,7 @@ class FileCredentials:
                 right kind, the key does not match the certificate, or the certificate
                 expired; the message names the file and what to run.
         """
-        stamp = self._file_stamp()
+        stamp = self._seen = self._file_stamp()
         if self._credentials is None or stamp != self._stamp:
             self._credentials, (self._not_before, self._not_after) = self._load()
             self._stamp = stamp

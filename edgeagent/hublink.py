@@ -453,6 +453,7 @@ class HubLink:
                 store, "refused" if by_hub else "no-credentials", reason=reason
             ),
             explain=lambda exc: self._explain_dial_failure(store, exc),
+            wake=self._credentials_changed,
         )
         self.uplink = uplink
         removers.append(store.add_outbox_hook(self.kick))
@@ -493,6 +494,14 @@ class HubLink:
                 )
                 store.outbox_drop(entry.id)
         return out
+
+    def _credentials_changed(self) -> bool:
+        """The default credentials' files changed since the last dial read them (a
+        re-join): the uplink dials again at once instead of waiting out its back-off."""
+        from edgeagent.credentials import FileCredentials
+
+        credentials = self._credentials
+        return isinstance(credentials, FileCredentials) and credentials.changed()
 
     def _explain_dial_failure(self, store: Store, exc: Exception) -> str | None:
         """This node's clock as the cause of a failed dial (issue 15 item 6b), recorded as

@@ -14,7 +14,8 @@ connect. The loops, outer to inner:
   (not joined, expired by our clock, damaged files), is logged as an ERROR that says what
   to run (``edgeagent join --renew --token NEW_TOKEN``), reported to ``on_refused``, and
   retried at the cap: the agent and its pods keep running, and the files a re-join
-  writes are used at the next dial, with no restart.
+  writes are used at the next dial, with no restart; that dial comes within
+  :data:`WAKE_POLL` of the files changing (``wake``), not at the end of the back-off.
 - **Dial**: QUIC first, with a short handshake timeout (3 s), because a network that drops
   UDP shows up as silence, not as an error. If QUIC fails at the transport level, fall
   back to WebSocket and remember it: later dials go straight to WebSocket until the QUIC
@@ -63,6 +64,10 @@ logger = logging.getLogger(__name__)
 
 QUIC = "quic"
 WEBSOCKET = "websocket"
+
+WAKE_POLL = 1.0
+"""Seconds between ``wake()`` checks while waiting to redial: a re-join is picked up within
+about a second instead of at the end of a back-off of up to ``backoff_cap`` (60 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +150,9 @@ class Uplink:
         explain: ``explain(exc)``: the cause of a failed dial the transport cannot name
             (e.g. this node's clock behind the hub's certificate), logged as an ERROR once
             per dial, or ``None``.
+        wake: ``wake()``: polled every :data:`WAKE_POLL` seconds while waiting to redial;
+            True ends the wait (e.g. the credential files changed: ``edgeagent join
+            --renew`` ran while the agent waited at the back-off cap), or ``None``.
     """
 
     def __init__(
@@ -158,6 +166,7 @@ class Uplink:
         on_link: Callable[[Link], Awaitable[None]],
         on_refused: Callable[[str, bool], None] | None = None,
         explain: Callable[[ConnectFailed], str | None] | None = None,
+        wake: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
         self._credentials = credentials
@@ -167,6 +176,7 @@ class Uplink:
         self._on_link = on_link
         self._on_refused = on_refused
         self._explain = explain
+        self._wake = wake
         self._explained = False
         self._identity_refused = False
         self._stop = asyncio.Event()
@@ -259,9 +269,23 @@ class Uplink:
                     break
                 if delay > 0:
                     logger.info("reconnecting to the hub in %.1f s", delay)
-                    await wait_event(self._stop, delay)
+                    await self._wait_retry(delay)
         finally:
             self._done.set()
+
+    async def _wait_retry(self, delay: float) -> None:
+        """Wait ``delay`` seconds before the next dial, less if stopped or woken."""
+        if self._wake is None:
+            await wait_event(self._stop, delay)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + delay
+        while (left := deadline - loop.time()) > 0:
+            if await wait_event(self._stop, min(left, WAKE_POLL)):
+                return
+            if self._wake():
+                logger.info("the node's certificate files changed; dialling the hub now")
+                return
 
     async def _until_stopped(self, coro: Awaitable[Link | None]) -> Link | None:
         """Run a dial, abandoning it (cancelled) if :meth:`close` is called meanwhile."""

@@ -8,6 +8,7 @@ from edgeagent.store.store import (
     RefLike,
     Store,
     StoredObject,
+    agent_running,
     pod_coalesce_key,
     ref_dict,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "RefLike",
     "Store",
     "StoredObject",
+    "agent_running",
     "pod_coalesce_key",
     "ref_dict",
 ]

@@ -1046,6 +1046,29 @@ def _translate(exc: BaseException, path: pathlib.Path) -> StoreError:
     return StoreError(f"store {path}: {exc}", path=str(path))
 
 
+def agent_running(path: pathlib.Path) -> bool:
+    """True when an agent holds the store at ``path`` open now (its ``<path>.lock``): the
+    kernel drops the lock with the process, so a crashed agent never counts.
+
+    Raises:
+        StoreError: the lock file exists but cannot be opened (permissions).
+    """
+    lock_path = pathlib.Path(path).with_name(pathlib.Path(path).name + ".lock")
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"cannot read {lock_path}: {exc}", path=str(path)) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def _lock(path: pathlib.Path) -> int:
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
