@@ -39,6 +39,7 @@ from edgeagent.runtime.base import ContainerRuntime, ContainerState, Labels
 from edgeagent.settings import AgentSettings
 from edgeagent.store import ObjectChange, Store, ref_dict
 from edgeagent.tasks import TaskSet
+from protocol.messages import STORE_RECOVERED
 
 __all__ = ["PodReconciler"]
 
@@ -283,7 +284,7 @@ class PodReconciler:
         self._set_adoption(
             {
                 "state": "adopting",
-                "reason": "StoreRecovered" if recovered is not None else "NeverSynced",
+                "reason": STORE_RECOVERED if recovered is not None else "NeverSynced",
                 "recoveredFrom": str(recovered) if recovered is not None else None,
                 "since": self.wall(),
                 "pods": pods,
@@ -298,7 +299,7 @@ class PodReconciler:
             (log.error if recovered is not None else log.warning)("%s", message)
             self._node_event(
                 "Warning",
-                "StoreRecovered" if recovered is not None else "ContainersAdopted",
+                STORE_RECOVERED if recovered is not None else "ContainersAdopted",
                 message,
             )
         return pods

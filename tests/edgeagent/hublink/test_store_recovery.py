@@ -1,12 +1,15 @@
 """End to end (issue 15 item 6a): an agent whose store was damaged while it was down starts
 offline with an empty store and keeps every running pod; when the hub returns, its full
-sync removes only the pod deleted meanwhile, and the recovery is an Event on the Node."""
+sync removes only the pod deleted meanwhile, and the recovery is an Event on the Node,
+counted on the hub's /metrics."""
 
 from __future__ import annotations
 
 import pathlib
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cloudhub.kube import EVENTS, PODS, KubeClient
 from edgeagent.errors import StoreError
@@ -93,3 +96,16 @@ async def test_a_damaged_store_keeps_pods_running_offline_and_the_sync_decides(
 
     [event, *_] = await eventually(node_event, "the StoreRecovered Event on the Node")
     assert event["type"] == "Warning" and "store.db.corrupt-" in event["message"]
+    assert await recoveries(fleet.hub.hub.http_port) == 1.0  # and the hub counted it
+
+
+async def recoveries(port: int) -> float:
+    """``edgefleet_hub_edge_store_recoveries_total`` from the hub's /metrics."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+            text = await resp.text()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "edgefleet_hub_edge_store_recoveries_total":
+                return sample.value
+    raise AssertionError("no edgefleet_hub_edge_store_recoveries_total on /metrics")
