@@ -505,11 +505,17 @@ class HubLink:
 
     def _explain_dial_failure(self, store: Store, exc: Exception) -> str | None:
         """This node's clock as the cause of a failed dial (issue 15 item 6b), recorded as
-        ``hub.session`` state ``clock-wrong``; ``None`` when time is not the cause."""
-        from edgeagent.certs.clock import explain_tls_failure
+        ``hub.session`` state ``clock-wrong``; ``None`` when time is not the cause. For a
+        certificate the hub rejected, the cause that fits (expired by whose clock, or not
+        from the hub's CA), which the uplink records as ``refused``."""
+        from edgeagent.certs.clock import explain_rejection, explain_tls_failure
         from edgeagent.credentials import FileCredentials
+        from protocol.transport.errors import CertificateRejected
 
         credentials = self._credentials
+        if isinstance(exc, CertificateRejected):  # the hub's verdict: whose clock, or CA
+            not_after = credentials.not_after if isinstance(credentials, FileCredentials) else 0
+            return explain_rejection(self._wall(), not_after, self.clock.measured(), RENEW_HINT)
         known = []
         if isinstance(credentials, FileCredentials) and credentials.not_before:
             known.append(("this node's certificate (issued by the hub)", credentials.not_before))

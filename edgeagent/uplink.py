@@ -149,7 +149,8 @@ class Uplink:
             the module docstring), e.g. to record it for ``edgeagent status``.
         explain: ``explain(exc)``: the cause of a failed dial the transport cannot name
             (e.g. this node's clock behind the hub's certificate), logged as an ERROR once
-            per dial, or ``None``.
+            per dial; for a :class:`CertificateRejected`, why the hub rejected this node's
+            certificate (expired by whose clock, or not from its CA); or ``None``.
         wake: ``wake()``: polled every :data:`WAKE_POLL` seconds while waiting to redial;
             True ends the wait (e.g. the credential files changed: ``edgeagent join
             --renew`` ran while the agent waited at the back-off cap), or ``None``.
@@ -427,10 +428,14 @@ class Uplink:
             logger.warning("hub refused the session over %s: %s", transport, exc)
 
     def _certificate_rejected(self, exc: CertificateRejected) -> None:
+        why = self._explain(exc) if self._explain is not None else None
         self._refused(
-            f"the hub rejected this node's certificate ({exc}): it expired (check this "
-            f"node's clock: timedatectl status), was not issued by this hub's CA, or is "
-            f"damaged; {RENEW_HINT}"
+            f"the hub rejected this node's certificate ({exc}): "
+            + (
+                why
+                or "it expired (check this node's clock: timedatectl status), was not issued "
+                f"by this hub's CA, or is damaged; {RENEW_HINT}"
+            )
         )
 
     async def _serve(self, link: Link) -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "HubClock",
     "check_clock_skew",
     "clock_behind",
+    "explain_rejection",
     "explain_tls_failure",
     "iso",
     "span",
@@ -170,6 +171,49 @@ def explain_tls_failure(
     return None
 
 
+def explain_rejection(
+    local_time: float, not_after: float, hub_time: float | None, renew_hint: str
+) -> str:
+    """Why the hub rejected this node's certificate at TLS, as far as the clocks tell.
+
+    Args:
+        local_time: this node's clock, seconds since the epoch.
+        not_after: the certificate's ``notAfter``, seconds since the epoch (0: unknown).
+        hub_time: the hub's clock as last measured, or ``None`` (never measured, or
+            dropped after a step of our clock).
+        renew_hint: what to run for a new certificate.
+
+    Returns:
+        The cause that fits (expired by the hub's clock while ours is behind; expired by
+        both; valid by both, so another CA or damaged files) and what to do.
+    """
+    if not not_after:
+        return (
+            "it expired (check this node's clock: timedatectl status), was not issued by "
+            f"this hub's CA, or is damaged; {renew_hint}"
+        )
+    ends = iso(not_after)
+    if local_time >= not_after:
+        return f"it expired at {ends}, {span(local_time - not_after)} ago; {renew_hint}"
+    if hub_time is not None and hub_time >= not_after:
+        return (
+            f"it expired at {ends} by the hub's clock, which reads {iso(hub_time)}, while "
+            f"this node's reads {iso(local_time)} ({span(hub_time - local_time)} behind: "
+            f"{NTP_HINT}); a new certificate is needed either way: {renew_hint}"
+        )
+    if hub_time is not None:
+        return (
+            f"it is valid until {ends} by this node's clock and the hub's, so it was not "
+            "issued by this hub's CA (a node joined to another fleet, or a hub whose CA was "
+            f"replaced) or is damaged; {renew_hint}"
+        )
+    return (
+        f"it is valid until {ends} by this node's clock: unless that clock is behind "
+        "(timedatectl status), it was not issued by this hub's CA (a node joined to another "
+        f"fleet, or a hub whose CA was replaced) or is damaged; {renew_hint}"
+    )
+
+
 class HubClock:
     """The hub's clock as this node last measured it (see the module docstring).
 
@@ -212,6 +256,11 @@ class HubClock:
         (``None`` before the first, and after a step of our clock dropped it)."""
         self._check_step()
         return self._skew
+
+    def measured(self) -> float | None:
+        """The hub's clock now while a measurement holds, else ``None``."""
+        skew = self.skew
+        return None if skew is None else self._wall() - skew
 
     def now(self) -> float:
         """Seconds since the epoch by the hub's clock: ours corrected by the skew while the

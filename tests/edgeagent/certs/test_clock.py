@@ -138,3 +138,29 @@ def test_the_join_names_a_clock_outside_the_serving_certificates_validity(pki_ca
     assert ahead.reason == "ClockAhead" and "ahead" in str(ahead) and "NTP" in ahead.hint
     gone = _clock_failure(hub, 10, old, now)  # the hub's clock agrees: it expired
     assert gone.reason == "ServingCertificateExpired" and "renew" in gone.hint
+
+
+def test_a_rejection_is_explained_by_whose_clock_says_what() -> None:
+    from edgeagent.certs.clock import explain_rejection
+
+    now, hint = time.time(), "run the re-join"
+    unknown = explain_rejection(now, 0, None, hint)
+    assert "timedatectl" in unknown and unknown.endswith(hint)
+    expired = explain_rejection(now, now - 3600, None, hint)
+    assert "expired at" in expired and "60 minutes ago" in expired
+    by_hub = explain_rejection(now, now + 60, now + 7200, hint)
+    assert "by the hub's clock" in by_hub and "2.0 hours behind" in by_hub and "NTP" in by_hub
+    both_valid = explain_rejection(now, now + 3600, now + 5, hint)
+    assert "by this node's clock and the hub's" in both_valid and "CA" in both_valid
+    ours_only = explain_rejection(now, now + 3600, None, hint)
+    assert "unless that clock is behind" in ours_only and "CA" in ours_only
+
+
+def test_the_measured_hub_clock_is_none_until_measured_and_after_a_step() -> None:
+    wall, mono = clocks()
+    clock = HubClock(wall=wall, monotonic=mono)
+    assert clock.measured() is None
+    clock.measure(wall() + 100)
+    assert clock.measured() == wall() + 100
+    wall.advance(500)  # stepped
+    assert clock.measured() is None

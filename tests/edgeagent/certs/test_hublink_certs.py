@@ -279,3 +279,31 @@ async def test_a_clock_stepped_by_ntp_after_the_welcome_does_not_outlive_its_ske
     assert any("stepped forward by 30 minutes" in m for m in messages), messages
     assert link.skew is not None and abs(link.skew) < 60  # measured again at the welcome
     assert agent.store.get_state("hub.session")["state"] == "connected"
+
+
+async def test_a_rejection_says_whose_clock_expired_the_certificate(
+    plain_hub: HubRunner, pki_ca: TestPKI, agents, tmp_path: pathlib.Path, caplog
+) -> None:
+    """Issue 15 item 5, the advice: a board three days behind connected (the welcome
+    measured the skew), then its files hold a certificate that expired half a day ago by
+    the hub's clock but not by its own; the hub rejects it at the next dial and the ERROR
+    says it expired by the hub's clock while this one is behind, NTP, and the re-join."""
+    caplog.set_level(logging.INFO, logger="edgeagent")
+    state = tmp_path / "state"
+    write_node_pki(state / "pki", pki_ca.ca, "pi-b")
+    link = HubLink(wall_clock=lambda: time.time() - 3 * DAY)
+    agent = agents(settings_for(state, "pi-b", plain_hub.url), link)
+    await agent.connected()
+    assert link.skew is not None and link.skew < -DAY
+    write_expired_pki(state / "pki", pki_ca.ca, "pi-b")
+    first = link.connection_id()
+    plain_hub.hub.registry.get("pi-b").close_soon(CloseCode.GOING_AWAY, "test: replica leaving")
+
+    def rejections() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "rejected this node's" in r.getMessage()]
+
+    await eventually(rejections, "the hub's rejection")
+    text = rejections()[0]
+    assert "by the hub's clock" in text and "3.0 days behind" in text, text
+    assert "timedatectl set-ntp true" in text and "edgeagent join --renew" in text
+    assert link.connection_id() != first
