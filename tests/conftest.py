@@ -6,6 +6,9 @@
   (:mod:`tests.environment`): a CI machine that lacks podman, network namespaces, a tmpfs,
   cgroups or the reference kube-apiserver must not pass without testing what needs them.
 - The run ends with the list of skips and their reasons.
+- The interpreter's directory leads ``PATH``, so the project's console scripts
+  (``lint-imports``, ``cloudhub``, ``edgeagent``) are the venv's even when pytest is run
+  as ``.venv/bin/python -m pytest`` without activating it.
 - ``small_fs``: a small tmpfs to fill (1 MiB; another size by indirect parametrization).
 - ``pki_ca``: the one test CA of the run with its hub, node and bad credentials
   (:mod:`tests.testpki`), made with ``cryptography`` once per session.
@@ -14,7 +17,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
+import sys
 
 import pytest
 
@@ -23,6 +28,12 @@ from tests.environment import NOT_APPLICABLE, in_ci, skip_reason
 from tests.testpki import TestPKI, make_test_pki
 
 _SKIPS: list[tuple[str, str]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    bindir = str(pathlib.Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bindir:
+        os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,7 @@ def test_ruff_clean() -> None:
 
 
 def test_import_contracts_hold() -> None:
-    # beside this interpreter (the project's venv, whether or not it is on PATH)
-    beside = pathlib.Path(sys.executable).parent / "lint-imports"
-    lint_imports = str(beside) if beside.exists() else shutil.which("lint-imports")
+    lint_imports = shutil.which("lint-imports")
     assert lint_imports, "lint-imports is installed with the test extra"
     proc = subprocess.run([lint_imports], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
