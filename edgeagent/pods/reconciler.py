@@ -15,7 +15,9 @@ know which pods this node runs. Its emptiness is not the hub's word, so the cont
 does not know are *adopted*, not removed: they keep running (autonomy matters most when
 the node is offline and cannot ask) until the hub's first full sync (``sync_done``,
 ``Store.note_full_sync``) says which pods are assigned; then the containers of the other
-pods are removed. The recovery is reported: a ``StoreRecovered`` Warning Event on the
+pods are removed. An adopted container that exits meanwhile stays exited (its pod's spec
+was lost with the store) until the hub sends the pod again; without a hub configured the
+adoption lasts until one is. The recovery is reported: a ``StoreRecovered`` Warning Event on the
 Node (queued in the outbox, delivered when the hub is reachable), the ``pods.adoption``
 state for ``edgeagent status``, and an ERROR line.
 - Store listener (registered by ``run``): an object upsert/delete committed by the uplink
