@@ -156,7 +156,7 @@ def run(
 
     services = []
     if settings.hub.url:
-        from edgeagent.hublink import HubLink  # imported only when a hub is configured
+        from edgeagent.uplink.session import HubLink  # imported only when a hub is configured
 
         services.append(HubLink())
     agent = Agent(settings, notifier=Notifier.from_env(os.environ), services=services)

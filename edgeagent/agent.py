@@ -8,8 +8,8 @@ Start-up order (what ``edgeagent run`` does):
 4. load the device twins from the store's Device/DeviceModel objects (when enabled);
 5. tell systemd ``READY=1`` (not waiting for the cloud: the agent works offline);
 6. start the built-in services (the device API, metrics: :mod:`edgeagent.services`), the
-   given services (the hub uplink plugs in here; it finds the twins and the
-   :class:`~edgeagent.streams.HubStreams` in its :class:`AgentContext`) and the
+   given services (the hub session plugs in here; it finds the up-going sources and
+   down-handlers of the built-in parts in its :class:`AgentContext`) and the
    housekeeping loop (commits batched store writes, pings the systemd watchdog, keeps
    ``STATUS=`` current).
 
@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from edgeagent.errors import ContainerRuntimeError, StoreError
@@ -37,7 +37,7 @@ from edgeagent.tasks import TaskSet, wait_event
 
 if TYPE_CHECKING:
     from edgeagent.devices import EdgeTwins
-    from edgeagent.streams import HubStreams
+    from edgeagent.uplink.sources.base import DownHandler, UpSource
 
 __all__ = ["Agent", "AgentContext", "AgentService", "detect_host_ip"]
 
@@ -71,7 +71,8 @@ class AgentContext:
     node_name: str
     host_ip: str
     twins: EdgeTwins | None = None
-    streams: HubStreams | None = None
+    sources: tuple[UpSource, ...] = ()
+    handlers: Mapping[type, DownHandler] = dataclasses.field(default_factory=dict)
 
 
 class AgentService(Protocol):
@@ -167,7 +168,8 @@ class Agent:
                 settings.node_name,
                 host_ip,
                 twins=builtins.twins,
-                streams=builtins.streams,
+                sources=builtins.sources,
+                handlers=builtins.handlers,
             )
             self.context = ctx
             core = [

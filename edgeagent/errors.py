@@ -193,6 +193,22 @@ class CredentialsError(EnvironmentFault):
         self.path = path
 
 
+class StatsError(EnvironmentFault):
+    """A container's or process tree's resource usage could not be read (its cgroup is
+    gone, ``/proc`` refused, the engine answered an unexpected shape). The runtimes catch
+    it and leave the container out of that sample.
+
+    Attributes:
+        source: what was being read (``"cgroup /edgeagent.slice/pod-1"``).
+        reason: why it failed.
+    """
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"cannot read {source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+
 class HubUnavailable(EnvironmentFault):
     """No session with the hub is open (or it closed while sending): the message was not
     sent; keep it and send it on the next session."""

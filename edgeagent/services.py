@@ -12,8 +12,12 @@ reconciler (each part only when enabled in the settings; both are by default):
   runtime's containers (``ContainerRuntime.container_stats``) every
   ``metrics.sample_interval_s`` into the store's metrics buffer and delivers batches while
   a hub session is up. psutil is imported at the first sample.
-- :class:`~edgeagent.streams.HubStreams`, always: where the uplink picks up twin reports
-  and metrics batches and hands back acknowledgements and ``twin_desired``.
+- the uplink's sources for these streams, always: :class:`~edgeagent.uplink.sources.twins.
+  TwinSource` (twin reports up; its ``on_desired`` the handler for ``twin_desired``) and,
+  with metrics, :class:`~edgeagent.uplink.sources.metrics.MetricsSource` (sealed batches
+  up). The hub session (``edgeagent.uplink.HubLink``) finds them in the
+  :class:`~edgeagent.agent.AgentContext` (``sources``, ``handlers``) and drains them
+  after the store's outbox.
 """
 
 from __future__ import annotations
@@ -22,21 +26,38 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, Union
 
-from edgeagent.streams import HubStreams
+from edgeagent.uplink.sources.metrics import MetricsSource
+from edgeagent.uplink.sources.twins import TwinSource
 
 if TYPE_CHECKING:
-    from edgeagent.agent import AgentContext, AgentService
     from edgeagent.devices import EdgeTwins
     from edgeagent.devices.feed import TwinFeed
     from edgeagent.runtime import ContainerRuntime
     from edgeagent.settings import AgentSettings
     from edgeagent.store import Store
+    from edgeagent.uplink.sources.base import DownHandler, UpSource
 
-__all__ = ["Builtins", "DeviceAPIService", "MetricsAgentService", "build_builtins"]
+__all__ = [
+    "Builtins",
+    "DeviceAPIService",
+    "MetricsAgentService",
+    "ServiceContext",
+    "build_builtins",
+]
 
 log = logging.getLogger(__name__)
+
+
+class ServiceContext(Protocol):
+    """What the built-in services use of the running agent (``edgeagent.agent.AgentContext``
+    has it; passed in, so that this module does not import the agent)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def runtime(self) -> ContainerRuntime: ...
 
 
 class DeviceAPIService:
@@ -53,7 +74,7 @@ class DeviceAPIService:
         self._twins = twins
         self._settings = settings
 
-    async def run(self, ctx: AgentContext) -> None:
+    async def run(self, ctx: ServiceContext) -> None:
         """Listen until cancelled.
 
         Raises:
@@ -71,11 +92,12 @@ class DeviceAPIService:
 
 
 class MetricsAgentService:
-    """Samples node and container metrics and delivers them through the streams.
+    """Samples node and container metrics into the store's buffer; the uplink's
+    :class:`MetricsSource` delivers them.
 
     Args:
         settings: the agent settings (``metrics`` group).
-        streams: the uplink seam (the metrics service's ``MetricsUplink``).
+        source: the uplink's metrics source (given the forwarder while this runs).
         wall_clock: seconds since the epoch.
         monotonic: monotonic seconds.
     """
@@ -85,17 +107,17 @@ class MetricsAgentService:
     def __init__(
         self,
         settings: AgentSettings,
-        streams: HubStreams,
+        source: MetricsSource,
         *,
         wall_clock: Callable[[], float],
         monotonic: Callable[[], float],
     ) -> None:
         self._settings = settings
-        self._streams = streams
+        self._source = source
         self._wall = wall_clock
         self._mono = monotonic
 
-    async def run(self, ctx: AgentContext) -> None:
+    async def run(self, ctx: ServiceContext) -> None:
         """Sample and deliver until cancelled.
 
         Raises:
@@ -112,15 +134,19 @@ class MetricsAgentService:
             settings,
             Sampler(settings, containers=ctx.runtime),
             forwarder,
-            self._streams,
+            on_batch_due=self._source.batch_due,
             wall_clock=self._wall,
             mono_clock=self._mono,
         )
-        self._streams.attach_metrics(service)
+        self._source.attach(forwarder)
         try:
             await service.run()
         finally:
-            self._streams.attach_metrics(None)
+            self._source.attach(None)
+
+
+BuiltinService = Union[DeviceAPIService, "MetricsAgentService"]
+"""An agent service (``edgeagent.agent.AgentService``) built in."""
 
 
 @dataclasses.dataclass
@@ -129,20 +155,37 @@ class Builtins:
 
     Attributes:
         twins: the node's twins, ``None`` when devices are disabled.
-        streams: the uplink's seam for twin reports and metrics batches.
+        twin_source: the uplink's twin stream (reports up, ``twin_desired`` down).
+        metrics_source: the uplink's metrics stream, ``None`` when metrics are disabled.
         services: to start after READY (device API, metrics), as enabled.
     """
 
     twins: EdgeTwins | None
-    streams: HubStreams
-    services: list[AgentService]
+    twin_source: TwinSource
+    metrics_source: MetricsSource | None
+    services: list[BuiltinService]
     _feed: TwinFeed | None = None
+
+    @property
+    def sources(self) -> tuple[UpSource, ...]:
+        """The up-going streams for the hub session, besides the store's outbox."""
+        sources: list[UpSource] = [self.twin_source]
+        if self.metrics_source is not None:
+            sources.append(self.metrics_source)
+        return tuple(sources)
+
+    @property
+    def handlers(self) -> dict[type, DownHandler]:
+        """The down-going kinds these parts handle (``twin_desired``)."""
+        from protocol.messages import TwinDesired
+
+        return {TwinDesired: self.twin_source.on_desired}
 
     def close(self) -> None:
         """Stop following the store."""
         if self._feed is not None:
             self._feed.close()
-        self.streams.close()
+        self.twin_source.close()
 
 
 def build_builtins(
@@ -166,7 +209,7 @@ def build_builtins(
         StoreError: the twins could not be loaded from the store.
     """
     twins = feed = None
-    services: list[AgentService] = []
+    services: list[BuiltinService] = []
     if settings.devices.enabled:
         from edgeagent.devices import EdgeTwins
         from edgeagent.devices.feed import TwinFeed
@@ -175,10 +218,14 @@ def build_builtins(
         feed = TwinFeed(store, twins, settings.node_name)
         feed.start()
         services.append(DeviceAPIService(twins, settings))
-    streams = HubStreams(store, settings.node_name, twins=twins)
+    twin_source = TwinSource(twins, wall_clock=wall_clock)
+    metrics_source = None
     if settings.metrics.enabled:
+        metrics_source = MetricsSource(settings.node_name)
         services.append(
-            MetricsAgentService(settings, streams, wall_clock=wall_clock, monotonic=monotonic)
+            MetricsAgentService(
+                settings, metrics_source, wall_clock=wall_clock, monotonic=monotonic
+            )
         )
     log.debug("built-in services: %s", ", ".join(s.name for s in services) or "none")
-    return Builtins(twins, streams, services, feed)
+    return Builtins(twins, twin_source, metrics_source, services, feed)

@@ -44,7 +44,6 @@ def _devices(store: Store, settings: AgentSettings) -> dict[str, Any]:
         "reported": summary.reported,
         "reported_pending": summary.reported_pending,
         "history_pending": summary.history_pending,
-        "observed_pending": summary.observed_pending,
         "socket": str(settings.device_socket_path()),
     }
 

@@ -3,8 +3,9 @@
 tests/test_lint.py checks that the contracts hold; this checks that they would catch a
 regression: in a copy of the packages, an ``import time`` slipped into the session, an
 ``asyncio`` import reached indirectly from the codec, the bridge importing the hub, a
-feature importing the embedded API and a second SQLite user in the hub must each break
-the contract named for it.
+feature importing the embedded API, a second SQLite user in the hub, the agent's store
+importing a feature and its uplink importing the daemon must each break the contract named
+for it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
             "cloudhub/events.py",
             "import sqlite3\n",
             "cloudhub.events -> sqlite3",
+        ),
+        (
+            "edgeagent/store/twins.py",
+            "import edgeagent.devices.twins\n",
+            "edgeagent.store.twins -> edgeagent.devices.twins",
+        ),
+        (
+            "edgeagent/uplink/session.py",
+            "import edgeagent.agent\n",
+            "edgeagent.uplink.session -> edgeagent.agent",
         ),
     ],
 )

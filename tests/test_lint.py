@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import shutil
 import subprocess
@@ -121,8 +122,7 @@ def _package_of(cycle: list[str], packages: set[str]) -> str:
     return ".".join(common)
 
 
-# The struct-agent branch adds edgeagent here once its package cycles are broken.
-CYCLE_FREE = ["protocol", "cloudhub"]
+CYCLE_FREE = ["protocol", "cloudhub", "edgeagent"]
 
 
 PACKAGES = [p for top in CYCLE_FREE for p in _packages(top)]
@@ -157,3 +157,40 @@ def test_the_cycle_finder_finds_a_cycle_and_names_its_package() -> None:
     (cycle,) = _import_cycles(graph)
     assert cycle == ["cloudhub.bridge.a", "cloudhub.bridge.b"]
     assert _package_of(cycle, {"cloudhub", "cloudhub.bridge"}) == "cloudhub.bridge"
+
+
+MAX_FILE_LINES = 800
+MAX_FUNCTION_LINES = 120
+LONG_FUNCTIONS = {
+    # Known, each owned by an open branch; this list only shrinks (a test below fails when
+    # an entry is fixed but still listed).
+    "cloudhub/standalone/handlers.py:_stream",
+    "edgeagent/join.py:run_join",  # agent-hardening splits it
+}
+
+
+def _sizes() -> tuple[dict[str, int], dict[str, int]]:
+    files: dict[str, int] = {}
+    functions: dict[str, int] = {}
+    for top in ("protocol", "cloudhub", "edgeagent"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            text = path.read_text()
+            name = path.relative_to(ROOT).as_posix()
+            files[name] = text.count("\n")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    assert node.end_lineno is not None
+                    length = node.end_lineno - node.lineno + 1
+                    key = f"{name}:{node.name}"
+                    functions[key] = max(functions.get(key, 0), length)
+    return files, functions
+
+
+def test_product_files_and_functions_stay_small() -> None:
+    """No product file over 800 lines, no function over 120 (issue 14): a module reads in
+    one sitting, a function on one screen or two."""
+    files, functions = _sizes()
+    assert {f: n for f, n in files.items() if n > MAX_FILE_LINES} == {}
+    long = {f: n for f, n in functions.items() if n > MAX_FUNCTION_LINES}
+    assert sorted(set(long) - LONG_FUNCTIONS) == []
+    assert sorted(LONG_FUNCTIONS - set(long)) == [], "fixed: remove it from LONG_FUNCTIONS"

@@ -22,15 +22,17 @@ if TYPE_CHECKING:
         TwinError,
     )
     from edgeagent.devices.feed import TwinFeed
+    from edgeagent.devices.memory import MemoryTwinStore
     from edgeagent.devices.settings import DeviceSettings
-    from edgeagent.devices.store import DesiredRecord, MemoryTwinStore, TwinStore
     from edgeagent.devices.twins import (
         DesiredOutcome,
+        DesiredRecord,
         DesiredView,
         EdgeTwins,
         EventKind,
         Reading,
         TwinEvent,
+        TwinStore,
     )
 
 _WHERE = {
@@ -42,9 +44,9 @@ _WHERE = {
     "TwinError": "errors",
     "DeviceSettings": "settings",
     "TwinFeed": "feed",
-    "DesiredRecord": "store",
-    "MemoryTwinStore": "store",
-    "TwinStore": "store",
+    "DesiredRecord": "twins",  # defined in edgeagent.store.twins, with the tables
+    "MemoryTwinStore": "memory",
+    "TwinStore": "twins",
     "DesiredOutcome": "twins",
     "DesiredView": "twins",
     "EdgeTwins": "twins",

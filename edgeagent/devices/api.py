@@ -342,8 +342,6 @@ class DeviceAPIServer:
                 pass
             finally:
                 self._waiters.discard(key, future)
-        if view.version > 0:
-            self._twins.mark_observed(view.uid, view.version, time.time())
         return _desired_json(view)
 
     async def _report(self, namespace: str, name: str, body: bytes) -> Any:

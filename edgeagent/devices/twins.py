@@ -8,9 +8,9 @@ an argument). The agent feeds it three things and drains two:
   at start, from the agent's object store, *before* the uplink starts;
 - desired: ``apply_desired(DesiredState)`` for each ``twin_desired``;
 - reports: ``report()`` from the local device API;
-- drained by the uplink when connected: ``pending_reports()`` -> ``twin_reported``,
-  ``pending_history()`` -> ``twin_history``, ``pending_observed()`` -> ``twin_observed``;
-  acknowledged with ``report_delivered``/``history_delivered``/``observed_delivered``.
+- drained by the uplink when connected (``edgeagent.uplink.sources.twins``):
+  ``pending_reports()`` and ``pending_history()``, both sent as ``twin_reported``;
+  acknowledged with ``report_delivered``/``history_delivered``.
 
 Rules (docs/devices.md):
 
@@ -35,18 +35,17 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgeagent.devices.errors import BadRequest, DeviceNotFound, ModelUnavailable
-from edgeagent.devices.store import DesiredRecord, TwinStore
+from edgeagent.store.twins import DesiredRecord, TwinStore
 from protocol.devices import (
     AccessMode,
     DesiredState,
     Device,
     DeviceModel,
     InvalidValue,
-    ObservedDesired,
     Reason,
     ReportedValue,
     Value,
@@ -81,8 +80,6 @@ class EventKind(enum.Enum):
     """A newer desired state was applied."""
     REPORTED = "reported"
     """Reports are pending delivery to the hub."""
-    OBSERVED = "observed"
-    """A mapper fetched a newer desired version (pending ``twin_observed``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +274,6 @@ class EdgeTwins:
             version=state.version,
             properties=dict(state.properties),
             received_at=now,
-            observed_version=current.observed_version if current else 0,
-            observed_at=current.observed_at if current else 0.0,
-            observed_delivered=current.observed_delivered if current else 0,
         )
         self._store.put_desired(record)
         self._emit(EventKind.DESIRED, device)
@@ -305,38 +299,6 @@ class EdgeTwins:
             else:
                 masked[prop_name] = reason
         return DesiredView(device.uid, record.version, values, masked)
-
-    def mark_observed(self, uid: str, version: int, now: float) -> None:
-        """A mapper fetched desired ``version`` of ``uid``: record it for ``twin_observed``."""
-        record = self._store.get_desired(uid)
-        if record is None or version != record.version or version <= record.observed_version:
-            return
-        self._store.put_desired(replace(record, observed_version=version, observed_at=now))
-        self._emit(EventKind.OBSERVED, record)
-
-    def pending_observed(self, limit: int = 256) -> list[ObservedDesired]:
-        """Observed-desired notices not yet acknowledged by the hub (for ``twin_observed``)."""
-        out = []
-        for record in self._store.pending_observed(limit):
-            if record.observed_version != record.version:
-                continue  # a newer desired arrived since; the mapper will fetch it
-            out.append(
-                ObservedDesired(
-                    namespace=record.namespace,
-                    name=record.name,
-                    uid=record.uid,
-                    version=record.version,
-                    properties=dict(record.properties),
-                    timestamp=record.observed_at,
-                )
-            )
-        return out
-
-    def observed_delivered(self, uid: str, version: int) -> None:
-        """The hub acknowledged the ``twin_observed`` for ``version``."""
-        record = self._store.get_desired(uid)
-        if record is not None and version > record.observed_delivered:
-            self._store.put_desired(replace(record, observed_delivered=version))
 
     # -- reported -------------------------------------------------------------------
 

@@ -6,10 +6,11 @@ Pieces, from the host to the wire:
   :class:`ContainerStatsSource`) makes a :class:`~protocol.metrics_codec.Sample` every
   ``sample_interval_s``.
 - :class:`MetricsForwarder` buffers samples within a byte budget over a
-  :class:`MetricsStorage` (the agent store; :class:`MemoryMetricsStorage` for tests),
+  :class:`MetricsStorage` (the agent store, ``edgeagent.store.metrics``;
+  :class:`MemoryMetricsStorage` for tests),
   down-sampling the oldest when offline, and seals batches with a stable identity.
-- :class:`MetricsService` runs both loops and hands sealed batches to a
-  :class:`MetricsUplink`.
+- :class:`MetricsService` runs the sampling loop and says when a batch is due; the
+  uplink's metrics source (``edgeagent.uplink.sources.metrics``) seals and delivers.
 
 ``psutil`` is imported at the first sample, not with this package.
 
@@ -23,15 +24,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from edgeagent.metrics.containers import (
-        CgroupReader,
-        ContainerStats,
-        ContainerStatsSource,
-        ResourceUsage,
-        process_tree_usage,
-        process_trees_usage,
-        usage_from_docker_stats,
-    )
     from edgeagent.metrics.errors import (
         MetricsError,
         MetricsSettingsError,
@@ -46,23 +38,15 @@ if TYPE_CHECKING:
         HostReader,
         HostReading,
     )
+    from edgeagent.metrics.memory import MemoryMetricsStorage
     from edgeagent.metrics.sampler import (
         Sampler,
     )
     from edgeagent.metrics.service import (
         MetricsService,
-        MetricsUplink,
     )
     from edgeagent.metrics.settings import (
         MetricsSettings,
-    )
-    from edgeagent.metrics.storage import (
-        ROW_OVERHEAD_BYTES,
-        MemoryMetricsStorage,
-        MetricsStorage,
-        SealedBatch,
-        StoredSample,
-        StreamState,
     )
     from edgeagent.metrics.sysfs import (
         GpuReading,
@@ -70,15 +54,19 @@ if TYPE_CHECKING:
         find_gpus,
         read_thermal_zones,
     )
+    from edgeagent.runtime.stats import ContainerStats, ContainerStatsSource
+    from edgeagent.store.metrics import (
+        ROW_OVERHEAD_BYTES,
+        MetricsStorage,
+        SealedBatch,
+        StoredSample,
+        StreamState,
+    )
 
 _WHERE = {
-    "CgroupReader": "containers",
-    "ContainerStats": "containers",
-    "ContainerStatsSource": "containers",
-    "ResourceUsage": "containers",
-    "process_tree_usage": "containers",
-    "process_trees_usage": "containers",
-    "usage_from_docker_stats": "containers",
+    # the runtime's (edgeagent.runtime.stats), which the sampler asks for container stats
+    "ContainerStats": "sampler",
+    "ContainerStatsSource": "sampler",
     "MetricsError": "errors",
     "MetricsSettingsError": "errors",
     "SamplingError": "errors",
@@ -89,14 +77,14 @@ _WHERE = {
     "HostReading": "host",
     "Sampler": "sampler",
     "MetricsService": "service",
-    "MetricsUplink": "service",
     "MetricsSettings": "settings",
-    "ROW_OVERHEAD_BYTES": "storage",
-    "MemoryMetricsStorage": "storage",
-    "MetricsStorage": "storage",
-    "SealedBatch": "storage",
-    "StoredSample": "storage",
-    "StreamState": "storage",
+    "MemoryMetricsStorage": "memory",
+    # the buffer's records and interface live with their tables in edgeagent.store.metrics
+    "ROW_OVERHEAD_BYTES": "forwarder",
+    "MetricsStorage": "forwarder",
+    "SealedBatch": "forwarder",
+    "StoredSample": "forwarder",
+    "StreamState": "forwarder",
     "GpuReading": "sysfs",
     "GpuSource": "sysfs",
     "find_gpus": "sysfs",
@@ -105,7 +93,6 @@ _WHERE = {
 
 __all__ = [
     "ROW_OVERHEAD_BYTES",
-    "CgroupReader",
     "ContainerStats",
     "ContainerStatsSource",
     "FilesystemUsage",
@@ -121,18 +108,13 @@ __all__ = [
     "MetricsSettings",
     "MetricsSettingsError",
     "MetricsStorage",
-    "MetricsUplink",
-    "ResourceUsage",
     "Sampler",
     "SamplingError",
     "SealedBatch",
     "StoredSample",
     "StreamState",
     "find_gpus",
-    "process_tree_usage",
-    "process_trees_usage",
     "read_thermal_zones",
-    "usage_from_docker_stats",
 ]
 
 

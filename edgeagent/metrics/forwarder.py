@@ -1,6 +1,6 @@
 """Store-and-forward of samples: a bounded buffer, sealed batches, at-least-once delivery.
 
-Pure logic over a :class:`~edgeagent.metrics.storage.MetricsStorage`; no clock, no I/O of
+Pure logic over a :class:`~edgeagent.store.metrics.MetricsStorage`; no clock, no I/O of
 its own. The life of a sample:
 
 1. :meth:`MetricsForwarder.add` stores it. If the buffer is over its byte budget, the
@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from edgeagent.metrics.downsample import merge_samples, pairs_to_merge
 from edgeagent.metrics.errors import MetricsError
 from edgeagent.metrics.settings import MetricsSettings
-from edgeagent.metrics.storage import MetricsStorage, SealedBatch, StoredSample, StreamState
+from edgeagent.store.metrics import (
+    ROW_OVERHEAD_BYTES,
+    MetricsStorage,
+    SealedBatch,
+    StoredSample,
+    StreamState,
+)
 from protocol.metrics_codec import (
     Batch,
     MetricsBodyError,
@@ -37,7 +43,15 @@ from protocol.metrics_codec import (
     encode_sample,
 )
 
-__all__ = ["ForwarderStats", "MetricsForwarder"]
+__all__ = [
+    "ROW_OVERHEAD_BYTES",
+    "ForwarderStats",
+    "MetricsForwarder",
+    "MetricsStorage",
+    "SealedBatch",
+    "StoredSample",
+    "StreamState",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +78,7 @@ class MetricsForwarder:
 
     Args:
         storage: where samples and sealed batches live (the agent store, or
-            :class:`~edgeagent.metrics.storage.MemoryMetricsStorage`).
+            :class:`~edgeagent.metrics.memory.MemoryMetricsStorage`).
         settings: budget, batch size, in-flight limit, coarsest window.
     """
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from edgeagent.metrics.containers import ContainerStats, ContainerStatsSource
 from edgeagent.metrics.host import HostReader, HostReading
 from edgeagent.metrics.settings import MetricsSettings
+from edgeagent.runtime.stats import ContainerStats, ContainerStatsSource
 from protocol.metrics_codec import Metric, Sample, SeriesKey, container_key
 
 __all__ = ["Sampler", "sample_values_from_host"]

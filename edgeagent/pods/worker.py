@@ -10,7 +10,6 @@ pod happens in order in this task; pods proceed in parallel.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,9 @@ from edgeagent.pods.containers import (
     default_pull_policy,
     sandbox_config,
 )
+from edgeagent.pods.context import PodRef
 from edgeagent.pods.env import resolve_command, resolve_env
+from edgeagent.pods.objects import Lookup
 from edgeagent.pods.probes import Prober, ProbeSpec
 from edgeagent.pods.spec import (
     check_pod,
@@ -55,27 +56,17 @@ from edgeagent.tasks import TaskSet, wait_event
 from protocol.podrefs import pod_references
 
 if TYPE_CHECKING:
-    from edgeagent.pods.reconciler import PodReconciler
+    from edgeagent.pods.context import PodContext
 
 __all__ = ["PodRef", "PodWorker"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PodRef:
-    """The pod's identity (the fields of ``protocol.messages.ObjectRef``)."""
-
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-
-
 class PodWorker:
     """Keeps one pod's containers matching its spec. Created and owned by the reconciler."""
 
-    def __init__(self, reconciler: PodReconciler, uid: str) -> None:
+    def __init__(self, reconciler: PodContext, uid: str) -> None:
         self.r = reconciler
         self.uid = uid
         self.wake = asyncio.Event()
@@ -105,6 +96,7 @@ class PodWorker:
         self._deleted_reported = False
         self._limits_warned = False
         self.ref: PodRef | None = None
+        self._lookup: Lookup = _nothing
 
     # --- loop ---------------------------------------------------------------------------
 
@@ -163,6 +155,22 @@ class PodWorker:
 
     # --- one sync -----------------------------------------------------------------------
 
+    def _read_references(self, pod: dict[str, Any], namespace: str) -> Lookup:
+        """The ConfigMaps and Secrets the pod uses (:func:`protocol.podrefs.pod_references`,
+        the rule the hub sends them by), read from the store once per sync, together with
+        the pod: volumes and env resolve from this snapshot (a later change wakes the
+        worker again, :meth:`config_changed`)."""
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for kind, name in pod_references(pod):
+            obj = self.r.store.find_object(kind, namespace, name)
+            if obj is not None:
+                found[(kind, name)] = obj.body
+
+        def lookup(kind: str, ns: str, name: str) -> dict[str, Any] | None:
+            return found.get((kind, name)) if ns == namespace else None
+
+        return lookup
+
     async def sync(self) -> float | None:
         """Do what the pod needs now.
 
@@ -176,6 +184,7 @@ class PodWorker:
             return None
         pod = obj.body
         self._last_pod = pod
+        self._lookup = self._read_references(pod, obj.namespace)
         meta, spec = pod["metadata"], pod.get("spec") or {}
         self.ref = PodRef("Pod", obj.namespace, obj.name, obj.uid)
         resync = self.r.settings.pods.resync_period
@@ -192,7 +201,7 @@ class PodWorker:
 
         if self._volumes is None or self._volumes_stale:
             try:
-                self._volumes = self.r.volumes.prepare(pod, self.r.lookup)
+                self._volumes = self.r.volumes.prepare(pod, self._lookup)
                 self._volumes_stale = False
                 self._waiting.pop("*", None)
             except PodConfigError as exc:
@@ -459,7 +468,7 @@ class PodWorker:
             # Look again before the back-off expires: the status then says ImagePullBackOff.
             return min(1.0, delay / 2)
         try:
-            env = resolve_env(c, pod, self.r.lookup, pod_ip=self._pod_ip, host_ip=self.r.host_ip)
+            env = resolve_env(c, pod, self._lookup, pod_ip=self._pod_ip, host_ip=self.r.host_ip)
             command, args = resolve_command(c, env)
             mounts = self.r.volumes.mounts(c, self._volumes or {})
         except PodConfigError as exc:
@@ -722,3 +731,8 @@ def _stored_exit(stored: dict[str, Any] | None) -> int | None:
     if term is None:
         return None
     return term.get("exitCode")
+
+
+def _nothing(kind: str, namespace: str, name: str) -> None:
+    """The lookup before the first sync: nothing is known yet."""
+    return None

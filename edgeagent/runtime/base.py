@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from edgeagent.metrics.containers import ContainerStats
+    from edgeagent.runtime.stats import ContainerStats
 
 __all__ = [
     "LABEL_PREFIX",

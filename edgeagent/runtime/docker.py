@@ -60,7 +60,7 @@ from edgeagent.runtime.base import (
 from edgeagent.settings import DockerSettings
 
 if TYPE_CHECKING:
-    from edgeagent.metrics.containers import ContainerStats
+    from edgeagent.runtime.stats import ContainerStats
 
 __all__ = ["DockerRuntime"]
 
@@ -464,8 +464,8 @@ class DockerRuntime(ContainerRuntime):
             RuntimeUnavailableError: the engine is unreachable.
             ContainerRuntimeError: the engine failed the list or a stats call.
         """
-        from edgeagent.metrics.containers import ContainerStats, usage_from_docker_stats
-        from edgeagent.metrics.errors import SamplingError
+        from edgeagent.errors import StatsError
+        from edgeagent.runtime.stats import ContainerStats, usage_from_docker_stats
 
         infos = [
             i
@@ -489,7 +489,7 @@ class DockerRuntime(ContainerRuntime):
             data = answer[-1] if isinstance(answer, list) and answer else answer
             try:
                 usage = usage_from_docker_stats(data if isinstance(data, dict) else {})
-            except SamplingError as exc:
+            except StatsError as exc:
                 log.debug("stats of %s: %s", info.name, exc)
                 return None
             return ContainerStats(

@@ -66,7 +66,7 @@ from edgeagent.runtime.base import (
 from edgeagent.settings import ProcessSettings
 
 if TYPE_CHECKING:
-    from edgeagent.metrics.containers import CgroupReader, ContainerStats
+    from edgeagent.runtime.stats import CgroupReader, ContainerStats
 
 __all__ = ["ProcessRuntime"]
 
@@ -502,13 +502,13 @@ class ProcessRuntime(ContainerRuntime):
 
         A container whose process exits during the call is left out.
         """
-        from edgeagent.metrics.containers import (
+        from edgeagent.errors import StatsError
+        from edgeagent.runtime.stats import (
             CgroupReader,
             ContainerStats,
             ResourceUsage,
             process_trees_usage,
         )
-        from edgeagent.metrics.errors import SamplingError
 
         if self._cgroups is None:
             self._cgroups = CgroupReader()
@@ -520,12 +520,12 @@ class ProcessRuntime(ContainerRuntime):
         ]
         try:
             agent = reader.cgroup_of("self")
-        except SamplingError:
+        except StatsError:
             agent = None  # no cgroup hierarchy we can read: process trees only
         where: dict[str, tuple[str, str]] = {}
         if agent is not None:
             for rec in running:
-                with contextlib.suppress(SamplingError):
+                with contextlib.suppress(StatsError):
                     where[rec.id] = reader.cgroup_of(rec.wpid)  # type: ignore[arg-type]
         shared: dict[tuple[str, str], int] = {}
         for path in where.values():
@@ -542,7 +542,7 @@ class ProcessRuntime(ContainerRuntime):
         usages: dict[str, ResourceUsage] = {}
         for rec in running:
             if rec.id in own:
-                with contextlib.suppress(SamplingError):  # exited meanwhile
+                with contextlib.suppress(StatsError):  # exited meanwhile
                     usages[rec.id] = reader.read(*where[rec.id])
         trees = [rec for rec in running if rec.id not in own]
         by_pid = process_trees_usage([rec.wpid for rec in trees]) if trees else {}  # type: ignore[misc]

@@ -1,8 +1,37 @@
-"""The metrics store-and-forward buffer in the agent store: the SQLite ``MetricsStorage``.
+"""The metrics store-and-forward buffer in the agent store: its records, the
+``MetricsStorage`` interface the forwarder (``edgeagent.metrics.MetricsForwarder``) keeps
+its buffer through, and the SQLite implementation (the in-memory one is
+``edgeagent.metrics.memory.MemoryMetricsStorage``).
 
-Tables (migration ``m003_metrics_buffer``, docs/metrics.md): ``metrics_stream`` (the
-stream identity and the next batch number), ``metrics_sample`` (unsealed samples),
-``metrics_batch`` (sealed batches until the hub acknowledges them).
+Tables (migration ``m003_metrics_buffer``, docs/metrics.md); every method is one
+transaction, so a ``kill -9`` at any instant leaves either the state before or the state
+after it::
+    CREATE TABLE metrics_stream (
+        id             INTEGER PRIMARY KEY CHECK (id = 1),  -- a single row
+        stream_id      INTEGER NOT NULL,    -- random 32-bit id, made once per store
+        next_batch_seq INTEGER NOT NULL     -- identity of the next sealed batch, from 1
+                                            -- (the agent store keeps a reservation here:
+                                            -- every seq below it may have been used)
+    );
+    CREATE TABLE metrics_sample (           -- sampled, not yet in a batch
+        seq  INTEGER PRIMARY KEY,           -- sampling order; a merged sample keeps the
+                                            -- later seq, so order by seq is time order
+        data BLOB NOT NULL                  -- protocol.metrics_codec.encode_sample()
+    );
+    CREATE TABLE metrics_batch (            -- sealed, sent or not, not yet acknowledged
+        batch_seq  INTEGER PRIMARY KEY,
+        body       BLOB NOT NULL,           -- the metrics_batch message's `samples`, as sent
+        samples    INTEGER NOT NULL,
+        first_t_ms INTEGER NOT NULL,
+        last_t_ms  INTEGER NOT NULL
+    );
+
+Size accounting (:meth:`MetricsStorage.size_bytes`) is the payload plus
+``ROW_OVERHEAD_BYTES`` per row, ``sum(length(data)) + 32 * count(*)`` over both tables: a
+SQLite row costs its record header, rowid and cell pointer (about 10 bytes) plus page
+slack, and the figure must not depend on the page cache or WAL state to stay testable.
+Deleted rows' pages are reused by later rows, so the file stays at the size of its peak
+and the budget bounds that peak.
 
 Every method is one transaction (a savepoint of the store's batch). When it is committed,
 and why — the SD-card budget (an idle agent ≤ 1 MB written per hour) against what a crash
@@ -32,15 +61,123 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from edgeagent.metrics.errors import MetricsError
-from edgeagent.metrics.storage import ROW_OVERHEAD_BYTES, SealedBatch, StoredSample, StreamState
+from edgeagent.errors import UsageError
+from protocol.messages import MetricsBatch
+from protocol.metrics_codec import to_samples_field
 
 if TYPE_CHECKING:
-    from edgeagent.store.store import Store
+    from edgeagent.store.db import StoreCore as Store
 
-__all__ = ["BATCH_SEQ_BLOCK", "MetricsBacklog", "SQLiteMetricsStorage"]
+__all__ = [
+    "BATCH_SEQ_BLOCK",
+    "ROW_OVERHEAD_BYTES",
+    "MetricsBacklog",
+    "MetricsStorage",
+    "SQLiteMetricsStorage",
+    "SealedBatch",
+    "StoredSample",
+    "StreamState",
+]
+
+ROW_OVERHEAD_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSample:
+    """A sample in the buffer.
+
+    Attributes:
+        seq: its position; larger is later.
+        data: the sample encoded with ``protocol.metrics_codec.encode_sample``.
+    """
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SealedBatch:
+    """A batch with a fixed identity, kept until the hub acknowledges it.
+
+    Attributes:
+        batch_seq: its identity within the stream (with the stream id, which is inside
+            ``body``); the same bytes are resent after a reconnect.
+        body: the ``samples`` field of the ``metrics_batch`` message.
+        samples: how many samples it holds.
+        first_t_ms: time of its oldest sample (ms since the epoch).
+        last_t_ms: time of its newest sample.
+    """
+
+    batch_seq: int
+    body: bytes
+    samples: int
+    first_t_ms: int
+    last_t_ms: int
+
+    def message(self, node_name: str) -> MetricsBatch:
+        """The ``metrics_batch`` message that carries this batch (send it with a seq)."""
+        return MetricsBatch(node_name=node_name, samples=to_samples_field(self.body))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """The stream's identity and the next batch number."""
+
+    stream_id: int
+    next_batch_seq: int
+
+
+class MetricsStorage(Protocol):
+    """Persistent state of the metrics buffer; each method is atomic.
+
+    The methods are synchronous: each touches a few rows of a few hundred bytes, every
+    15 s (sampling) or 60 s (batching); a down-sampling pass rewrites a quarter of the
+    buffer in one transaction.
+    """
+
+    def stream(self) -> StreamState | None:
+        """Return the stream state, or ``None`` before :meth:`create_stream`."""
+        ...
+
+    def create_stream(self, state: StreamState) -> None:
+        """Record the stream's identity (once, when the store is new)."""
+        ...
+
+    def append_sample(self, data: bytes) -> int:
+        """Add a sample after all others; return its seq."""
+        ...
+
+    def samples(self, limit: int | None = None) -> list[StoredSample]:
+        """Return the oldest ``limit`` samples (all if ``None``), oldest first."""
+        ...
+
+    def replace_samples(self, remove: Sequence[int], add: Sequence[StoredSample]) -> None:
+        """Delete the samples with seqs in ``remove``, then insert or replace ``add``.
+
+        Used by down-sampling: each merged sample takes the seq of the later of its two
+        (``INSERT OR REPLACE`` of that row); and to discard samples (``add`` empty).
+        """
+        ...
+
+    def seal_batch(self, batch: SealedBatch, sample_seqs: Sequence[int]) -> None:
+        """Store ``batch``, delete the samples it holds, set ``next_batch_seq`` past it."""
+        ...
+
+    def batches(self) -> list[SealedBatch]:
+        """Return the unacknowledged batches, oldest first."""
+        ...
+
+    def delete_batches(self, up_to: int) -> None:
+        """Delete every batch with ``batch_seq <= up_to`` (the hub acknowledged them)."""
+        ...
+
+    def size_bytes(self) -> int:
+        """Return payload bytes plus ``ROW_OVERHEAD_BYTES`` per sample and batch row."""
+        ...
+
 
 BATCH_SEQ_BLOCK = 64
 """Batch seqs reserved per write of ``metrics_stream`` (an hour of batches at the default
@@ -124,13 +261,13 @@ class SQLiteMetricsStorage:
         """Store the batch, delete its samples, move the batch number on, and commit.
 
         Raises:
-            MetricsError: no stream yet (``create_stream`` first).
+            UsageError: no stream yet (``create_stream`` first).
             StoreError: the commit failed: the batch, and the store's open batch with it,
                 rolled back (the samples stay; nothing was sent).
         """
         rows = self._store._read("SELECT next_batch_seq FROM metrics_stream")
         if not rows:
-            raise MetricsError("seal_batch() before create_stream()")
+            raise UsageError("seal_batch() before create_stream()")
         with self._store._write() as conn:
             if batch.batch_seq >= rows[0][0]:
                 conn.execute(

@@ -8,7 +8,8 @@ one: moved aside, and the agent resyncs from the hub.
 
 Tables and who owns them: ``m001`` the store itself (:mod:`edgeagent.store.store`);
 ``m002`` device twins (:mod:`edgeagent.store.twins`, docs/devices.md); ``m003`` the
-metrics store-and-forward buffer (:mod:`edgeagent.store.metrics`, docs/metrics.md). Their
+metrics store-and-forward buffer (:mod:`edgeagent.store.metrics`, docs/metrics.md);
+``m004`` removes the never-sent ``twin_observed`` state from ``m002``. Their
 DDL is written out as SQL so that it reads exactly as those documents show it.
 """
 
@@ -114,3 +115,21 @@ def m003_metrics_buffer(db: Any) -> None:
         "CREATE TABLE metrics_batch (batch_seq INTEGER PRIMARY KEY, body BLOB NOT NULL, "
         "samples INTEGER NOT NULL, first_t_ms INTEGER NOT NULL, last_t_ms INTEGER NOT NULL)"
     )
+
+
+@MIGRATIONS()
+def m004_no_twin_observed(db: Any) -> None:
+    """Drop the ``observed_*`` columns of ``twin_desired``: they fed a ``twin_observed``
+    message the protocol never had (issue 14). The table is rebuilt rather than altered
+    (``ALTER TABLE … DROP COLUMN`` needs SQLite 3.35; Debian 11 ships 3.34)."""
+    db.execute(
+        "CREATE TABLE twin_desired_new (uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, "
+        "name TEXT NOT NULL, version INTEGER NOT NULL, properties BLOB NOT NULL, "
+        "received_at REAL NOT NULL)"
+    )
+    db.execute(
+        "INSERT INTO twin_desired_new (uid, namespace, name, version, properties, received_at) "
+        "SELECT uid, namespace, name, version, properties, received_at FROM twin_desired"
+    )
+    db.execute("DROP TABLE twin_desired")
+    db.execute("ALTER TABLE twin_desired_new RENAME TO twin_desired")

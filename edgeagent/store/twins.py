@@ -1,7 +1,10 @@
-"""Device twin state in the agent store: the SQLite ``TwinStore`` (docs/devices.md).
+"""Device twin state in the agent store: the records, the ``TwinStore`` interface the twin
+state machine (``edgeagent.devices.EdgeTwins``) keeps its state through, and its SQLite
+implementation (docs/devices.md); the in-memory one the tests use is
+``edgeagent.devices.memory.MemoryTwinStore``.
 
-Tables (migration ``m002_device_twins``): ``twin_desired`` (the desired state per device,
-with what a mapper last fetched), ``twin_reported`` (the latest report per property; its
+Tables (migrations ``m002_device_twins``, ``m004_no_twin_observed``): ``twin_desired``
+(the desired state per device), ``twin_reported`` (the latest report per property; its
 ``delivered = 0`` rows are the outbox of ``twin_reported`` messages, coalesced per property
 by construction) and ``twin_history`` (every value of reports made with ``history``,
 bounded per property). Values are msgpack, so BYTES properties stay bytes.
@@ -20,18 +23,93 @@ each call either done or not done. When it is committed:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 
-from edgeagent.devices.store import DesiredRecord
-from protocol.devices import ReportedValue
+from protocol.devices import ReportedValue, Value
 
 if TYPE_CHECKING:
-    from edgeagent.store.store import Store
+    from edgeagent.store.db import StoreCore as Store
 
-__all__ = ["SQLiteTwinStore", "TwinSummary"]
+__all__ = ["DesiredRecord", "SQLiteTwinStore", "TwinStore", "TwinSummary"]
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredRecord:
+    """The desired state the edge holds for one device (one ``twin_desired`` row).
+
+    Attributes:
+        uid: the Device's uid.
+        namespace: the Device's namespace.
+        name: the Device's name.
+        version: the desired version (the Device's ``metadata.generation``).
+        properties: property -> wire value.
+        received_at: when it was applied, s since epoch.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    version: int
+    properties: Mapping[str, Value] = field(default_factory=dict)
+    received_at: float = 0.0
+
+
+class TwinStore(Protocol):
+    """Persistent twin state of one edge node. Every method is atomic."""
+
+    def get_desired(self, uid: str) -> DesiredRecord | None:
+        """The desired record of ``uid``, or ``None``."""
+        ...
+
+    def put_desired(self, record: DesiredRecord) -> None:
+        """Insert or replace the desired record of ``record.uid``."""
+        ...
+
+    def latest_reported(self, uid: str) -> dict[str, ReportedValue]:
+        """The latest report of each property of ``uid`` (delivered or not)."""
+        ...
+
+    def save_reports(
+        self,
+        latest: Sequence[ReportedValue],
+        history: Sequence[ReportedValue],
+        history_limit: int,
+    ) -> int:
+        """Store reports in one transaction.
+
+        Args:
+            latest: each replaces the latest report of its (uid, property) and is pending.
+            history: appended to the history of their (uid, property).
+            history_limit: entries kept per (uid, property); the oldest go first.
+
+        Returns:
+            How many history entries were dropped to keep the bound.
+        """
+        ...
+
+    def pending_reported(self, limit: int) -> list[ReportedValue]:
+        """Up to ``limit`` latest reports not yet acknowledged by the hub, oldest version first."""
+        ...
+
+    def mark_reported_delivered(self, uid: str, property: str, version: int) -> None:
+        """The hub acknowledged this report; a newer report of the property stays pending."""
+        ...
+
+    def pending_history(self, limit: int) -> list[ReportedValue]:
+        """Up to ``limit`` history entries, grouped by (uid, property), oldest version first."""
+        ...
+
+    def drop_history(self, uid: str, property: str, up_to_version: int) -> None:
+        """Delete the history entries of (uid, property) with version ``<= up_to_version``."""
+        ...
+
+    def delete_device(self, uid: str) -> None:
+        """Forget everything about ``uid`` (desired, reported, history)."""
+        ...
 
 
 def _pack(value: Any) -> bytes:
@@ -51,25 +129,20 @@ class TwinSummary:
         reported: properties with a latest reported value.
         reported_pending: of those, how many the hub has not acknowledged.
         history_pending: history entries not yet delivered.
-        observed_pending: devices whose fetched desired version the hub has not been told.
     """
 
     devices_with_desired: int
     reported: int
     reported_pending: int
     history_pending: int
-    observed_pending: int
 
 
-_DESIRED_COLUMNS = (
-    "uid, namespace, name, version, properties, received_at, observed_version, observed_at, "
-    "observed_delivered"
-)
+_DESIRED_COLUMNS = "uid, namespace, name, version, properties, received_at"
 _REPORT_COLUMNS = "namespace, name, uid, property, value, version, timestamp"
 
 
 class SQLiteTwinStore:
-    """``edgeagent.devices.TwinStore`` over the agent store. Get it with
+    """:class:`TwinStore` over the agent store. Get it with
     :meth:`Store.twins`; use it from the event loop thread, like the store."""
 
     def __init__(self, store: Store) -> None:
@@ -87,7 +160,7 @@ class SQLiteTwinStore:
         with self._store._write() as conn:
             conn.execute(
                 f"INSERT OR REPLACE INTO twin_desired ({_DESIRED_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     record.uid,
                     record.namespace,
@@ -95,19 +168,8 @@ class SQLiteTwinStore:
                     record.version,
                     _pack(dict(record.properties)),
                     record.received_at,
-                    record.observed_version,
-                    record.observed_at,
-                    record.observed_delivered,
                 ),
             )
-
-    def pending_observed(self, limit: int) -> list[DesiredRecord]:
-        rows = self._store._read(
-            f"SELECT {_DESIRED_COLUMNS} FROM twin_desired "
-            "WHERE observed_version > observed_delivered ORDER BY rowid LIMIT ?",
-            (limit,),
-        )
-        return [_desired(r) for r in rows]
 
     # -- reported ---------------------------------------------------------------------
 
@@ -204,8 +266,7 @@ class SQLiteTwinStore:
         (row,) = self._store._read(
             "SELECT (SELECT COUNT(*) FROM twin_desired), (SELECT COUNT(*) FROM twin_reported), "
             "(SELECT COUNT(*) FROM twin_reported WHERE delivered = 0), "
-            "(SELECT COUNT(*) FROM twin_history), "
-            "(SELECT COUNT(*) FROM twin_desired WHERE observed_version > observed_delivered)"
+            "(SELECT COUNT(*) FROM twin_history)"
         )
         return TwinSummary(*row)
 
@@ -216,8 +277,8 @@ def _row(r: ReportedValue) -> tuple:
 
 
 def _desired(row: tuple) -> DesiredRecord:
-    uid, namespace, name, version, props, received, ov, oa, od = row
-    return DesiredRecord(uid, namespace, name, version, _unpack(props), received, ov, oa, od)
+    uid, namespace, name, version, props, received = row
+    return DesiredRecord(uid, namespace, name, version, _unpack(props), received)
 
 
 def _report(row: tuple) -> ReportedValue:

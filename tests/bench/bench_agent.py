@@ -294,8 +294,9 @@ def _io() -> dict[str, int]:
 class _LoopbackHub:
     """An agent service standing in for the uplink: both sans-I/O ends of the real protocol
     session in memory, the hub end acking everything and ingesting metrics batches with the
-    hub's own store. It drives the store's outbox and ``HubStreams`` the way the uplink
-    does (``edgeagent.streams``), so what the agent writes while connected is measured."""
+    hub's own store. It drives the store's outbox and the agent context's sources (twin
+    reports, metrics batches) the way the hub session does (``edgeagent.uplink``), so what
+    the agent writes while connected is measured."""
 
     name = "loopback-hub"
 
@@ -306,13 +307,14 @@ class _LoopbackHub:
         self.messages = 0
 
     async def run(self, ctx) -> None:
-        from edgeagent.outbox import hello, sent_messages, to_message
+        from edgeagent.uplink.sources.outbox import OutboxSource, hello, sent_messages
         from protocol.events import Acked, HelloReceived, MessageReceived
         from protocol.messages import MetricsBatch, Welcome
         from protocol.session import Role, Session
 
         loop = asyncio.get_running_loop()
-        store, streams = ctx.store, ctx.streams
+        store = ctx.store
+        sources = [OutboxSource(store), *ctx.sources]
         client = Session(Role.CLIENT, now=loop.time(), next_seq=store.next_seq())
         server = Session(Role.SERVER, now=loop.time())
         client.connect(
@@ -325,16 +327,19 @@ class _LoopbackHub:
         server.accept(Welcome(hi.version, time.time(), "bench", 0, 20.0), loop.time())
         client.receive_data(server.data_to_send(), loop.time())
         client.events_received()
-        streams.session_started(0)
         wake = asyncio.Event()
-        streams.add_wakeup(wake.set)
+        for source in sources:
+            source.session_started(0)
+            source.add_wakeup(wake.set)
         store.add_dirty_hook(wake.set)
         while True:
             now = loop.time()
-            for entry in store.outbox_unsent(limit=client.window_free):
-                store.outbox_mark_sent(entry.id, client.send(to_message(entry), now))
-            for item in streams.messages_to_send(client.window_free):
-                streams.sent(item, client.send(item.message, now))
+            for source in sources:
+                for item in source.messages_to_send(client.window_free):
+                    seq = client.send(item.message, now)
+                    source.sent(item, seq)
+                    if seq is not None:
+                        store.note_seq_used(seq)
             for session in (client, server):
                 timer = session.get_timer()
                 if timer is not None and timer <= now:
@@ -349,8 +354,8 @@ class _LoopbackHub:
                         self.metrics.ingest(ctx.node_name, event.message.samples, time.time())
             for event in client.events_received():
                 if isinstance(event, Acked):
-                    store.outbox_ack(event.up_to)
-                    streams.acked(event.up_to)
+                    for source in sources:
+                        source.acked(event.up_to)
             timers = [t for t in (client.get_timer(), server.get_timer()) if t is not None]
             wake.clear()
             try:

@@ -395,9 +395,7 @@ def test_second_agent_on_the_same_state_dir_exits_1(tmp_path: pathlib.Path, pyth
     state = tmp_path / "state"
     first = start_agent(agent_args(state, "process", None), python_env)
     try:
-        time.sleep(0.1)
-        assert (wait := _wait_file(state / "store.db.lock", 20))
-        time.sleep(0.5)
+        assert (wait := _wait_locked(state / "store.db.lock", first.pid, 20))
         second = subprocess.run(
             agent_args(state, "process", None),
             capture_output=True,
@@ -411,13 +409,24 @@ def test_second_agent_on_the_same_state_dir_exits_1(tmp_path: pathlib.Path, pyth
         stop_agent(first)
 
 
-def _wait_file(path: pathlib.Path, timeout: float) -> bool:
+def _wait_locked(path: pathlib.Path, pid: int, timeout: float) -> bool:
+    """Wait until process ``pid`` holds the flock on ``path``, as /proc/locks shows it
+    (looking does not touch the lock, so the agent's own attempt is never disturbed)."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    while time.monotonic() < deadline:
+        try:
+            inode = path.stat().st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode is not None:
+            for line in pathlib.Path("/proc/locks").read_text().splitlines():
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"
+                if "FLOCK" in fields and str(pid) in fields:
+                    if fields[fields.index(str(pid)) + 1].endswith(f":{inode}"):
+                        return True
+        time.sleep(0.05)  # polling a condition another process owns
+    return False
 
 
 def test_waits_for_an_engine_that_is_not_up_without_ready(tmp_path: pathlib.Path, python_env: dict):

@@ -25,6 +25,7 @@ from edgeagent.settings import (
     load_settings,
 )
 from edgeagent.store import Store
+from protocol.messages import TwinDesired
 from protocol.metrics_codec import Metric, container_key, decode_sample
 from tests.edgeagent.conftest import Ref, wait_until
 
@@ -87,7 +88,8 @@ def test_built_in_services_follow_the_settings(
         expected = ["device-api"] * devices + ["metrics"] * metrics
         assert names == expected
         assert (builtins.twins is not None) == devices
-        assert builtins.streams.connection_id() is None
+        assert [s.name for s in builtins.sources] == ["twins"] + ["metrics"] * metrics
+        assert list(builtins.handlers) == [TwinDesired]
         builtins.close()
 
 

@@ -17,7 +17,6 @@ import pytest
 
 from edgeagent.certs import CertPaths
 from edgeagent.credentials import certificate_validity
-from edgeagent.hublink import HubLink
 from edgeagent.settings import (
     AgentSettings,
     HubSettings,
@@ -25,11 +24,12 @@ from edgeagent.settings import (
     RuntimeSettings,
     StoreSettings,
 )
+from edgeagent.uplink.session import HubLink
 from protocol import pki
 from protocol.errors import CloseCode
 from tests.edgeagent.certs.conftest import PKIHub
 from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port, write_node_pki
-from tests.edgeagent.hublink.test_hublink import InProcessAgent
+from tests.edgeagent.uplink.test_session import InProcessAgent
 from tests.testpki import TestPKI
 
 DAY = 86400.0

@@ -198,21 +198,3 @@ def test_model_change_masks_desired_values_it_no_longer_allows() -> None:
         "setpoint": "ModelNotFound",
         "label": "ModelNotFound",
     }
-
-
-def test_observed_desired_follows_what_mappers_fetch() -> None:
-    twins = ready()
-    twins.apply_desired(desired("u-1", 2, setpoint=21.0), NOW)
-    assert twins.pending_observed() == []
-    twins.mark_observed("u-1", 2, NOW + 1)
-    (observed,) = twins.pending_observed()
-    assert (observed.version, dict(observed.properties), observed.timestamp) == (
-        2,
-        {"setpoint": 21.0},
-        NOW + 1,
-    )
-    twins.observed_delivered("u-1", 2)
-    assert twins.pending_observed() == []
-    twins.apply_desired(desired("u-1", 3, setpoint=22.0), NOW)
-    twins.mark_observed("u-1", 2, NOW + 2)  # an old fetch: nothing new
-    assert twins.pending_observed() == []

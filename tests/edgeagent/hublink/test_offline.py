@@ -233,7 +233,15 @@ async def test_sigkill_during_status_writes_loses_no_acknowledged_status(
         )
         rng = random.Random(7)
         for _ in range(15):
-            await asyncio.sleep(rng.uniform(0.1, 1.0))
+            # SIGKILL while statuses are being written: after 1-4 more reach the API
+            taken = sum(len(h) for h in history.values())
+            more = rng.randint(1, 4)
+            await eventually(
+                lambda taken=taken, more=more: (
+                    sum(len(h) for h in history.values()) >= taken + more
+                ),
+                "more statuses written",
+            )
             agent.kill()
             agent.start()
             await eventually(

@@ -2,7 +2,7 @@
 
 The agent runs in this event loop with the process runtime and no hub. Devices, models and
 desired values reach it the way the uplink hands them over (``Store.apply_upsert`` for
-objects, ``HubStreams.receive`` for ``twin_desired``); the mappers list the devices, follow
+objects, ``TwinSource.on_desired`` for ``twin_desired``); the mappers list the devices, follow
 the desired state and report; the agent holds the reports for delivery to the hub, and
 ``edgeagent status`` shows them.
 """
@@ -15,7 +15,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -95,7 +94,8 @@ async def test_shipped_mappers_against_a_running_agent(tmp_path: pathlib.Path, p
     try:
         await wait_until(lambda: agent.context is not None, what="agent ready")
         ctx = agent.context
-        assert ctx.twins is not None and ctx.streams is not None
+        assert ctx.twins is not None and TwinDesired in ctx.handlers
+        on_desired = ctx.handlers[TwinDesired]
         twins, store = ctx.twins, ctx.store
         thermostat = copy.deepcopy(device(config={"initial": 18, "rate": 40}))
         for obj in (
@@ -105,7 +105,7 @@ async def test_shipped_mappers_against_a_running_agent(tmp_path: pathlib.Path, p
             thermal_device("cpu", "u-cpu", "thermal_zone0"),
         ):
             put(store, copy.deepcopy(obj))
-        assert ctx.streams.receive(desired(2, setpoint=23.5), time.time())
+        on_desired(desired(2, setpoint=23.5))
         socket = settings.device_socket_path()
         await wait_until(socket.exists, what="the device API socket")
         mappers.append(mapper("simulated", socket, python_env, "--tick", "0.05"))
@@ -131,7 +131,7 @@ async def test_shipped_mappers_against_a_running_agent(tmp_path: pathlib.Path, p
         await wait_for(twins, lambda: value("cpu", "temperature") == 45.0, timeout=60)
         assert value("cpu", "zone-type") == "cpu-thermal"
         # the cloud changes the setpoint; the mapper follows it
-        assert ctx.streams.receive(desired(3, setpoint=30.0), time.time())
+        on_desired(desired(3, setpoint=30.0))
         await wait_for(twins, lambda: value("thermo-1", "temperature") == 30.0, timeout=60)
         # a device added while the mappers run is picked up; a zone warms up
         put(store, thermal_device("gpu", "u-gpu", "thermal_zone1"))
@@ -150,8 +150,8 @@ async def test_shipped_mappers_against_a_running_agent(tmp_path: pathlib.Path, p
             ("gpu", "temperature"),
         } <= pending
         assert {r.name for r in twins.pending_history(1000)} == {"cpu", "gpu"}
-        assert [o.version for o in twins.pending_observed()] == [3]  # the mapper fetched v3
-        assert ctx.streams.messages_to_send(100) == []  # and nothing leaves without a session
+        for source in ctx.sources:  # and nothing leaves without a session
+            assert source.messages_to_send(100) == []
         done = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "edgeagent", "status", "--state-dir", str(settings.state_dir)],

@@ -219,9 +219,9 @@ class Cgroup:
 async def test_process_container_in_a_cgroup_of_its_own_is_read_from_it(tmp_path) -> None:
     import uuid
 
-    from edgeagent.metrics import CgroupReader
     from edgeagent.runtime import ContainerConfig
     from edgeagent.runtime.process import ProcessRuntime
+    from edgeagent.runtime.stats import CgroupReader
     from edgeagent.settings import ProcessSettings
 
     reader = CgroupReader()

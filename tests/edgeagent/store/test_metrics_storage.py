@@ -8,11 +8,10 @@ import random
 
 import pytest
 
-from edgeagent.errors import AgentError
+from edgeagent.errors import AgentError, UsageError
 from edgeagent.metrics import (
     ROW_OVERHEAD_BYTES,
     MemoryMetricsStorage,
-    MetricsError,
     MetricsForwarder,
     MetricsSettings,
     StoredSample,
@@ -109,10 +108,14 @@ def test_stream_and_sealed_batches_survive_a_restart(tmp_path: pathlib.Path) -> 
         assert third is not None and third.batch_seq == third_seq  # then one by one again
 
 
-def test_seal_before_the_stream_exists_is_refused(store: Store) -> None:
+@pytest.mark.parametrize("which", ["sqlite", "memory"])
+def test_seal_before_the_stream_exists_is_refused(store: Store, which: str) -> None:
+    """A misuse (UsageError, under AgentError) in both storages alike: the store, below
+    the metrics package, raises none of its errors."""
     from edgeagent.metrics import SealedBatch
 
-    with pytest.raises(MetricsError, match="create_stream") as exc:
-        store.metrics().seal_batch(SealedBatch(1, b"x", 1, 0, 0), [])
+    storage = store.metrics() if which == "sqlite" else MemoryMetricsStorage()
+    with pytest.raises(UsageError, match="create_stream") as exc:
+        storage.seal_batch(SealedBatch(1, b"x", 1, 0, 0), [])
     assert isinstance(exc.value, AgentError)
-    assert store.metrics().batches() == []
+    assert storage.batches() == []

@@ -47,8 +47,6 @@ def test_random_operations_give_the_reference_answers(store: Store) -> None:
                 rnd.randint(1, 50),
                 {"p": rnd.random(), "s": "x"},
                 received_at=NOW + step,
-                observed_version=rnd.randint(0, 3),
-                observed_delivered=rnd.randint(0, 3),
             )
             ref.put_desired(record)
             sql.put_desired(record)
@@ -91,9 +89,6 @@ def test_random_operations_give_the_reference_answers(store: Store) -> None:
             ref.pending_reported(100), key=_pending_key
         ), step
         assert sql.pending_history(1000) == ref.pending_history(1000), step
-        assert {r.uid for r in sql.pending_observed(100)} == {
-            r.uid for r in ref.pending_observed(100)
-        }, step
         if step % 50 == 0:
             store.flush()
 
@@ -153,7 +148,6 @@ def test_edge_twins_over_the_sqlite_store(tmp_path: pathlib.Path) -> None:
         twins.upsert_device(device())
         twins.apply_desired(DesiredState("default", "thermo-1", "u-1", 4, {"setpoint": 21.0}), NOW)
         twins.desired("default", "thermo-1")
-        twins.mark_observed("u-1", 4, NOW + 1)
         accepted = twins.report(
             "default", "thermo-1", [Reading("temperature", 19.5)], now=NOW + 2, history=True
         )
@@ -162,17 +156,49 @@ def test_edge_twins_over_the_sqlite_store(tmp_path: pathlib.Path) -> None:
         twins.upsert_model(THERMOSTAT_MODEL)
         twins.upsert_device(device())
         assert twins.desired("default", "thermo-1").properties == {"setpoint": 21.0}
-        assert [o.version for o in twins.pending_observed()] == [4]
         assert twins.pending_reports() == accepted
         assert twins.pending_history() == accepted
         twins.report_delivered(accepted[0])
         twins.history_delivered("u-1", "temperature", accepted[0].version)
-        twins.observed_delivered("u-1", 4)
         assert twins.pending_reports() == twins.pending_history() == []
-        assert twins.pending_observed() == []
         # a newer report of the property is pending again; the old ack does not cover it
         newer = twins.report("default", "thermo-1", [Reading("temperature", 20)], now=NOW + 3)
         twins.report_delivered(accepted[0])
         assert twins.pending_reports() == newer
         twins.remove_device("u-1")
         assert s.twins().device_uids() == set()
+
+
+def test_the_twin_observed_columns_are_migrated_away(tmp_path: pathlib.Path) -> None:
+    """A store written before m004 (``twin_desired`` with the never-sent ``observed_*``
+    columns) keeps its desired state and loses the columns when a newer agent opens it."""
+    import sqlite3
+
+    path = tmp_path / "store.db"
+    record = DesiredRecord("u-1", "default", "thermo-1", 4, {"p": 1.5}, NOW)
+    with Store.open(path) as s:
+        s.twins().put_desired(record)
+    conn = sqlite3.connect(path)
+    with conn:  # put the table and the migration record back as m002 left them
+        conn.execute("ALTER TABLE twin_desired RENAME TO old")
+        conn.execute(
+            "CREATE TABLE twin_desired (uid TEXT PRIMARY KEY, namespace TEXT NOT NULL, "
+            "name TEXT NOT NULL, version INTEGER NOT NULL, properties BLOB NOT NULL, "
+            "received_at REAL NOT NULL, observed_version INTEGER NOT NULL DEFAULT 0, "
+            "observed_at REAL NOT NULL DEFAULT 0, observed_delivered INTEGER NOT NULL DEFAULT 0)"
+        )
+        conn.execute(
+            "INSERT INTO twin_desired SELECT uid, namespace, name, version, properties, "
+            "received_at, 4, 1.0, 0 FROM old"
+        )
+        conn.execute("DROP TABLE old")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm004_no_twin_observed'")
+    conn.close()
+    with Store.open(path) as s:
+        assert s.recovered_from is None  # migrated, not moved aside
+        assert s.twins().get_desired("u-1") == record
+        assert s.schema_version() == 4
+    conn = sqlite3.connect(path)
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(twin_desired)")]
+    conn.close()
+    assert columns == ["uid", "namespace", "name", "version", "properties", "received_at"]

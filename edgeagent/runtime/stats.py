@@ -1,4 +1,5 @@
-"""Per-container CPU and memory: the interface the container runtime implements, and readers.
+"""Per-container CPU and memory: the interface the container runtimes implement, and the
+readers they use (the runtime's own, so that it imports nothing of the metrics package).
 
 The sampler asks a :class:`ContainerStatsSource` (the runtime) for the stats of every
 running container of the node's pods. Figures are cumulative CPU time and the current
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from edgeagent.metrics.errors import SamplingError
+from edgeagent.errors import StatsError
 
 __all__ = [
     "CgroupReader",
@@ -113,7 +114,7 @@ def usage_from_docker_stats(stats: Mapping[str, Any]) -> ResourceUsage:
         The container's usage.
 
     Raises:
-        SamplingError: the answer lacks ``cpu_stats.cpu_usage.total_usage`` or has values
+        StatsError: the answer lacks ``cpu_stats.cpu_usage.total_usage`` or has values
             of the wrong type.
     """
     try:
@@ -124,7 +125,7 @@ def usage_from_docker_stats(stats: Mapping[str, Any]) -> ResourceUsage:
         inactive = detail.get("total_inactive_file", detail.get("inactive_file", 0))
         inactive = int(inactive or 0)
     except (KeyError, TypeError, ValueError) as exc:
-        raise SamplingError("docker stats", f"unexpected answer shape: {exc!r}") from exc
+        raise StatsError("docker stats", f"unexpected answer shape: {exc!r}") from exc
     return ResourceUsage(cpu, max(usage - inactive, 0))
 
 
@@ -170,12 +171,12 @@ class CgroupReader:
             in the ``cpuacct`` and ``memory`` hierarchies (they may differ).
 
         Raises:
-            SamplingError: the process is gone, or is in neither hierarchy.
+            StatsError: the process is gone, or is in neither hierarchy.
         """
         try:
             text = _read(f"/proc/{pid}/cgroup")
         except OSError as exc:
-            raise SamplingError(f"cgroup of process {pid}", str(exc)) from exc
+            raise StatsError(f"cgroup of process {pid}", str(exc)) from exc
         cpu = memory = None
         for line in text.splitlines():
             _, controllers, path = line.split(":", 2)
@@ -187,7 +188,7 @@ class CgroupReader:
             elif "memory" in names:
                 memory = path
         if cpu is None or memory is None:
-            raise SamplingError(f"cgroup of process {pid}", "no cpu or memory controller")
+            raise StatsError(f"cgroup of process {pid}", "no cpu or memory controller")
         return cpu, memory
 
     def read(self, cgroup: str, memory_cgroup: str | None = None) -> ResourceUsage:
@@ -205,7 +206,7 @@ class CgroupReader:
             ``memory.usage_in_bytes`` minus ``total_inactive_file``.
 
         Raises:
-            SamplingError: the cgroup does not exist or its files do not parse.
+            StatsError: the cgroup does not exist or its files do not parse.
         """
         rel = cgroup.strip("/")
         try:
@@ -224,7 +225,7 @@ class CgroupReader:
                     _read(os.path.join(mem, "memory.stat")), "total_inactive_file"
                 )
         except (OSError, ValueError) as exc:
-            raise SamplingError(f"cgroup {cgroup}", str(exc)) from exc
+            raise StatsError(f"cgroup {cgroup}", str(exc)) from exc
         return ResourceUsage(cpu_ns, max(current - (inactive or 0), 0))
 
 
@@ -243,11 +244,11 @@ def process_tree_usage(pid: int) -> ResourceUsage:
         The tree's usage.
 
     Raises:
-        SamplingError: the process no longer exists or cannot be read.
+        StatsError: the process no longer exists or cannot be read.
     """
     usage = process_trees_usage([pid]).get(pid)
     if usage is None:
-        raise SamplingError(f"process {pid}", "exited")
+        raise StatsError(f"process {pid}", "exited")
     return usage
 
 
@@ -263,7 +264,7 @@ def process_trees_usage(pids: Sequence[int]) -> dict[int, ResourceUsage]:
         Each tree's usage by its top pid; a tree whose top process has exited is left out.
 
     Raises:
-        SamplingError: a process exists but cannot be read (permissions).
+        StatsError: a process exists but cannot be read (permissions).
     """
     import psutil  # lazy: about 2 MB of RSS, only once metrics run
 
@@ -287,7 +288,7 @@ def process_trees_usage(pids: Sequence[int]) -> dict[int, ResourceUsage]:
                     if pid == top:
                         raise _Gone from None
                 except psutil.Error as exc:
-                    raise SamplingError(f"process {pid}", str(exc)) from exc
+                    raise StatsError(f"process {pid}", str(exc)) from exc
         except _Gone:
             continue
         out[top] = ResourceUsage(int(cpu_s * 1e9), rss)

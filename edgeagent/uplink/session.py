@@ -1,8 +1,10 @@
-"""The agent's connection to the hub: the service that joins the store to the uplink.
+"""The agent's session with the hub: the service that joins the store and the streams to
+the dialer.
 
-:class:`HubLink` is an :class:`~edgeagent.agent.AgentService` (``edgeagent run`` starts it
-when ``hub.url`` is set). The agent does not wait for it: pods run from the store whether
-or not the hub answers. On every session the uplink (:mod:`edgeagent.uplink`) opens:
+:class:`HubLink` is an agent service (``edgeagent run`` starts it when ``hub.url`` is set);
+what it needs of the agent comes in its :class:`SessionContext`. The agent does not wait
+for it: pods run from the store whether or not the hub answers. On every session the dialer
+(:mod:`edgeagent.uplink.dialer`) opens:
 
 1. **hello**: the store's inventory (uid → resourceVersion) and this node's facts
    (:func:`edgeagent.nodeinfo.node_info`); the outbox's sent-but-unacknowledged messages
@@ -18,12 +20,14 @@ or not the hub answers. On every session the uplink (:mod:`edgeagent.uplink`) op
    ``object_delete`` are committed to the store before anything acts on them (the pod
    reconciler is told after the commit), ``sync_done`` ends the reconnect diff, ``error``
    is logged.
-4. **up**: the sources (:class:`UpSource`) are drained in order (the store's outbox
-   first: pod status, ``pod_deleted``, events), as many messages as the session's window
-   allows. A source wakes the drain with :meth:`HubLink.kick`; the outbox does so on every
-   append, so a status goes up as soon as it changes, not on a timer, and what is still
-   waiting for the window is coalesced in the outbox (latest wins per pod).
-5. **acks**: the hub's cumulative ack is passed to every source (the outbox drops what it
+4. **up**: the sources (:class:`~edgeagent.uplink.sources.base.UpSource`: the store's
+   outbox with pod status, ``pod_deleted`` and events; twin reports; metrics batches) are
+   drained as the send scheduler (:mod:`edgeagent.uplink.scheduler`) picks them, by
+   priority (CONTROL > STATUS > BULK), as many messages as the session's window allows.
+   A source wakes the drain (its ``add_wakeup``, :meth:`HubLink.kick`); the outbox does so
+   on every append, so a status goes up as soon as it changes, not on a timer, and what
+   is still waiting for the window is coalesced in the outbox (latest wins per pod).
+5. **acks**: the hub's cumulative ack is passed to every source (each drops what it
    covers) and to the ``on_acked`` callbacks of :meth:`HubLink.send`.
 
 Certificates (docs/pki.md): with the default credentials, the files ``edgeagent join``
@@ -40,15 +44,16 @@ its pods and retries at the back-off cap, and picks up the files a re-join write
 Extension points for other parts of the agent (device twins, metrics, certificate
 renewal), all to be used before the agent starts:
 
-- :meth:`HubLink.register` ``(kind, handler)``: a handler for a down-going kind;
-- :meth:`HubLink.add_source` ``(source)``: an up-going stream drained after the outbox
-  (:class:`UpSource`; the agent context's ``streams``, device twin reports and metrics
-  batches with their own outboxes, is one and is wired in automatically, with
-  ``twin_desired`` going to its ``receive``);
+- :meth:`HubLink.register` ``(kind, handler)``: a handler for a down-going kind (the
+  context's ``handlers``, e.g. ``twin_desired`` → ``TwinSource.on_desired``, are
+  registered the same way at start);
+- :meth:`HubLink.add_source` ``(source)``: an up-going stream (the context's ``sources``,
+  twin reports and metrics batches with their own outboxes, are added the same way);
 - :meth:`HubLink.add_session_task` ``(factory)``: a coroutine run for each session and
   cancelled when it ends (e.g. certificate renewal over the live session);
 - :meth:`HubLink.send` ``(message, on_acked=...)``: push one message on the current
-  session (for a stream with its own store-and-forward buffer: metrics batches);
+  session, outside the sources (a request answered on the same session: certificate
+  renewal);
   :meth:`HubLink.connection_id` tells sessions apart.
 """
 
@@ -59,17 +64,18 @@ import datetime
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeagent.certs.clock import HubClock
 from edgeagent.credentials import RENEW_HINT
 from edgeagent.errors import HubUnavailable, StoreError
 from edgeagent.nodeinfo import AGENT_VERSION, node_info
-from edgeagent.outbox import hello, to_message
 from edgeagent.store import Store
-from edgeagent.uplink import Uplink, UplinkSettings
+from edgeagent.uplink.dialer import Uplink, UplinkSettings
+from edgeagent.uplink.scheduler import SendScheduler
+from edgeagent.uplink.sources.base import DownHandler, UpSource
+from edgeagent.uplink.sources.outbox import OutboxSource, hello, resend_list
 from protocol.errors import CloseCode, ConnectionClosed, InvalidMessage, ProtocolError
 from protocol.messages import (
     CertRenewResponse,
@@ -79,138 +85,38 @@ from protocol.messages import (
     ObjectDelete,
     ObjectUpsert,
     SyncDone,
-    TwinDesired,
 )
 from protocol.session import Acked, Closed, MessageReceived, PeerDead, PeerError, SessionConfig
 
 if TYPE_CHECKING:
-    from edgeagent.agent import AgentContext
     from edgeagent.certs import CertificateRenewer
+    from edgeagent.settings import AgentSettings, HubSettings
     from protocol.transport import Link, PEMCredentials, TLSCredentials
 
-__all__ = [
-    "DRAIN_BATCH",
-    "DownHandler",
-    "HubLink",
-    "OutboxSource",
-    "Outgoing",
-    "OutgoingLike",
-    "SessionTask",
-    "UpSource",
-]
+__all__ = ["HubLink", "SessionContext", "SessionTask"]
 
 log = logging.getLogger(__name__)
-
-DRAIN_BATCH = 64
-"""Most messages taken from one source at a time (one store read per batch)."""
-
-DownHandler = Callable[[Message], "Awaitable[None] | None"]
-"""``handler(message)``: called for each message of its kind, in arrival order."""
 
 SessionTask = Callable[["Link"], Awaitable[None]]
 """``factory(link)``: a coroutine run for one session, cancelled when it ends."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One up-going message a source offers (a source may use any object with a
-    ``message`` attribute; this is the outbox's).
-
-    Attributes:
-        message: the protocol message.
-        token: the source's own reference (an outbox id, a batch number).
-    """
-
-    message: Message
-    token: Any = None
-
-
-class OutgoingLike(Protocol):
-    """What :meth:`UpSource.messages_to_send` returns items of."""
+class SessionContext(Protocol):
+    """What the hub session needs of the running agent (``edgeagent.agent.AgentContext``
+    has it): passed in, so this package imports nothing above it."""
 
     @property
-    def message(self) -> Message: ...
-
-
-class UpSource(Protocol):
-    """An up-going stream the hub connection drains (after the outbox, in the order the
-    sources were added), in one task, one message at a time, recording each seq before
-    the next send. Methods are called from the event loop and must not block.
-
-    The device-twin and metrics streams (``edgeagent.streams.HubStreams``) have this
-    shape; so has the outbox (:class:`OutboxSource`).
-    """
-
-    def messages_to_send(self, limit: int) -> Sequence[OutgoingLike]:
-        """Up to ``limit`` messages to send now, oldest first; empty when there is none.
-        What was offered and not reported :meth:`sent` may be offered again."""
-        ...
-
-    def sent(self, item: Any, seq: int | None) -> None:
-        """``item`` was handed to the session and got ``seq`` (``None``: a kind that needs
-        no ack). Raising :class:`~edgeagent.errors.StoreError` closes the session."""
-        ...
-
-    def acked(self, up_to: int) -> None:
-        """The hub acknowledged every seq up to ``up_to`` (cumulative, this session's and
-        the resent ones')."""
-        ...
-
-    def session_started(self, received_up_to: int) -> Any:
-        """A new session is open; the hub has processed every seq up to
-        ``received_up_to`` (the welcome's). What was sent before and not acknowledged, and
-        is not resent by the session itself, should be offered again."""
-        ...
-
-    def session_ended(self) -> None:
-        """The session closed; nothing is sent until the next one."""
-        ...
-
-
-class OutboxSource:
-    """The store's outbox as an up-going source (pod status, ``pod_deleted``, events).
-
-    Sent-but-unacknowledged messages are resent by the session itself at the next connect
-    (with their seqs: the hub drops duplicates). A stored message that no longer makes a
-    valid message is dropped with an ERROR line naming it, instead of blocking everything
-    behind it.
-    """
-
-    name = "outbox"
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def messages_to_send(self, limit: int) -> list[Outgoing]:
-        out = []
-        for entry in self.store.outbox_unsent(limit=limit):
-            try:
-                out.append(Outgoing(to_message(entry), entry.id))
-            except (InvalidMessage, KeyError, TypeError, ValueError) as exc:
-                log.error(
-                    "dropping outbox message %d (%s), which is not a valid message: %s",
-                    entry.id,
-                    entry.kind,
-                    exc,
-                )
-                self.store.outbox_drop(entry.id)
-        return out
-
-    def sent(self, item: Outgoing, seq: int | None) -> None:
-        if seq is None:  # a kind that needs no ack: done once handed to the session
-            self.store.outbox_drop(item.token)
-        else:
-            self.store.outbox_mark_sent(item.token, seq, missing_ok=True)
-
-    def acked(self, up_to: int) -> None:
-        self.store.outbox_ack(up_to)
-
-    def session_started(self, received_up_to: int) -> None:
-        if received_up_to:
-            self.store.outbox_ack(received_up_to)
-
-    def session_ended(self) -> None:
-        pass
+    def settings(self) -> AgentSettings: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def node_name(self) -> str: ...
+    @property
+    def host_ip(self) -> str: ...
+    @property
+    def sources(self) -> Sequence[UpSource]: ...
+    @property
+    def handlers(self) -> Mapping[type, DownHandler]: ...
 
 
 def _source_name(source: Any) -> str:
@@ -246,6 +152,7 @@ class HubLink:
         self._wall = wall_clock
         self._handlers: dict[type[Message], DownHandler] = {}
         self._sources: list[UpSource] = []
+        self._scheduler: SendScheduler[UpSource] = SendScheduler()
         self._session_tasks: list[SessionTask] = []
         self.capabilities: list[str] = ["pods"]
         """Sent in the hello; parts that add handlers add what they can do."""
@@ -257,7 +164,6 @@ class HubLink:
         self._on_acked: dict[int, Callable[[], None]] = {}
         self._unhandled: set[str] = set()
         self._store: Store | None = None
-        self._all_sources: list[UpSource] = []
         self.uplink: Uplink | None = None
         """The uplink while the service runs (for observation: transport, link changes)."""
         self.synced = asyncio.Event()
@@ -280,8 +186,8 @@ class HubLink:
         self._handlers[kind] = handler
 
     def add_source(self, source: UpSource) -> None:
-        """Drain ``source`` on every session, after the outbox and the sources added
-        before it."""
+        """Drain ``source`` on every session, by its priority, after the outbox, the
+        agent context's sources and the sources of its class added before it."""
         self._sources.append(source)
 
     def add_session_task(self, factory: SessionTask) -> None:
@@ -291,6 +197,7 @@ class HubLink:
 
     def kick(self) -> None:
         """Something new to send: drain the sources now (cheap; call it freely)."""
+        self._scheduler.wake()
         self._wake.set()
 
     # -- observation ---------------------------------------------------------------------
@@ -321,9 +228,10 @@ class HubLink:
     ) -> int | None:
         """Send one message on the current session (waiting while its window is full).
 
-        For streams that keep their own unacknowledged messages (metrics batches): nothing
-        is stored here; after a new session (:meth:`connection_id` changed) the caller sends
-        again what was not acknowledged.
+        For a request answered on the same session (certificate renewal): nothing is
+        stored here; after a new session (:meth:`connection_id` changed) the caller sends
+        again what was not acknowledged. A stream goes through a source instead
+        (:meth:`add_source`), which the scheduler drains by priority.
 
         Args:
             message: an edge message.
@@ -356,7 +264,7 @@ class HubLink:
 
     # -- the service ---------------------------------------------------------------------
 
-    async def run(self, ctx: AgentContext) -> None:
+    async def run(self, ctx: SessionContext) -> None:
         """Keep a session with the hub until cancelled (the agent's service entry point).
 
         Never raises for hub or network trouble: the uplink retries with back-off, and the
@@ -367,7 +275,7 @@ class HubLink:
         """
         settings = ctx.settings
         hub = settings.hub
-        host, quic_port, websocket_port = hub.address()
+        dialer = _dialer_settings(hub)
         store = ctx.store
         self._store = store
         handlers: dict[type[Message], DownHandler] = {
@@ -376,31 +284,16 @@ class HubLink:
             SyncDone: self._on_sync_done,
             Error: self._on_error,
         }
-        sources: list[Any] = [OutboxSource(store)]
-        removers: list[Callable[[], Any]] = []
-        # The agent's own streams with their own outboxes (device twin reports, metrics
-        # batches: ``edgeagent.streams.HubStreams``), when it has them: drained right after
-        # the outbox; they take ``twin_desired``.
-        streams = getattr(ctx, "streams", None)
-        if streams is not None:
-            sources.append(streams)
-            removers.append(streams.add_wakeup(self.kick))
-            if hasattr(streams, "receive"):
-                handlers[TwinDesired] = lambda message: streams.receive(message, self._wall())
-        self._all_sources = [*sources, *self._sources]
+        handlers.update(ctx.handlers)
+        # Up: the store's outbox, the agent's other streams, then what was added here; the
+        # scheduler drains them by priority (CONTROL > STATUS > BULK).
+        scheduler: SendScheduler[UpSource] = SendScheduler()
+        for source in [OutboxSource(store), *ctx.sources, *self._sources]:
+            scheduler.add(source)
+        self._scheduler = scheduler
+        removers: list[Callable[[], Any]] = [s.add_wakeup(self.kick) for s in scheduler.sources]
         if self._credentials is None:
-            import random
-
-            from edgeagent.certs import CertificateRenewer, CertPaths
-            from edgeagent.credentials import FileCredentials
-
-            self._credentials = FileCredentials(
-                settings, wall_clock=self._wall, hub_clock=self.hub_clock
-            )
-            self.renewer = CertificateRenewer(
-                CertPaths.from_settings(settings), uniform=random.uniform, clock=self.hub_clock
-            )
-            handlers[CertRenewResponse] = self.renewer.handle
+            handlers[CertRenewResponse] = self._use_the_join_files(settings)
         handlers.update(self._handlers)
 
         def make_hello() -> Hello:
@@ -425,28 +318,10 @@ class HubLink:
             self._record(store, "disconnected", reason=f"invalid hello: {exc}")
             await asyncio.Event().wait()  # until the agent stops
         uplink = Uplink(
-            UplinkSettings(
-                host=host,
-                quic_port=quic_port,
-                websocket_port=websocket_port,
-                server_name=hub.server_name or None,
-                quic_handshake_timeout=hub.quic_handshake_timeout,
-                websocket_timeout=hub.websocket_timeout,
-                quic_retry_interval=hub.quic_retry_interval,
-                quic_retry_first=hub.quic_retry_first,
-                backoff_base=hub.backoff_base,
-                backoff_cap=hub.backoff_cap,
-                healthy_after=hub.healthy_after,
-                session=SessionConfig(
-                    # the hub's heartbeat_interval decides; this only has to be below
-                    ping_interval=min(SessionConfig().ping_interval, hub.liveness_timeout / 2),
-                    liveness_timeout=hub.liveness_timeout,
-                ),
-                transports=hub.transports,
-            ),
+            dialer,
             credentials=self._credentials,
             make_hello=make_hello,
-            pending=lambda: self._pending(store),
+            pending=lambda: resend_list(store),
             next_seq=store.next_seq,
             on_link=lambda link: self._serve(link, ctx, handlers),
             on_refused=lambda reason, by_hub: self._record(
@@ -456,7 +331,6 @@ class HubLink:
             wake=self._credentials_changed,
         )
         self.uplink = uplink
-        removers.append(store.add_outbox_hook(self.kick))
         self._record(store, "connecting", reason=f"dialling {hub.url}")
         log.info("connecting to the hub at %s (%s)", hub.url, ", ".join(hub.transports))
         # The uplink runs as a task of its own so that stopping (this task cancelled) goes
@@ -476,24 +350,22 @@ class HubLink:
                 await asyncio.gather(run, return_exceptions=True)
                 self._record(store, "disconnected", reason="agent stopped")
 
-    def _pending(self, store: Store) -> list[tuple[int, Message]]:
-        """The outbox's sent-but-unacknowledged messages, for the session to resend; one
-        whose stored body no longer makes a valid message (an agent upgrade tightened a
-        rule) is dropped with an ERROR line rather than stopping every connect."""
-        out = []
-        for entry in store.outbox_sent():
-            try:
-                out.append((entry.seq, to_message(entry)))
-            except (InvalidMessage, KeyError, TypeError, ValueError) as exc:
-                log.error(
-                    "dropping sent outbox message %d (%s, seq %s), not a valid message: %s",
-                    entry.id,
-                    entry.kind,
-                    entry.seq,
-                    exc,
-                )
-                store.outbox_drop(entry.id)
-        return out
+    def _use_the_join_files(self, settings: AgentSettings) -> DownHandler:
+        """The default credentials: the files ``edgeagent join`` wrote, read at every dial,
+        renewed over the session by a :class:`~edgeagent.certs.CertificateRenewer` on the
+        hub's clock. Returns the ``cert_renew_response`` handler."""
+        import random
+
+        from edgeagent.certs import CertificateRenewer, CertPaths
+        from edgeagent.credentials import FileCredentials
+
+        self._credentials = FileCredentials(
+            settings, wall_clock=self._wall, hub_clock=self.hub_clock
+        )
+        self.renewer = CertificateRenewer(
+            CertPaths.from_settings(settings), uniform=random.uniform, clock=self.hub_clock
+        )
+        return self.renewer.handle
 
     def _credentials_changed(self) -> bool:
         """The default credentials' files changed since the last dial read them (a
@@ -533,7 +405,7 @@ class HubLink:
             log.warning("cannot record the hub session state: %s", exc)
 
     async def _serve(
-        self, link: Link, ctx: AgentContext, handlers: dict[type[Message], DownHandler]
+        self, link: Link, ctx: SessionContext, handlers: dict[type[Message], DownHandler]
     ) -> None:
         """One session (the uplink's ``on_link``): until the link closes."""
         store = ctx.store
@@ -548,7 +420,7 @@ class HubLink:
         tasks: list[asyncio.Task[Any]] = []
         try:
             store.advance_seq(welcome.received_up_to)
-            for source in self._all_sources:
+            for source in self._scheduler.sources:
                 source.session_started(welcome.received_up_to)
             self._record(
                 store,
@@ -602,7 +474,7 @@ class HubLink:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            for source in self._all_sources:
+            for source in self._scheduler.sources:
                 try:
                     source.session_ended()
                 except Exception:
@@ -682,7 +554,7 @@ class HubLink:
 
     def _on_ack(self, up_to: int) -> None:
         self._acked_up_to = max(self._acked_up_to, up_to)
-        for source in self._all_sources:
+        for source in self._scheduler.sources:
             try:
                 source.acked(up_to)
             except StoreError as exc:
@@ -711,24 +583,54 @@ class HubLink:
             await link.close(CloseCode.GOING_AWAY, "edge outbox failure")
 
     async def _drain_once(self, link: Link, store: Store) -> bool:
-        """One pass over the sources. Returns False once the link is closed."""
+        """Send from the sources the scheduler picks, batch by batch, while the window has
+        room and a source has something. Returns False once the link is closed."""
         session = link.session
-        for source in self._all_sources:
-            while session.window_free > 0:
-                items = source.messages_to_send(min(session.window_free, DRAIN_BATCH))
-                if not items:
-                    break
-                for item in items:
-                    async with self._send_lock:
-                        try:
-                            seq = await link.send(item.message)
-                        except ConnectionClosed:
-                            return False
-                        source.sent(item, seq)
-                        if seq is not None:
-                            store.note_seq_used(seq)
-                    if seq is not None and seq <= self._acked_up_to:
-                        source.acked(self._acked_up_to)  # the ack overtook the send
-            if session.window_free <= 0:
-                break  # an ack will kick us
+        window = session.config.window
+        scheduler = self._scheduler
+        while (pick := scheduler.next(session.window_free, window)) is not None:
+            source, limit = pick
+            items = source.messages_to_send(limit)
+            if not items:
+                scheduler.idle(source)
+                continue
+            for item in items:
+                async with self._send_lock:
+                    try:
+                        seq = await link.send(item.message)
+                    except ConnectionClosed:
+                        return False
+                    source.sent(item, seq)
+                    if seq is not None:
+                        store.note_seq_used(seq)
+                if seq is not None and seq <= self._acked_up_to:
+                    source.acked(self._acked_up_to)  # the ack overtook the send
         return True
+
+
+def _dialer_settings(hub: HubSettings) -> UplinkSettings:
+    """The dialer's settings from the agent's ``hub`` group.
+
+    Raises:
+        ConfigError: ``hub.url`` is not usable.
+    """
+    host, quic_port, websocket_port = hub.address()
+    return UplinkSettings(
+        host=host,
+        quic_port=quic_port,
+        websocket_port=websocket_port,
+        server_name=hub.server_name or None,
+        quic_handshake_timeout=hub.quic_handshake_timeout,
+        websocket_timeout=hub.websocket_timeout,
+        quic_retry_interval=hub.quic_retry_interval,
+        quic_retry_first=hub.quic_retry_first,
+        backoff_base=hub.backoff_base,
+        backoff_cap=hub.backoff_cap,
+        healthy_after=hub.healthy_after,
+        session=SessionConfig(
+            # the hub's heartbeat_interval decides; this only has to be below
+            ping_interval=min(SessionConfig().ping_interval, hub.liveness_timeout / 2),
+            liveness_timeout=hub.liveness_timeout,
+        ),
+        transports=hub.transports,
+    )

@@ -10,10 +10,10 @@ import sys
 import psutil
 import pytest
 
-from edgeagent.metrics import (
+from edgeagent.errors import StatsError
+from edgeagent.runtime.stats import (
     CgroupReader,
     ResourceUsage,
-    SamplingError,
     process_tree_usage,
     usage_from_docker_stats,
 )
@@ -49,12 +49,12 @@ def test_cgroup_v1_with_combined_cpu_hierarchy(tmp_path: pathlib.Path) -> None:
 def test_missing_or_garbled_cgroup_raises_sampling_error(tmp_path: pathlib.Path) -> None:
     write(tmp_path / "cgroup.controllers", "cpu memory\n")
     reader = CgroupReader(str(tmp_path))
-    with pytest.raises(SamplingError, match="cgroup /gone"):
+    with pytest.raises(StatsError, match="cgroup /gone"):
         reader.read("/gone")
     write(tmp_path / "bad/cpu.stat", "usage_usec 1\n")
     write(tmp_path / "bad/memory.current", "lots\n")
     write(tmp_path / "bad/memory.stat", "")
-    with pytest.raises(SamplingError, match="cgroup bad"):
+    with pytest.raises(StatsError, match="cgroup bad"):
         reader.read("bad")
 
 
@@ -109,7 +109,7 @@ def test_docker_stats(stats: dict, expected: ResourceUsage) -> None:
     [{}, {"cpu_stats": {}}, {"cpu_stats": {"cpu_usage": {"total_usage": "x"}}}, {"cpu_stats": 3}],
 )
 def test_docker_stats_of_the_wrong_shape(stats: dict) -> None:
-    with pytest.raises(SamplingError, match="docker stats"):
+    with pytest.raises(StatsError, match="docker stats"):
         usage_from_docker_stats(stats)
 
 
@@ -146,7 +146,7 @@ def test_process_tree_matches_psutil_for_the_same_process() -> None:
         assert usage.memory_working_set_bytes >= 30 * 1024 * 1024
     finally:
         proc.communicate(input="")
-    with pytest.raises(SamplingError, match=f"process {proc.pid}"):
+    with pytest.raises(StatsError, match=f"process {proc.pid}"):
         process_tree_usage(proc.pid)
 
 
@@ -161,7 +161,7 @@ def test_cgroup_of_a_process_and_of_a_gone_one() -> None:
         assert any(line.endswith(f":{memory}") and ":memory:" in line for line in lines)
     proc = subprocess.Popen(["true"])
     proc.wait()
-    with pytest.raises(SamplingError, match=f"cgroup of process {proc.pid}"):
+    with pytest.raises(StatsError, match=f"cgroup of process {proc.pid}"):
         reader.cgroup_of(proc.pid)
 
 

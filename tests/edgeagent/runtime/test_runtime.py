@@ -110,9 +110,11 @@ async def test_run_inspect_exec_stop_remove(runtime: ContainerRuntime, tmp_path:
 
 
 async def test_stop_kills_after_grace(runtime: ContainerRuntime):
-    cid = await runtime.create(_config(runtime, "trap '' TERM; while true; do sleep 0.1; done"))
+    cid = await runtime.create(
+        _config(runtime, "trap '' TERM; echo armed; while true; do sleep 0.1; done")
+    )
     await runtime.start(cid)
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: _logged(runtime, cid, "armed"), what="the trap installed")
     t0 = time.monotonic()
     await runtime.stop(cid, grace=1)
     elapsed = time.monotonic() - t0
@@ -125,7 +127,7 @@ async def test_watch_reports_exit(runtime: ContainerRuntime):
     seen: list[str] = []
     watcher = asyncio.create_task(runtime.watch(lambda cid, labels: seen.append(cid)))
     try:
-        await asyncio.sleep(0.3)  # let the event stream connect
+        await wait_until(lambda: _seen_one(runtime, seen), what="the event stream connected")
         cid = await runtime.create(_config(runtime, "sleep 0.5; exit 4"))
         await runtime.start(cid)
 
@@ -267,3 +269,25 @@ async def test_process_runtime_ignores_reused_pid(tmp_path: pathlib.Path):
         for info in await again.list():
             await again.remove(info.id)
         await again.close()
+
+
+async def _logged(runtime: ContainerRuntime, cid: str, text: str) -> bool:
+    """Whether the container's log has ``text`` (podman's k8s-file lines end with it)."""
+    path = runtime.log_path(await runtime.inspect(cid))
+    try:
+        return text in await asyncio.to_thread(pathlib.Path(path).read_text)
+    except FileNotFoundError:
+        return False
+
+
+async def _seen_one(runtime: ContainerRuntime, seen: list[str]) -> bool:
+    """Run a short container; True once the watcher reported it (the stream is up)."""
+    canary = await runtime.create(_config(runtime, "exit 0"))
+    await runtime.start(canary)
+    try:
+        deadline = time.monotonic() + 5  # its events follow its exit closely
+        while canary not in seen and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        return canary in seen
+    finally:
+        await runtime.remove(canary)

@@ -11,13 +11,13 @@ import time
 import pytest
 
 from edgeagent.store import Store
-from tests.edgeagent import store_writer
+from tests.edgeagent.store import store_writer
 
 
 @pytest.fixture(scope="module")
 def ctx():
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["tests.edgeagent.store_writer"])
+    context.set_forkserver_preload(["tests.edgeagent.store.store_writer"])
     return context
 
 

@@ -18,7 +18,6 @@ import pytest
 from cloudhub.kube import NODES, KubeClient
 from edgeagent.agent import Agent
 from edgeagent.errors import HubUnavailable, StoreError, StoreFullError
-from edgeagent.hublink import HubLink, Outgoing
 from edgeagent.sdnotify import Notifier
 from edgeagent.settings import (
     AgentSettings,
@@ -27,6 +26,9 @@ from edgeagent.settings import (
     RuntimeSettings,
     StoreSettings,
 )
+from edgeagent.uplink.scheduler import Priority
+from edgeagent.uplink.session import HubLink
+from edgeagent.uplink.sources.base import Outgoing
 from protocol.errors import ErrorCode
 from protocol.messages import Error, KubeEvent, ObjectRef, ObjectUpsert, PodStatus
 from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port, write_node_pki
@@ -113,6 +115,12 @@ async def test_extension_points(make_agent, hub: HubRunner):
 
     class Source:
         """An up-going stream with its own outbox, as the device twins and metrics have."""
+
+        name = "test-source"
+        priority = Priority.STATUS
+
+        def add_wakeup(self, callback: Callable[[], None]) -> Callable[[], None]:
+            return lambda: None
 
         def __init__(self) -> None:
             self.queue: list[KubeEvent] = []
@@ -206,7 +214,7 @@ async def test_extension_points(make_agent, hub: HubRunner):
 
 
 async def test_clock_skew_is_logged_with_both_times(make_agent, caplog):
-    caplog.set_level(logging.WARNING, logger="edgeagent.hublink")
+    caplog.set_level(logging.WARNING, logger="edgeagent.uplink")
     agent = make_agent(wall_clock=lambda: time.time() + 3600)
     await agent.connected()
     [line] = [r.getMessage() for r in caplog.records if "clock skew" in r.getMessage()]
@@ -216,7 +224,7 @@ async def test_clock_skew_is_logged_with_both_times(make_agent, caplog):
 
 
 async def test_no_skew_warning_when_clocks_agree(make_agent, caplog):
-    caplog.set_level(logging.WARNING, logger="edgeagent.hublink")
+    caplog.set_level(logging.WARNING, logger="edgeagent.uplink")
     agent = make_agent()
     await agent.connected()
     assert not [r for r in caplog.records if "clock skew" in r.getMessage()]
@@ -226,7 +234,7 @@ async def test_no_skew_warning_when_clocks_agree(make_agent, caplog):
 async def test_a_bad_outbox_entry_is_dropped_and_the_rest_delivered(
     make_agent, tmp_path: pathlib.Path, caplog
 ):
-    caplog.set_level(logging.ERROR, logger="edgeagent.hublink")
+    caplog.set_level(logging.ERROR, logger="edgeagent.uplink")
     from edgeagent.store import Store
 
     state = tmp_path / "edge-bad"
@@ -323,7 +331,7 @@ async def test_node_object_reports_reserved_resources(make_agent, kube: KubeClie
 async def test_a_bad_sent_message_is_dropped_not_resent_forever(
     make_agent, tmp_path: pathlib.Path, caplog
 ):
-    caplog.set_level(logging.ERROR, logger="edgeagent.hublink")
+    caplog.set_level(logging.ERROR, logger="edgeagent.uplink")
     from edgeagent.store import Store
 
     store = Store.open(tmp_path / "edge-sent" / "store.db")
@@ -338,7 +346,7 @@ async def test_a_bad_sent_message_is_dropped_not_resent_forever(
 
 
 async def test_an_invalid_node_name_is_one_clear_error_and_pods_run(make_agent, caplog):
-    caplog.set_level(logging.ERROR, logger="edgeagent.hublink")
+    caplog.set_level(logging.ERROR, logger="edgeagent.uplink")
     agent = make_agent("edge_underscore", pki=False)
     await eventually(
         lambda: any("cannot connect to the hub" in r.getMessage() for r in caplog.records),
@@ -350,12 +358,15 @@ async def test_an_invalid_node_name_is_one_clear_error_and_pods_run(make_agent, 
     assert agent.store.get_state("hub.session")["state"] == "disconnected"
 
 
-async def test_the_agents_own_streams_are_drained_after_the_outbox(make_agent, hub: HubRunner):
-    """An agent context that carries ``streams`` (device twins and metrics, with their own
+async def test_the_agents_own_sources_are_drained_after_the_outbox(make_agent, hub: HubRunner):
+    """An agent context that carries ``sources`` (device twins and metrics, with their own
     outboxes) gets them drained, woken through ``add_wakeup``, told of sessions and acks."""
     import types
 
     class Streams:
+        name = "test-streams"
+        priority = Priority.BULK
+
         def __init__(self) -> None:
             self.queue: list[KubeEvent] = []
             self.in_flight: dict[int, KubeEvent] = {}
@@ -372,9 +383,8 @@ async def test_the_agents_own_streams_are_drained_after_the_outbox(make_agent, h
             for wake in self.wakeups:
                 wake()
 
-        def session_started(self, received_up_to: int) -> int:
+        def session_started(self, received_up_to: int) -> None:
             self.sessions.append(received_up_to)
-            return len(self.sessions)
 
         def session_ended(self) -> None:
             pass
@@ -391,9 +401,6 @@ async def test_the_agents_own_streams_are_drained_after_the_outbox(make_agent, h
             for seq in sorted(s for s in self.in_flight if s <= up_to):
                 self.delivered.append(self.in_flight.pop(seq))
 
-        def receive(self, message, now: float) -> bool:
-            return True
-
     streams = Streams()
     link = HubLink()
 
@@ -401,7 +408,7 @@ async def test_the_agents_own_streams_are_drained_after_the_outbox(make_agent, h
         name = "hub"
 
         async def run(self, ctx) -> None:
-            await link.run(types.SimpleNamespace(**{**vars(ctx), "streams": streams}))
+            await link.run(types.SimpleNamespace(**{**vars(ctx), "sources": (streams,)}))
 
     agent = make_agent("edge-streams", start=False)
     agent.link = link

@@ -349,51 +349,26 @@ class Uplink:
         if self._quic_due(loop.time()):
             from protocol.transport.quic import connect_quic
 
-            try:
-                link = await connect_quic(
-                    s.host,
-                    s.quic_port,
-                    credentials=credentials,
-                    timeout=s.quic_handshake_timeout,
-                    **common,
-                )
-            except SessionRejected as exc:
-                self._rejected(exc, QUIC)
+            link, refused = await self._try(
+                QUIC, connect_quic, s.quic_port, s.quic_handshake_timeout, credentials, common
+            )
+            if refused:
                 return None
-            except CertificateRejected as exc:
-                self._certificate_rejected(exc)
-                return None
-            except ConnectFailed as exc:
-                logger.info("QUIC to %s:%s failed (%s); trying WebSocket", s.host, s.quic_port, exc)
-                self._explain_failure(exc)
-                self._note_quic_failed(loop.time())
-            else:
+            if link is not None:
                 self._preferred = QUIC
                 self._quic_failed_at = None
                 self._quic_retries = 0
                 await self._set_link(link)
                 return link
+            self._note_quic_failed(loop.time())
         if WEBSOCKET not in s.transports:
             return None
         from protocol.transport.websocket import connect_websocket
 
-        try:
-            link = await connect_websocket(
-                s.host,
-                s.websocket_port,
-                credentials=credentials,
-                timeout=s.websocket_timeout,
-                **common,
-            )
-        except SessionRejected as exc:
-            self._rejected(exc, WEBSOCKET)
-            return None
-        except CertificateRejected as exc:
-            self._certificate_rejected(exc)
-            return None
-        except ConnectFailed as exc:
-            logger.warning("WebSocket to %s:%s failed: %s", s.host, s.websocket_port, exc)
-            self._explain_failure(exc)
+        link, _ = await self._try(
+            WEBSOCKET, connect_websocket, s.websocket_port, s.websocket_timeout, credentials, common
+        )
+        if link is None:
             return None
         self._preferred = WEBSOCKET
         if self._quic_failed_at is None:
@@ -410,6 +385,36 @@ class Uplink:
         if text:
             self._explained = True
             logger.error("%s", text)
+
+    async def _try(
+        self,
+        transport: str,
+        connect: Callable[..., Awaitable[Link]],
+        port: int,
+        timeout: float,
+        credentials: TLSCredentials | PEMCredentials,
+        common: dict[str, object],
+    ) -> tuple[Link | None, bool]:
+        """One dial over ``transport``: ``(link, False)`` on success, ``(None, True)`` when
+        the hub or the TLS handshake refused this node (no fallback: another transport
+        would be refused the same way), ``(None, False)`` on a transport failure."""
+        host = self.settings.host
+        try:
+            return await connect(
+                host, port, credentials=credentials, timeout=timeout, **common
+            ), False
+        except SessionRejected as exc:
+            self._rejected(exc, transport)
+        except CertificateRejected as exc:
+            self._certificate_rejected(exc)
+        except ConnectFailed as exc:
+            if transport == QUIC:
+                logger.info("QUIC to %s:%s failed (%s); trying WebSocket", host, port, exc)
+            else:
+                logger.warning("WebSocket to %s:%s failed: %s", host, port, exc)
+            self._explain_failure(exc)
+            return None, False
+        return None, True
 
     def _refused(self, text: str, *, by_hub: bool = True) -> None:
         """This node's identity is refused or unusable: say so once per dial, loudly."""

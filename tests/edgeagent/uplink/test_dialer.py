@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from edgeagent.uplink import QUIC, WEBSOCKET, Uplink, UplinkSettings
+from edgeagent.uplink.dialer import QUIC, WEBSOCKET, Uplink, UplinkSettings
 from protocol import pki
 from protocol.errors import CloseCode
 from protocol.messages import PROTOCOL_VERSION, Hello, Welcome
@@ -26,7 +26,7 @@ from protocol.transport import Link, serve_quic, serve_websocket
 from tests import netns
 from tests.testpki import TestPKI
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 QUIC_TIMEOUT = 1.0
 RETRY = 2.0
 
@@ -202,15 +202,22 @@ async def test_close_is_bounded_while_dialing(pki_ca) -> None:
     uplink, _ = make_uplink(
         pki_ca, black_hole.getsockname()[1], tcp.getsockname()[1], quic_retry_interval=600
     )
+    tcp.setblocking(False)
+    accepted: list[socket.socket] = []
     try:
-        task = asyncio.get_running_loop().create_task(uplink.run())
-        await asyncio.sleep(QUIC_TIMEOUT + 0.5)  # now stuck in the WebSocket handshake
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(uplink.run())
+        # QUIC timed out, the WebSocket dial connected: now stuck in its TLS handshake
+        conn, _ = await asyncio.wait_for(loop.sock_accept(tcp), QUIC_TIMEOUT + 10)
+        accepted.append(conn)
         started = time.monotonic()
         await uplink.close()
         assert time.monotonic() - started < 1.5
         await asyncio.wait_for(task, 1.0)
         assert uplink.link is None
     finally:
+        for conn in accepted:
+            conn.close()
         black_hole.close()
         tcp.close()
 

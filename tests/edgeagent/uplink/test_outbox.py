@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pathlib
 
-from edgeagent.outbox import hello, sent_messages, to_message
 from edgeagent.store import Store
+from edgeagent.uplink.sources.outbox import hello, sent_messages, to_message
 from protocol.messages import KubeEvent, PodStatus, Welcome
 from protocol.session import Acked, HelloReceived, MessageReceived, Role, Session
 from tests.edgeagent.conftest import Ref

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import pathlib
@@ -381,7 +380,9 @@ async def test_graceful_termination_then_kill(harness: Harness):
             "polite",
             [
                 container(
-                    "c", "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done", k
+                    "c",
+                    "trap 'echo got TERM; exit 0' TERM; echo armed; while true; do sleep 0.1; done",
+                    k,
                 )
             ],
             terminationGracePeriodSeconds=10,
@@ -390,13 +391,14 @@ async def test_graceful_termination_then_kill(harness: Harness):
     stubborn = harness.apply(
         make_pod(
             "stubborn",
-            [container("c", "trap '' TERM; while true; do sleep 0.1; done", k)],
+            [container("c", "trap '' TERM; echo armed; while true; do sleep 0.1; done", k)],
             terminationGracePeriodSeconds=2,
         )
     )
     await harness.wait_phase(polite, "Running")
     await harness.wait_phase(stubborn, "Running")
-    await asyncio.sleep(0.5)  # let the shells install their traps
+    for pod in (polite, stubborn):  # each shell has installed its trap
+        await wait_until(lambda pod=pod: _has(harness.logs(pod, "c"), "armed"), what="trap")
     t0 = time.monotonic()
     for pod in (polite, stubborn):
         pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
@@ -537,7 +539,6 @@ async def test_adopts_running_containers_after_agent_restart(harness: Harness):
     before = harness.container_status(pod, "c")
     await harness.stop()  # the agent exits: SIGTERM stops the agent, not the pods
     await harness.start()  # ... and comes back
-    await asyncio.sleep(1.0)
     await harness.wait_phase(pod, "Running")
     after = harness.container_status(pod, "c")
     assert after["containerID"] == before["containerID"]
@@ -601,3 +602,7 @@ async def test_image_pull_errors_show_in_status(podman, tmp_path: pathlib.Path):
         )
     finally:
         await h.close()
+
+
+async def _has(logs, text: str) -> bool:
+    return text in await logs

@@ -200,7 +200,7 @@ def test_numpy_is_kept_out_of_the_agent():
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[2])},
+        env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[3])},
         check=True,
     ).stdout.split()
     assert out[:2] == ["False", "False"]
@@ -209,7 +209,7 @@ def test_numpy_is_kept_out_of_the_agent():
         subprocess.run(
             [sys.executable, "-c", "import edgeagent.store, numpy"],
             check=True,
-            env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[2])},
+            env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[3])},
         )
 
 
