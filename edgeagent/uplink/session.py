@@ -512,6 +512,8 @@ class HubLink:
                 log.warning("the hub sent %s messages, which this agent does not handle", kind)
             return True
         try:
+            if self._store is not None:  # the handler's writes never wait for a lock
+                await self._store.wait_writable()
             result = handler(message)
             if inspect.isawaitable(result):
                 await result
@@ -590,6 +592,9 @@ class HubLink:
         scheduler = self._scheduler
         while (pick := scheduler.next(session.window_free, window)) is not None:
             source, limit = pick
+            # Every write below finds the batch open (the write lock held): one that had
+            # to wait for another process's lock would stall the loop (heartbeats).
+            await store.wait_writable()
             items = source.messages_to_send(limit)
             if not items:
                 scheduler.idle(source)
@@ -600,6 +605,7 @@ class HubLink:
                         seq = await link.send(item.message)
                     except ConnectionClosed:
                         return False
+                    await store.wait_writable()  # a commit may have closed the batch meanwhile
                     source.sent(item, seq)
                     if seq is not None:
                         store.note_seq_used(seq)
