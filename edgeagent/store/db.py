@@ -105,6 +105,7 @@ class StoreCore:
         self._lost_listeners: list[Callable[[], None]] = []
         self._dirty_hooks: list[Callable[[], None]] = []
         self._busy_lost = False  # a write failed on another process's lock: redo later
+        self._batch_written = False  # False: the open batch is only wait_writable's
         self._reclaim_checked_at: float | None = None
         self.recovered_from: pathlib.Path | None = None
         """Where a damaged database was moved at open, or ``None``."""
@@ -319,7 +320,10 @@ class StoreCore:
         if self._dirty_since is not None:
             due = self._dirty_since + self.settings.commit_delay
         if self._background_since is not None:
-            background = self._background_since + self.settings.background_commit_delay
+            wait = self.settings.background_commit_delay
+            if not self._batch_written:
+                wait = self.settings.commit_delay  # opened, nothing written: free the lock
+            background = self._background_since + wait
             due = background if due is None else min(due, background)
         return due
 
@@ -398,6 +402,7 @@ class StoreCore:
                 log.exception("lost-writes listener failed")
 
     def _touch(self, background: bool = False) -> None:
+        self._batch_written = True
         if background:
             if self._background_since is not None:
                 return
@@ -443,6 +448,7 @@ class StoreCore:
         """
         try:
             self._conn.execute("BEGIN IMMEDIATE")  # the batch; committed by flush()
+            self._batch_written = False
         except sqlite3.Error as exc:
             error = self._note(_translate(exc, self.path))
             if isinstance(error, StoreBusyError):
@@ -461,8 +467,11 @@ class StoreCore:
         event loop keeps running (heartbeats stay on time). SQLite offers no notice
         across processes when a lock is released, so polling is the only way to wait.
 
-        Once the lock is won after writes failed on it, the lost-writes listeners are
-        told (whoever wrote status writes it again).
+        The batch opened here is committed as a background write would be (the writes
+        that follow set their own delay); one nobody writes into is committed within
+        ``commit_delay``, releasing the lock (an empty commit writes nothing). Once the
+        lock is won after writes failed on it, the lost-writes listeners are told
+        (whoever wrote status writes it again).
 
         Raises:
             StoreError: the batch could not be opened for another reason.
@@ -478,7 +487,9 @@ class StoreCore:
                 await asyncio.sleep(random.uniform(delay / 2, delay))
                 delay = min(cap, delay * 2)
                 continue
-            self._touch()
+            self._background_since = self._mono()
+            for hook in self._dirty_hooks:
+                hook()
         if self._busy_lost:
             self._busy_lost = False
             self._tell_lost_writes()
