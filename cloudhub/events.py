@@ -37,7 +37,7 @@ from cloudhub.observability.metrics import HubMetrics
 from cloudhub.workers import next_item, run_workers
 from protocol.backoff import backoff
 from protocol.errors import ErrorCode
-from protocol.messages import KubeEvent
+from protocol.messages import STORE_RECOVERED, KubeEvent
 from protocol.tasks import TaskScope
 
 __all__ = ["EventRecorder"]
@@ -242,6 +242,9 @@ class EventRecorder:
                     "(RFC 3339: years 1 to 9999)",
                 )
                 return
+
+            if message.ref.kind == "Node" and message.reason == STORE_RECOVERED:
+                self.metrics.edge_store_recoveries.inc()
 
             def done(error: KubeAPIError | None) -> None:
                 if error is None:

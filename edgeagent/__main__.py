@@ -146,11 +146,9 @@ def run(
     except ConfigError as exc:
         click.echo(f"edgeagent: {exc}", err=True)
         sys.exit(2)
-    logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper(), logging.INFO),
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from edgeagent.logsetup import configure_logging
+
+    configure_logging(settings.log_level, env=os.environ, stream=sys.stderr)
     # aioquic logs every connection's version and ALPN at INFO: noise on a device log.
     logging.getLogger("quic").setLevel(logging.WARNING)
     from edgeagent.agent import Agent

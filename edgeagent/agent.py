@@ -20,6 +20,7 @@ as with kubelet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import socket
@@ -239,6 +240,18 @@ class Agent:
             f"outbox {store.outbox_depth()}; hub: {hub}"
         )
 
+    async def _store_upkeep(self, store: Store) -> None:
+        """Win the write lock back after writes failed on another process's (the writers
+        are told to write again), at most one second at a time so that the watchdog
+        keeps its pace; give free pages back once a backlog drained."""
+        if store.write_lock_lost:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(store.wait_writable(), timeout=1.0)
+        try:
+            store.reclaim()
+        except StoreError as exc:
+            log.warning("giving the store's free space back failed: %s", exc)
+
     async def _housekeeping(self, store: Store, reconciler: PodReconciler) -> None:
         """Commit batched writes when due, ping the watchdog, refresh STATUS=."""
         watchdog = self.notifier.watchdog_interval
@@ -258,6 +271,7 @@ class Agent:
                 except StoreError as exc:
                     self._flush_error_at = now
                     reconciler.store_failed(exc)
+            await self._store_upkeep(store)
             if next_watchdog <= now:
                 self.notifier.watchdog()
                 next_watchdog = now + watchdog  # type: ignore[operator]
@@ -273,5 +287,7 @@ class Agent:
                 if self._flush_error_at is not None:
                     due = max(due, self._flush_error_at + self.settings.store.full_retry)
                 wake = min(wake, due)
+            if store.write_lock_lost:
+                wake = self._mono()  # back to waiting for the lock (_store_upkeep)
             self._dirty.clear()
             await wait_event(self._dirty, max(wake - self._mono(), 0))

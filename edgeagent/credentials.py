@@ -59,18 +59,32 @@ class FileCredentials:
     certificate's expiry read from its DER, so that an agent on WebSocket never imports
     ``cryptography`` (about 8 MiB of RSS); QUIC parses them when it dials.
 
+    A certificate is refused here only when it expired by *both* this node's clock and the
+    hub's as last measured (``hub_clock``): when the two disagree, one of them is wrong
+    and the hub, which judges the certificate, is asked (a wrongly refused dial would tell
+    the operator to get a new token for a certificate that still works).
+
     Args:
         settings: the agent settings (where the files are).
-        wall_clock: seconds since the epoch (expiry check).
+        wall_clock: seconds since the epoch, this node's clock (expiry check).
+        hub_clock: seconds since the epoch by the hub's clock as last measured
+            (:meth:`edgeagent.certs.HubClock.now`); default: ``wall_clock``.
     """
 
     def __init__(
-        self, settings: AgentSettings, *, wall_clock: Callable[[], float] = time.time
+        self,
+        settings: AgentSettings,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        hub_clock: Callable[[], float] | None = None,
     ) -> None:
         self.paths = credential_paths(settings)
         self._wall = wall_clock
+        self._hub = hub_clock or wall_clock
         self._stamp: tuple | None = None
+        self._seen: tuple | None = None  # the files' stamp at the last call, loaded or not
         self._credentials: PEMCredentials | None = None
+        self._not_before = 0.0
         self._not_after = 0.0
 
     def _file_stamp(self) -> tuple:
@@ -86,6 +100,21 @@ class FileCredentials:
                 stamp.append((st.st_ino, st.st_mtime_ns, st.st_size))
         return tuple(stamp)
 
+    def changed(self) -> bool:
+        """True when a file differs from the ones last loaded (a re-join or a renewal
+        wrote new ones): cheap (three ``stat`` calls), for polling while waiting to redial.
+        """
+        try:
+            return self._seen is not None and self._file_stamp() != self._seen
+        except CredentialsError:
+            return True  # unreadable now: the next dial says why
+
+    @property
+    def not_before(self) -> float:
+        """When the current certificate starts, seconds since the epoch (the hub's clock
+        when it issued it, minus 5 minutes; 0 before the first successful load)."""
+        return self._not_before
+
     @property
     def not_after(self) -> float:
         """When the current certificate expires, seconds since the epoch (0 before the
@@ -100,12 +129,12 @@ class FileCredentials:
                 right kind, the key does not match the certificate, or the certificate
                 expired; the message names the file and what to run.
         """
-        stamp = self._file_stamp()
+        stamp = self._seen = self._file_stamp()
         if self._credentials is None or stamp != self._stamp:
-            self._credentials, self._not_after = self._load()
+            self._credentials, (self._not_before, self._not_after) = self._load()
             self._stamp = stamp
-        now = self._wall()
-        if now >= self._not_after:
+        now, hub_now = self._wall(), self._hub()
+        if min(now, hub_now) >= self._not_after:
             at = datetime.datetime.fromtimestamp(self._not_after, tz=datetime.timezone.utc)
             raise CredentialsError(
                 f"the node certificate {self.paths[1]} expired at {at.isoformat()} "
@@ -115,7 +144,7 @@ class FileCredentials:
             )
         return self._credentials
 
-    def _load(self) -> tuple[PEMCredentials, float]:
+    def _load(self) -> tuple[PEMCredentials, tuple[float, float]]:
         from protocol.transport.errors import TransportError
         from protocol.transport.tls import PEMCredentials, client_ssl_context
 
@@ -142,12 +171,12 @@ class FileCredentials:
                 ) from exc
             raise CredentialsError(f"unusable TLS material in {names}: {exc}") from exc
         try:
-            not_after = certificate_not_after(cert)
+            validity = certificate_validity(cert)
         except ValueError as exc:
             raise CredentialsError(
                 f"unusable TLS material in {self.paths[1]}: {exc}", path=str(self.paths[1])
             ) from exc
-        return credentials, not_after
+        return credentials, validity
 
 
 # --- reading notAfter without cryptography ------------------------------------------------

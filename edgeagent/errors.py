@@ -27,6 +27,7 @@ __all__ = [
     "PodConfigError",
     "PodSpecError",
     "RuntimeUnavailableError",
+    "StoreBusyError",
     "StoreClosedError",
     "StoreCorruptError",
     "StoreError",
@@ -92,6 +93,13 @@ class StoreCorruptError(StoreError):
 
 class StoreLockedError(StoreError):
     """Another agent process holds the state directory."""
+
+
+class StoreBusyError(StoreError):
+    """Another process (an operator's ``sqlite3`` shell) holds the database's write lock:
+    the write was not made. Nothing is lost that the caller does not still hold; wait with
+    :meth:`edgeagent.store.Store.wait_writable` (off the event loop's critical path) and
+    write again."""
 
 
 class StoreClosedError(UsageError):

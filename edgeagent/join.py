@@ -13,6 +13,15 @@
 offline) with a new token, keeping its node name, labels (the hub keeps them on the Node)
 and store; ``--hub`` and ``--ca-cert-hash`` default to those of the last join.
 
+What to do next depends on whether the agent runs (it holds its store's lock, which the
+kernel drops with the process, so a crashed agent never counts): a running agent watches
+its certificate files and dials again within a second of the join writing them (no
+signal, pid file or restart: the files are the interface, so a copy by hand or by a
+configuration tool wakes it too), and ``--renew`` waits up to ``--wait`` seconds for it to
+report the new session; an agent that is not running must be started; one that runs
+without the session address the join just wrote (a first join, or a new ``--hub``) must be
+restarted to read it.
+
 Exit codes: 0 joined; 1 the join failed (the message says why and what to do); 2 bad
 usage or settings.
 """
@@ -183,7 +192,7 @@ def run_join(
     answer: dict[str, Any] = {}
     for attempt in range(1, max(1, attempts) + 1):
         try:
-            bundle, served = fetch_ca(address, timeout=timeout)
+            bundle, served, hub_time = fetch_ca(address, timeout=timeout)
             ca_pem = pin_ca(address, bundle, ca_cert_hash)
             if attempt == 1:
                 echo(f"the hub CA matches {ca_cert_hash}; sending the join request as {node_name}")
@@ -193,6 +202,7 @@ def run_join(
                 {"token": token, "csr": pki.dump_csr_pem(csr).decode(), "labels": labels or {}},
                 timeout=timeout,
                 served_der=served,
+                hub_time=hub_time,
             )
             break
         except JoinFailed as exc:
@@ -260,6 +270,13 @@ def run_join(
     show_default=True,
     help="Tries while the hub is unreachable or busy.",
 )
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 600),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for a running agent to connect with the new certificate.",
+)
 def join(
     hub: str | None,
     token: str,
@@ -271,9 +288,11 @@ def join(
     state_dir: str | None,
     timeout: float,
     attempts: int,
+    wait: float,
 ) -> None:
     """Join this node to a hub: make its key, get its certificate, write its config."""
     try:
+        before = _agent_view(config, state_dir)
         result = run_join(
             hub=hub,
             token=token,
@@ -298,6 +317,91 @@ def join(
     until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(result["notAfter"]))
     click.echo(
         f"node {result['nodeName']} joined hub {result['hub']} in {result['seconds']:.2f} s "
-        f"(certificate valid until {until}; labels: {labels_text}).\n"
-        "Start the agent: systemctl enable --now edgeagent"
+        f"(certificate valid until {until}; labels: {labels_text})."
     )
+    click.echo(next_step(before, result, wait=wait, echo=lambda line: click.echo(line, err=True)))
+
+
+def _agent_view(config: str | None, state_dir: str | None) -> tuple[pathlib.Path, str, bool]:
+    """``(store path, hub.url, agent running)`` as the agent sees them before the join.
+
+    Raises:
+        ConfigError: the settings do not load (the join would fail the same way).
+    """
+    from edgeagent.settings import DEFAULT_CONFIG_FILE, load_settings
+    from edgeagent.store import agent_running
+
+    overrides = {"state_dir": state_dir} if state_dir else {}
+    path = pathlib.Path(config) if config else DEFAULT_CONFIG_FILE
+    settings = load_settings(path, env=dict(os.environ), overrides=overrides)
+    try:
+        running = agent_running(settings.store_path)
+    except AgentError:
+        running = False  # cannot tell: the advice for a stopped agent is the safe one
+    return settings.store_path, settings.hub.url, running
+
+
+def next_step(
+    before: tuple[pathlib.Path, str, bool],
+    record: dict[str, Any],
+    *,
+    wait: float,
+    echo=print,
+    monotonic=time.monotonic,
+) -> str:
+    """What the operator should do after a join (see the module docstring).
+
+    Args:
+        before: :func:`_agent_view` before the join.
+        record: the join record :func:`run_join` returned.
+        wait: seconds to wait for a running agent's new session (0: do not wait).
+        echo: prints progress lines.
+        monotonic: seconds (the wait's deadline).
+
+    Returns:
+        The advice line.
+    """
+    store_path, hub_url, running = before
+    if not running:
+        return "Start the agent: systemctl enable --now edgeagent"
+    if hub_url != record["sessionUrl"]:
+        return (
+            f"The agent runs with {'no hub address' if not hub_url else hub_url}; restart it "
+            f"to connect to {record['sessionUrl']}: systemctl restart edgeagent"
+        )
+    if wait <= 0:
+        return "The running agent dials the hub with the new certificate within a second."
+    import datetime
+
+    from edgeagent.errors import StoreError
+    from edgeagent.store import Store
+
+    echo(f"the agent is running: waiting up to {wait:.0f} s for it to connect ...")
+    joined = record["joinedAt"] - 1  # the session state's time has whole seconds
+    deadline = monotonic() + wait
+    session: dict[str, Any] = {}
+    while True:
+        try:
+            store = Store.open_readonly(store_path)
+            try:
+                session = store.get_state("hub.session") or {}
+            finally:
+                store.close()
+        except StoreError:
+            session = {}
+        try:
+            since = datetime.datetime.fromisoformat(session.get("since", "")).timestamp()
+        except (TypeError, ValueError):
+            since = 0.0
+        if session.get("state") == "connected" and since >= joined:
+            return (
+                f"The running agent connected to the hub with the new certificate over "
+                f"{session.get('transport')} (session {session.get('session_id')})."
+            )
+        if monotonic() >= deadline:
+            return (
+                f"The running agent has not connected within {wait:.0f} s (hub session: "
+                f"{session.get('state', 'unknown')}: {session.get('reason', '')}); see "
+                "'edgeagent status' and 'journalctl -u edgeagent'."
+            )
+        time.sleep(0.2)  # the agent is another process: its store is polled

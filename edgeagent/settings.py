@@ -84,7 +84,24 @@ class StoreSettings:
     before they leave)."""
 
     busy_timeout: float = 5.0
-    """Seconds to wait for a lock held by another process (``edgeagent status``)."""
+    """Seconds to wait for a lock held by another process while opening and migrating
+    (before the event loop runs), and in ``edgeagent status``."""
+
+    loop_busy_timeout: float = 0.05
+    """Seconds a statement may wait for a lock held by another process once the agent
+    runs: SQLite's busy handler sleeps in the calling thread, which is the event loop's,
+    so a longer wait delays heartbeats. A write that finds the lock held fails at once
+    with ``StoreBusyError``; the uplink waits for the lock by polling from the loop
+    (``Store.wait_writable``), the flusher retries."""
+
+    journal_size_limit: int = 1 << 20
+    """Bytes the WAL file is truncated to after a checkpoint (SQLite's
+    ``journal_size_limit``): without it the file stays at its high-water mark (4 MiB after
+    an offline backlog) on the SD card."""
+
+    reclaim_free_fraction: float = 0.25
+    """Free pages, as a fraction of the file, above which the store gives them back to
+    the file system (``incremental_vacuum``) once a backlog has drained."""
 
     full_retry: float = 5.0
     """Seconds between commit attempts while the disk is full."""

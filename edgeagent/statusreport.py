@@ -136,7 +136,11 @@ def collect(settings: AgentSettings) -> dict[str, Any]:
             "outbox_depth": store.outbox_depth(),
             "devices": _devices(store, settings),
             "metrics": _metrics(store, settings),
-            "store": {"path": str(settings.store_path), "schema_version": store.schema_version()},
+            "store": {
+                "path": str(settings.store_path),
+                "schema_version": store.schema_version(),
+                "adoption": store.get_state("pods.adoption"),
+            },
         }
     finally:
         store.close()
@@ -153,7 +157,7 @@ def render(report: dict[str, Any]) -> str:
         + (f" since {hub['since']}" if hub.get("since") else "")
         + (f" ({hub['url']})" if hub.get("url") else " (no hub configured)"),
     ]
-    if hub["state"] in ("refused", "no-credentials") and hub.get("reason"):
+    if hub["state"] in ("refused", "no-credentials", "clock-wrong") and hub.get("reason"):
         lines.append(f"             {hub['reason']}")  # what to run to fix it
     if cert.get("not_after"):
         days = cert["seconds_left"] / 86400
@@ -163,6 +167,17 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"outbox:      {report['outbox_depth']} message(s) waiting for the hub")
     lines.append("devices:     " + _devices_line(report.get("devices") or {}))
     lines.append("metrics:     " + _metrics_line(report.get("metrics") or {}))
+    adoption = (report.get("store") or {}).get("adoption") or {}
+    if adoption.get("state") == "adopting":
+        why = (
+            f"store recovered (damaged file moved to {adoption.get('recoveredFrom')})"
+            if adoption.get("reason") == "StoreRecovered"
+            else "store never in sync with the hub"
+        )
+        lines.append(
+            f"store:       {why}; {len(adoption.get('pods') or [])} running pod(s) adopted "
+            "until the hub's first full sync"
+        )
     lines.append(f"pods:        {len(report['pods'])}")
     if report["pods"]:
         rows = [("NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS")]

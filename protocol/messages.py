@@ -40,6 +40,7 @@ __all__ = [
     "MIN_PROTOCOL_VERSION",
     "PROTOCOL_VERSION",
     "REGISTRY",
+    "STORE_RECOVERED",
     "Ack",
     "CertRenewRequest",
     "CertRenewResponse",
@@ -414,6 +415,12 @@ class MetricsBatch(Message):
     samples: dict[str, list]
     """Column name -> values (compact columnar lists; the metrics module names the columns
     and their units, e.g. ``"t"`` seconds, ``"cpu_millicores"``, ``"memory_bytes"``)."""
+
+
+STORE_RECOVERED = "StoreRecovered"
+"""The reason of the Warning Event an agent reports on its Node after its store was found
+damaged and started empty (its running pods adopted until the hub's full sync); the hub
+counts them (``edgefleet_hub_edge_store_recoveries_total``)."""
 
 
 @_register

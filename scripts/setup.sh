@@ -56,10 +56,11 @@ elapsed() { echo "$(($(date +%s) - START)) s"; }
 APT_DEMO=(python3 python3-venv ca-certificates podman runc conmon netavark aardvark-dns
           containernetworking-plugins busybox-static iptables iproute2 procps util-linux)
 # The tests add etcd (the reference kube-apiserver's store), systemd (systemd-analyze verifies
-# the agent's unit) and git (tests/deploy reads the revision); the kube-apiserver build
-# installs its own Go toolchain; debootstrap makes the base of the hub's image
-# (deploy/build-image.sh, tests/deploy/test_image.py).
-APT_TEST=(etcd-server systemd git debootstrap)
+# the agent's unit), git (tests/deploy reads the revision), faketime (an agent or a join on
+# a clock hours behind, or stepped while it runs: libfaketime under a real process) and
+# debootstrap (the base of the hub's image: deploy/build-image.sh, tests/deploy/test_image.py);
+# the kube-apiserver build installs its own Go toolchain.
+APT_TEST=(etcd-server systemd git faketime debootstrap)
 
 packages=("${APT_DEMO[@]}")
 [ "$PROFILE" = test ] && packages+=("${APT_TEST[@]}")

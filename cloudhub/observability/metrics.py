@@ -71,6 +71,13 @@ class HubMetrics:
             "changes when a reissued or rotated one is picked up",
             registry=registry,
         )
+        self.edge_store_recoveries = Counter(
+            f"{NS}_edge_store_recoveries",
+            "Edge agents that found their store damaged and started with an empty one, "
+            "keeping their running pods until the hub's full sync (their StoreRecovered "
+            "Warning Events on their Nodes)",
+            registry=registry,
+        )
         self.events_dropped = Counter(
             f"{NS}_events_dropped",
             "Hub Events not recorded: the event queue was full, or the object had too many "

@@ -2,7 +2,7 @@
 and the clock check. Importing this package does not import ``cryptography``: only the
 functions that parse or make keys do."""
 
-from edgeagent.certs.clock import MAX_CLOCK_SKEW, check_clock_skew
+from edgeagent.certs.clock import MAX_CLOCK_SKEW, HubClock, check_clock_skew
 from edgeagent.certs.errors import (
     CertificateExpired,
     CertificateFilesError,
@@ -20,6 +20,7 @@ __all__ = [
     "CertificateExpired",
     "CertificateFilesError",
     "CertificateRenewer",
+    "HubClock",
     "JoinFailed",
     "NotJoined",
     "RenewalFailed",

@@ -4,23 +4,30 @@ and ``ssl``): joining is a one-shot command and must not need an event loop.
 Discovery as kubeadm does it:
 
 1. :func:`fetch_ca` reads ``/v1/ca`` over TLS *without* verifying anything (we do not know
-   the CA yet) and keeps the serving certificate it was shown, for diagnostics only;
+   the CA yet) and keeps the serving certificate it was shown and the answer's ``Date``
+   (the hub's clock), for diagnostics only;
 2. :func:`pin_ca` accepts the bundle only if one of its certificates' public-key hash
    equals the ``--ca-cert-hash`` pin, and trusts only that certificate from then on;
 3. :func:`post_join` sends the CSR and token over TLS that trusts only the pinned CA and
    checks the server name we dialled; a serving certificate that lacks that name fails
-   with an error naming it and listing the names it does cover.
+   with an error naming it and listing the names it does cover, and one that is not valid
+   yet (or no longer) by this node's clock fails naming this clock against the
+   certificate's notBefore (notAfter) and the hub's ``Date``, and NTP: a board without a
+   real-time clock that boots hours behind, not an interception.
 """
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import ipaddress
 import json
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from edgeagent.certs.clock import NTP_HINT, iso, span
 from edgeagent.certs.errors import JoinFailed
 
 __all__ = ["DEFAULT_JOIN_PORT", "HubAddress", "fetch_ca", "pin_ca", "post_join"]
@@ -31,6 +38,8 @@ DEFAULT_JOIN_PORT = 7444
 _MAX_ANSWER = 1024 * 1024
 _HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
 _IP_MISMATCH = 64  # X509_V_ERR_IP_ADDRESS_MISMATCH
+_NOT_YET_VALID = 9  # X509_V_ERR_CERT_NOT_YET_VALID
+_HAS_EXPIRED = 10  # X509_V_ERR_CERT_HAS_EXPIRED
 
 _HINTS = {
     "TokenMalformed": "Copy the whole token printed by 'cloudhub token create'",
@@ -109,11 +118,13 @@ def _unreachable(hub: HubAddress, exc: BaseException) -> JoinFailed:
     )
 
 
-def fetch_ca(hub: HubAddress, *, timeout: float) -> tuple[bytes, bytes | None]:
+def fetch_ca(hub: HubAddress, *, timeout: float) -> tuple[bytes, bytes | None, float | None]:
     """Fetch the hub's CA bundle without trusting it (step 1).
 
     Returns:
-        ``(ca_pem, serving_cert_der)``: the bundle, and the certificate the server showed.
+        ``(ca_pem, serving_cert_der, hub_time)``: the bundle, the certificate the server
+        showed, and the hub's clock from the answer's ``Date`` header (seconds since the
+        epoch, ``None`` without one).
 
     Raises:
         JoinFailed: unreachable (``HubUnreachable``, retryable) or a bad answer.
@@ -137,7 +148,74 @@ def fetch_ca(hub: HubAddress, *, timeout: float) -> tuple[bytes, bytes | None]:
             f"{hub} did not answer /v1/ca with a CA bundle (HTTP {resp.status})",
             "Check that the address is the hub's join endpoint",
         )
-    return body, served
+    return body, served, _date(resp.getheader("Date"))
+
+
+def _date(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def _validity(der: bytes | None) -> tuple[float, float] | None:
+    if not der:
+        return None
+    from cryptography import x509
+
+    try:
+        cert = x509.load_der_x509_certificate(der)
+    except ValueError:
+        return None
+    return cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()
+
+
+def _clock_failure(
+    hub: HubAddress, code: int, served_der: bytes | None, hub_time: float | None
+) -> JoinFailed:
+    """The error for a serving certificate outside its validity by this node's clock."""
+    local = time.time()
+    validity = _validity(served_der)
+    hub_says = (
+        f"; the hub's clock reads {iso(hub_time)} (its Date header)" if hub_time is not None else ""
+    )
+    if code == _NOT_YET_VALID:
+        if validity is not None and local < validity[0]:
+            said = (
+                f"this node's clock reads {iso(local)}, before the hub's serving certificate's "
+                f"notBefore {iso(validity[0])}"
+            )
+        else:
+            said = (
+                "the hub's serving certificate is not valid yet by this node's clock "
+                f"({iso(local)})"
+            )
+        if hub_time is not None and hub_time > local:
+            said += f"{hub_says}: this node's clock is {span(hub_time - local)} behind"
+        else:
+            said += hub_says
+        return JoinFailed(
+            "ClockBehind",
+            said,
+            f"This node's clock is wrong, not the hub: {NTP_HINT}; then run the join again",
+        )
+    not_after = f" at {iso(validity[1])}" if validity is not None else ""
+    if hub_time is not None and validity is not None and hub_time < validity[1]:
+        return JoinFailed(
+            "ClockAhead",
+            f"this node's clock reads {iso(local)}, after the hub's serving certificate "
+            f"expired{not_after}{hub_says}, before that: this node's clock is ahead",
+            f"{NTP_HINT[0].upper()}{NTP_HINT[1:]}; then run the join again",
+        )
+    return JoinFailed(
+        "ServingCertificateExpired",
+        f"the hub's serving certificate at {hub} expired{not_after} (this node's clock reads "
+        f"{iso(local)}{hub_says})",
+        "Ask the hub's operator to renew its serving certificate; if this node's clock is "
+        f"wrong instead, {NTP_HINT}",
+    )
 
 
 def pin_ca(hub: HubAddress, ca_pem: bytes, expected: str) -> bytes:
@@ -195,6 +273,7 @@ def post_join(
     *,
     timeout: float,
     served_der: bytes | None = None,
+    hub_time: float | None = None,
 ) -> dict[str, Any]:
     """Send the join request over TLS trusting only the pinned CA (step 3).
 
@@ -202,12 +281,15 @@ def post_join(
         ca_pem: the pinned CA from :func:`pin_ca`.
         request: ``{"token", "csr", "labels"}``.
         served_der: the serving certificate :func:`fetch_ca` saw (names listed in errors).
+        hub_time: the hub's clock :func:`fetch_ca` saw (named in clock errors).
 
     Returns:
         The hub's ``JoinResponse`` object.
 
     Raises:
         JoinFailed: ``ServerNameMismatch`` (the certificate lacks the name we dialled),
+            ``ClockBehind`` / ``ClockAhead`` / ``ServingCertificateExpired`` (the serving
+            certificate is outside its validity by this node's clock),
             ``CertificateRejected``, ``HubUnreachable`` (retryable), ``BadAnswer``, or the
             hub's refusal with its reason (``TokenExpired``, …).
     """
@@ -231,6 +313,8 @@ def post_join(
                 f"Ask the operator to add {hub.host} to the hub's pki.server_names and "
                 "restart it, or join with --hub set to one of the covered names",
             ) from exc
+        if exc.verify_code in (_NOT_YET_VALID, _HAS_EXPIRED):
+            raise _clock_failure(hub, exc.verify_code, served_der, hub_time) from exc
         raise JoinFailed(
             "CertificateRejected",
             f"the hub's serving certificate is not from the pinned CA: {exc.verify_message}",

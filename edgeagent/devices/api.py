@@ -205,6 +205,20 @@ class DeviceAPIServer:
     # -- connection loop --------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection (the streams server's callback task)."""
+        try:
+            await self._serve_connection(reader, writer)
+        except asyncio.CancelledError:
+            # close() ends connections (a mapper's long-poll, an idle keep-alive) by
+            # cancelling their tasks. Python 3.11's streams server then calls
+            # task.exception() on the finished task, which raises for a cancelled one and
+            # is logged with a traceback on every SIGTERM (3.12 checks cancelled() first);
+            # so the task ends normally: nothing awaits or runs after it.
+            pass
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)

@@ -4,9 +4,22 @@ Entry points:
 
 - :meth:`PodReconciler.run` — the long-running coroutine the agent owns. It starts a
   worker for every pod cached in the store at once (offline recovery: no hub needed),
-  removes containers of pods the store no longer has, follows runtime events, and every
-  ``pods.resync_period`` relists all containers in one call to catch a missed event.
-  Cancelling it stops the workers, never the pods.
+  removes containers of pods the store no longer has (only when the store's word can be
+  trusted: see *Adoption*), follows runtime events, and every ``pods.resync_period``
+  relists all containers in one call to catch a missed event. Cancelling it stops the
+  workers, never the pods.
+
+Adoption. A store that was moved aside as damaged (``Store.recovered_from``), or that never
+recorded a full sync with the hub (a fresh file: deleted, lost, first start), does not
+know which pods this node runs. Its emptiness is not the hub's word, so the containers it
+does not know are *adopted*, not removed: they keep running (autonomy matters most when
+the node is offline and cannot ask) until the hub's first full sync (``sync_done``,
+``Store.note_full_sync``) says which pods are assigned; then the containers of the other
+pods are removed. An adopted container that exits meanwhile stays exited (its pod's spec
+was lost with the store) until the hub sends the pod again; without a hub configured the
+adoption lasts until one is. The recovery is reported: a ``StoreRecovered`` Warning Event on the
+Node (queued in the outbox, delivered when the hub is reachable), the ``pods.adoption``
+state for ``edgeagent status``, and an ERROR line.
 - Store listener (registered by ``run``): an object upsert/delete committed by the uplink
   wakes the pod's worker, or every worker using a changed ConfigMap/Secret.
 - :meth:`PodReconciler.summary` — pod counts for the agent's status line.
@@ -28,6 +41,7 @@ from edgeagent.runtime.base import ContainerRuntime, ContainerState, Labels
 from edgeagent.settings import AgentSettings
 from edgeagent.store import ObjectChange, Store, ref_dict
 from edgeagent.tasks import TaskSet
+from protocol.messages import STORE_RECOVERED
 
 __all__ = ["PodReconciler"]
 
@@ -80,7 +94,7 @@ class PodReconciler:
         try:
             for obj in self.store.list_objects("Pod"):
                 self._ensure_worker(obj.uid)
-            self._tasks.spawn(self._collect_orphans(), "orphans")
+            self._tasks.spawn(self._orphans_at_start(), "orphans")
             self._tasks.spawn(self._relist(), "relist")
             await self._watch_runtime()
         finally:
@@ -213,14 +227,121 @@ class PodReconciler:
                         worker.wake.set()
             last = fingerprints
 
-    async def _collect_orphans(self) -> None:
+    async def _orphans_at_start(self) -> None:
+        """Remove the containers of pods the store does not hold, at once if the store is
+        the hub's word, else after the hub's first full sync (see *Adoption* above)."""
+        if self.store.synced_before():
+            if (self.store.get_state("pods.adoption") or {}).get("state") == "adopting":
+                self._set_adoption(None)  # a sync came while the pods were not watched
+            await self._collect_orphans()
+            return
+        synced = asyncio.Event()
+        remove = self.store.add_sync_listener(synced.set)
+        try:
+            adopted = await self._adopt()
+            await synced.wait()
+        finally:
+            remove()
+        removed = await self._collect_orphans()
+        kept = set(adopted) - removed
+        (log.info if adopted else log.debug)(
+            "the hub's full sync ended the adoption: kept %d pod(s) it assigns, removed %d",
+            len(kept),
+            len(removed & set(adopted)),
+        )
+        self._set_adoption({"state": "ended", "pods": sorted(adopted), "kept": sorted(kept)})
+
+    async def _adopt(self) -> list[str]:
+        """Keep the containers of pods the store does not know (an untrusted store).
+
+        Returns:
+            The uids of the pods adopted.
+        """
+        recovered = self.store.recovered_from
+        try:
+            containers = await self.runtime.list()
+        except ContainerRuntimeError as exc:
+            log.warning("adoption scan failed (%s); nothing is removed before the sync", exc)
+            containers = []
+        known = set(self.store.inventory())
+        pods = sorted(
+            {
+                uid
+                for c in containers
+                if (uid := c.labels.get(Labels.POD_UID, "")) and uid not in known
+            }
+        )
+        running = sum(
+            1
+            for c in containers
+            if c.state is ContainerState.RUNNING
+            and c.labels.get(Labels.POD_UID, "") in pods
+            and c.labels.get(Labels.CONTAINER_TYPE) != "sandbox"
+        )
+        why = (
+            f"the store was damaged and moved to {recovered}"
+            if recovered is not None
+            else "the store has never been in sync with the hub"
+        )
+        self._set_adoption(
+            {
+                "state": "adopting",
+                "reason": STORE_RECOVERED if recovered is not None else "NeverSynced",
+                "recoveredFrom": str(recovered) if recovered is not None else None,
+                "since": self.wall(),
+                "pods": pods,
+                "runningContainers": running,
+            }
+        )
+        if recovered is not None or pods:
+            message = (
+                f"{why}; kept {running} running container(s) of {len(pods)} pod(s) it does "
+                "not know until the hub's first full sync says which pods this node runs"
+            )
+            (log.error if recovered is not None else log.warning)("%s", message)
+            self._node_event(
+                "Warning",
+                STORE_RECOVERED if recovered is not None else "ContainersAdopted",
+                message,
+            )
+        return pods
+
+    def _set_adoption(self, value: dict[str, Any] | None) -> None:
+        try:
+            self.store.set_state("pods.adoption", value)
+        except StoreError as exc:
+            self.store_failed(exc)
+
+    def _node_event(self, etype: str, reason: str, message: str) -> None:
+        """Queue a Kubernetes Event about this node's Node (the hub names it by name)."""
+        ref = {"kind": "Node", "namespace": "", "name": self.node_name, "uid": self.node_name}
+        try:
+            self.store.outbox_append(
+                "event",
+                {
+                    "ref": ref,
+                    "type": etype,
+                    "reason": reason,
+                    "message": message,
+                    "timestamp": self.wall(),
+                    "count": 1,
+                },
+            )
+        except StoreError as exc:
+            self.store_failed(exc)
+
+    async def _collect_orphans(self) -> set[str]:
         """Remove containers of pods that are no longer in the store (deleted while the
-        agent was down)."""
+        agent was down).
+
+        Returns:
+            The uids of the pods whose containers were removed.
+        """
         try:
             containers = await self.runtime.list()
         except ContainerRuntimeError as exc:
             log.warning("orphan scan skipped: %s", exc)
-            return
+            return set()
         known = set(self.store.inventory())
         orphans = [c for c in containers if c.labels.get(Labels.POD_UID) not in known]
         grace = self.settings.pods.default_grace_period
@@ -238,7 +359,8 @@ class PodReconciler:
                     await self.runtime.remove(c.id)
         except ContainerRuntimeError as exc:
             log.warning("orphan removal: %s", exc)
-        for uid in {c.labels.get(Labels.POD_UID, "") for c in orphans}:
-            if uid:
-                self.volumes.cleanup(uid)
-                log.info("removed containers of pod %s, which is no longer assigned", uid)
+        removed = {uid for c in orphans if (uid := c.labels.get(Labels.POD_UID, ""))}
+        for uid in removed:
+            self.volumes.cleanup(uid)
+            log.info("removed containers of pod %s, which is no longer assigned", uid)
+        return removed

@@ -1,5 +1,6 @@
 """The agent's local SQLite store (the only package that touches SQLite)."""
 
+from edgeagent.store.db import agent_running
 from edgeagent.store.store import (
     SEQ_BLOCK,
     SEQ_MARGIN,
@@ -20,6 +21,7 @@ __all__ = [
     "RefLike",
     "Store",
     "StoredObject",
+    "agent_running",
     "pod_coalesce_key",
     "ref_dict",
 ]

@@ -16,11 +16,13 @@ import json
 import logging
 import os
 import pathlib
+import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from edgeagent.errors import (
+    StoreBusyError,
     StoreClosedError,
     StoreCorruptError,
     StoreError,
@@ -31,12 +33,13 @@ from edgeagent.settings import StoreSettings
 from edgeagent.store._sqlite import Database, sqlite3
 from edgeagent.store.migrations import MIGRATION_SET, MIGRATIONS, migration_number
 
-__all__ = ["StoreCore", "dumps"]
+__all__ = ["StoreCore", "agent_running", "dumps"]
 
 log = logging.getLogger("edgeagent.store.store")
 
 Self = TypeVar("Self", bound="StoreCore")
 
+_SQLITE_BUSY = 5
 _SQLITE_FULL = 13
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -58,6 +61,8 @@ def _errcode(exc: BaseException) -> int | None:
         return _SQLITE_CORRUPT
     if "not a database" in text:
         return _SQLITE_NOTADB
+    if "database is locked" in text:
+        return _SQLITE_BUSY
     return None
 
 
@@ -99,6 +104,9 @@ class StoreCore:
         self._commit_waiters: list[Any] = []  # asyncio futures resolved by flush()
         self._lost_listeners: list[Callable[[], None]] = []
         self._dirty_hooks: list[Callable[[], None]] = []
+        self._busy_lost = False  # a write failed on another process's lock: redo later
+        self._batch_written = False  # False: the open batch is only wait_writable's
+        self._reclaim_checked_at: float | None = None
         self.recovered_from: pathlib.Path | None = None
         """Where a damaged database was moved at open, or ``None``."""
         self.damaged: StoreCorruptError | None = None
@@ -176,6 +184,7 @@ class StoreCore:
                 store._check_and_migrate()
                 store.recovered_from = aside
             store._after_open()
+            store._settle()
             return store
         except BaseException:
             os.close(lock_fd)
@@ -228,7 +237,21 @@ class StoreCore:
             if str(mode).lower() != "wal":
                 raise StoreError(f"cannot put {path} in WAL mode (got {mode})", path=str(path))
             conn.execute(f"PRAGMA synchronous = {settings.synchronous.upper()}")
+            conn.execute(f"PRAGMA journal_size_limit = {int(settings.journal_size_limit)}")
         return db
+
+    def _settle(self) -> None:
+        """After open: free pages can be given back (a file from before that is rebuilt
+        once with ``VACUUM``: a store is a few hundred KiB), and statements stop waiting
+        long for other processes' locks (see ``StoreSettings.loop_busy_timeout``)."""
+        conn = self._conn
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # 2: INCREMENTAL
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            try:
+                conn.execute("VACUUM")  # needs room for a copy: a full disk keeps the file
+            except sqlite3.Error as exc:
+                log.warning("store %s: cannot rebuild it to give space back: %s", self.path, exc)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.settings.loop_busy_timeout * 1000)}")
 
     def _check_and_migrate(self) -> None:
         result = [r[0] for r in self._conn.execute("PRAGMA quick_check(5)").fetchall()]
@@ -297,7 +320,10 @@ class StoreCore:
         if self._dirty_since is not None:
             due = self._dirty_since + self.settings.commit_delay
         if self._background_since is not None:
-            background = self._background_since + self.settings.background_commit_delay
+            wait = self.settings.background_commit_delay
+            if not self._batch_written:
+                wait = self.settings.commit_delay  # opened, nothing written: free the lock
+            background = self._background_since + wait
             due = background if due is None else min(due, background)
         return due
 
@@ -366,6 +392,9 @@ class StoreCore:
                 self._conn.rollback()
         self._dirty_since = self._background_since = None
         self._after_rollback()
+        self._tell_lost_writes()
+
+    def _tell_lost_writes(self) -> None:
         for listener in list(self._lost_listeners):
             try:
                 listener()
@@ -373,6 +402,7 @@ class StoreCore:
                 log.exception("lost-writes listener failed")
 
     def _touch(self, background: bool = False) -> None:
+        self._batch_written = True
         if background:
             if self._background_since is not None:
                 return
@@ -395,9 +425,9 @@ class StoreCore:
         self._check_open()
         if self._readonly:
             raise StoreClosedError("store was opened read-only")
+        if not self._conn.in_transaction:
+            self._begin()
         try:
-            if not self._conn.in_transaction:
-                self._conn.execute("BEGIN")  # the batch; committed by flush()
             with self._db.atomic():  # a savepoint: this write is all-or-nothing
                 yield self._conn
         except sqlite3.Error as exc:
@@ -406,6 +436,69 @@ class StoreCore:
                 self._rollback_after_failure(error)
             raise error from exc
         self._touch(background)
+
+    def _begin(self) -> None:
+        """Open the batch, taking the write lock now (``BEGIN IMMEDIATE``): the batch's
+        later writes and its commit then never wait for another process.
+
+        Raises:
+            StoreBusyError: another process holds the lock (after ``loop_busy_timeout``);
+                nothing was written. :meth:`wait_writable` tells the lost-writes listeners
+                once the lock is free.
+        """
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")  # the batch; committed by flush()
+            self._batch_written = False
+        except sqlite3.Error as exc:
+            error = self._note(_translate(exc, self.path))
+            if isinstance(error, StoreBusyError):
+                self._busy_lost = True
+                for hook in self._dirty_hooks:  # the flusher waits for the lock
+                    hook()
+            else:
+                self._rollback_after_failure(error)
+            raise error from exc
+
+    async def wait_writable(self, *, poll: float = 0.02, cap: float = 0.5) -> None:
+        """Return once the store holds the write lock (an open batch), so that the writes
+        that follow do not fail on another process's lock (an operator's ``sqlite3``
+        shell in a transaction). The lock is tried every ``poll`` seconds, backing off
+        with jitter up to ``cap``, each try waiting at most ``loop_busy_timeout``: the
+        event loop keeps running (heartbeats stay on time). SQLite offers no notice
+        across processes when a lock is released, so polling is the only way to wait.
+
+        The batch opened here is committed as a background write would be (the writes
+        that follow set their own delay); one nobody writes into is committed within
+        ``commit_delay``, releasing the lock (an empty commit writes nothing). Once the
+        lock is won after writes failed on it, the lost-writes listeners are told
+        (whoever wrote status writes it again).
+
+        Raises:
+            StoreError: the batch could not be opened for another reason.
+        """
+        import asyncio  # the store is sync; only the waiters need the event loop
+
+        self._check_open()
+        delay = poll
+        while not self._conn.in_transaction:
+            try:
+                self._begin()
+            except StoreBusyError:
+                await asyncio.sleep(random.uniform(delay / 2, delay))
+                delay = min(cap, delay * 2)
+                continue
+            self._background_since = self._mono()
+            for hook in self._dirty_hooks:
+                hook()
+        if self._busy_lost:
+            self._busy_lost = False
+            self._tell_lost_writes()
+
+    @property
+    def write_lock_lost(self) -> bool:
+        """True when a write failed on another process's lock since the last
+        :meth:`wait_writable` (the agent's flusher then waits for the lock)."""
+        return self._busy_lost
 
     def _read(self, sql: str, params: tuple | list = ()) -> list[tuple]:
         self._check_open()
@@ -423,6 +516,50 @@ class StoreCore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError("store is closed")
+
+    # --- giving space back -------------------------------------------------------------
+
+    RECLAIM_CHECK = 10.0
+    """Seconds between two looks at the free pages (:meth:`reclaim`)."""
+
+    def reclaim(self, *, force: bool = False) -> int:
+        """Give free pages back to the file system when they are over
+        ``reclaim_free_fraction`` of the file (an offline backlog that drained), and
+        truncate the WAL to ``journal_size_limit``. Cheap when there is nothing to do (two
+        header reads, at most every :data:`RECLAIM_CHECK` seconds unless ``force``); runs
+        only between batches.
+
+        Returns:
+            The bytes given back (0 when nothing was due, a batch is open, or another
+            process holds the lock: the next call tries again).
+
+        Raises:
+            StoreError: SQLite failed otherwise (e.g. the file is damaged).
+        """
+        self._check_open()
+        now = self._mono()
+        if self._readonly or self._conn.in_transaction:
+            return 0
+        if not force and self._reclaim_checked_at is not None:
+            if now - self._reclaim_checked_at < self.RECLAIM_CHECK:
+                return 0
+        self._reclaim_checked_at = now
+        free = self._read("PRAGMA freelist_count")[0][0]
+        pages, size = self._read("PRAGMA page_count")[0][0], self._read("PRAGMA page_size")[0][0]
+        if free < 8 or free < pages * self.settings.reclaim_free_fraction:
+            return 0
+        try:
+            # executescript steps the pragma to its end: execute() frees a single page
+            self._conn.executescript("PRAGMA incremental_vacuum;")
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            error = self._note(_translate(exc, self.path))
+            if isinstance(error, StoreBusyError):
+                return 0
+            raise error from exc
+        given = (pages - self._read("PRAGMA page_count")[0][0]) * size
+        log.info("store: gave %d KiB of free pages back to the file system", given // 1024)
+        return given
 
     # --- introspection ------------------------------------------------------------------
 
@@ -447,7 +584,35 @@ def _translate(exc: BaseException, path: pathlib.Path) -> StoreError:
         )
     if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
         return StoreCorruptError(f"store {path} is damaged: {exc}", path=str(path))
+    if code == _SQLITE_BUSY:
+        return StoreBusyError(
+            f"store {path}: another process holds the write lock ({exc}); written later",
+            path=str(path),
+        )
     return StoreError(f"store {path}: {exc}", path=str(path))
+
+
+def agent_running(path: pathlib.Path) -> bool:
+    """True when an agent holds the store at ``path`` open now (its ``<path>.lock``): the
+    kernel drops the lock with the process, so a crashed agent never counts.
+
+    Raises:
+        StoreError: the lock file exists but cannot be opened (permissions).
+    """
+    lock_path = pathlib.Path(path).with_name(pathlib.Path(path).name + ".lock")
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"cannot read {lock_path}: {exc}", path=str(path)) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _lock(path: pathlib.Path) -> int:

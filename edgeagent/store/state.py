@@ -4,6 +4,8 @@ of the device twins and the metrics buffer over the same database."""
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edgeagent.store.db import StoreCore, dumps
@@ -14,6 +16,8 @@ if TYPE_CHECKING:
 
 __all__ = ["StatePart"]
 
+log = logging.getLogger("edgeagent.store.store")
+
 
 class StatePart(StoreCore):
     """The ``state`` table, and the twin and metrics stores (a part of
@@ -23,6 +27,7 @@ class StatePart(StoreCore):
         super().__init__(*args, **kwargs)
         self._twins: Any = None
         self._metrics: Any = None
+        self._sync_listeners: list[Callable[[], None]] = []
 
     def get_state(self, key: str, default: Any = None) -> Any:
         """A small JSON value from the agent-state table, or ``default``."""
@@ -44,6 +49,47 @@ class StatePart(StoreCore):
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                 (key, raw),
             )
+
+    # --- the hub's full sync ------------------------------------------------------------
+
+    SYNCED_KEY = "hub.synced"
+    """State key: ``{"at": seconds since the epoch, "objects": n}`` of the last full sync."""
+
+    def note_full_sync(self, objects: int) -> None:
+        """The hub ended a full sync (``sync_done``): the objects stored now are exactly
+        the ones assigned to this node. Records it (state ``hub.synced``, committed at
+        once: it decides what the next start may remove) and tells the sync listeners.
+
+        Args:
+            objects: how many objects the hub says this node holds.
+
+        Raises:
+            StoreError: the record could not be written (the listeners are still told).
+        """
+        try:
+            self.set_state(self.SYNCED_KEY, {"at": self._wall(), "objects": objects})
+            self.flush()
+        finally:
+            for listener in list(self._sync_listeners):
+                try:
+                    listener()
+                except Exception:  # a listener's bug must not fail the sync
+                    log.exception("sync listener failed")
+
+    def synced_before(self) -> bool:
+        """True when a full sync with the hub was recorded in this file: what it holds is
+        the hub's word (a fresh file, or the one made after a damaged one was moved
+        aside, has none until the hub's first ``sync_done``)."""
+        return self.get_state(self.SYNCED_KEY) is not None
+
+    def add_sync_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every :meth:`note_full_sync`.
+
+        Returns:
+            A function that removes the listener.
+        """
+        self._sync_listeners.append(listener)
+        return lambda: self._sync_listeners.remove(listener)
 
     # --- device twins and the metrics buffer ---------------------------------------------
 

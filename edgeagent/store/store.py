@@ -37,6 +37,19 @@ consistent (WAL). Sequence numbers are reserved in committed blocks kept at leas
 so a seq sent just before a crash, whose ``outbox_mark_sent`` was not committed yet, is
 never used again.
 
+Space and other processes. An offline backlog grows the file and the WAL; once it has
+drained, :meth:`Store.reclaim` (the agent's housekeeping, every 10 s) gives the free pages
+back (``auto_vacuum = INCREMENTAL``, ``incremental_vacuum`` when over
+``reclaim_free_fraction`` of the file is free) and truncates the WAL to
+``journal_size_limit``, so an SD card gets its space back. The store runs on the event
+loop's thread, so it never waits there for another process's lock (an operator's
+``sqlite3`` shell in a transaction): statements wait at most ``loop_busy_timeout`` (50
+ms), a batch takes the write lock when it opens (``BEGIN IMMEDIATE``) so its writes and
+its commit never wait, a write that finds the lock held raises ``StoreBusyError``, and
+whoever must write (the uplink before a hub message and around every send, the flusher
+after lost writes) awaits :meth:`Store.wait_writable`, which polls for the lock with
+back-off (SQLite gives no notice across processes).
+
 Only this package touches SQLite (an import-linter contract enforces it).
 """
 

@@ -14,7 +14,8 @@ connect. The loops, outer to inner:
   (not joined, expired by our clock, damaged files), is logged as an ERROR that says what
   to run (``edgeagent join --renew --token NEW_TOKEN``), reported to ``on_refused``, and
   retried at the cap: the agent and its pods keep running, and the files a re-join
-  writes are used at the next dial, with no restart.
+  writes are used at the next dial, with no restart; that dial comes within
+  :data:`WAKE_POLL` of the files changing (``wake``), not at the end of the back-off.
 - **Dial**: QUIC first, with a short handshake timeout (3 s), because a network that drops
   UDP shows up as silence, not as an error. If QUIC fails at the transport level, fall
   back to WebSocket and remember it: later dials go straight to WebSocket until the QUIC
@@ -63,6 +64,10 @@ logger = logging.getLogger(__name__)
 
 QUIC = "quic"
 WEBSOCKET = "websocket"
+
+WAKE_POLL = 1.0
+"""Seconds between ``wake()`` checks while waiting to redial: a re-join is picked up within
+about a second instead of at the end of a back-off of up to ``backoff_cap`` (60 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +147,13 @@ class Uplink:
         on_refused: ``on_refused(text, by_hub)``, called with the ERROR line's text whenever
             this node's identity is refused by the hub (``by_hub``) or unusable here (see
             the module docstring), e.g. to record it for ``edgeagent status``.
+        explain: ``explain(exc)``: the cause of a failed dial the transport cannot name
+            (e.g. this node's clock behind the hub's certificate), logged as an ERROR once
+            per dial; for a :class:`CertificateRejected`, why the hub rejected this node's
+            certificate (expired by whose clock, or not from its CA); or ``None``.
+        wake: ``wake()``: polled every :data:`WAKE_POLL` seconds while waiting to redial;
+            True ends the wait (e.g. the credential files changed: ``edgeagent join
+            --renew`` ran while the agent waited at the back-off cap), or ``None``.
     """
 
     def __init__(
@@ -154,6 +166,8 @@ class Uplink:
         next_seq: Callable[[], int],
         on_link: Callable[[Link], Awaitable[None]],
         on_refused: Callable[[str, bool], None] | None = None,
+        explain: Callable[[ConnectFailed], str | None] | None = None,
+        wake: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
         self._credentials = credentials
@@ -162,6 +176,9 @@ class Uplink:
         self._next_seq = next_seq
         self._on_link = on_link
         self._on_refused = on_refused
+        self._explain = explain
+        self._wake = wake
+        self._explained = False
         self._identity_refused = False
         self._stop = asyncio.Event()
         self._link: Link | None = None
@@ -253,9 +270,23 @@ class Uplink:
                     break
                 if delay > 0:
                     logger.info("reconnecting to the hub in %.1f s", delay)
-                    await wait_event(self._stop, delay)
+                    await self._wait_retry(delay)
         finally:
             self._done.set()
+
+    async def _wait_retry(self, delay: float) -> None:
+        """Wait ``delay`` seconds before the next dial, less if stopped or woken."""
+        if self._wake is None:
+            await wait_event(self._stop, delay)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + delay
+        while (left := deadline - loop.time()) > 0:
+            if await wait_event(self._stop, min(left, WAKE_POLL)):
+                return
+            if self._wake():
+                logger.info("the node's certificate files changed; dialling the hub now")
+                return
 
     async def _until_stopped(self, coro: Awaitable[Link | None]) -> Link | None:
         """Run a dial, abandoning it (cancelled) if :meth:`close` is called meanwhile."""
@@ -302,6 +333,7 @@ class Uplink:
         """Try QUIC (when due), then WebSocket; ``None`` if both failed."""
         s = self.settings
         loop = asyncio.get_running_loop()
+        self._explained = False
         common = {
             "hello": self._make_hello(),
             "pending": list(self._pending()),
@@ -344,6 +376,16 @@ class Uplink:
         await self._set_link(link)
         return link
 
+    def _explain_failure(self, exc: ConnectFailed) -> None:
+        """A dial failure whose cause ``explain`` can name (this node's clock): an ERROR,
+        once per dial."""
+        if self._explain is None or self._explained:
+            return
+        text = self._explain(exc)
+        if text:
+            self._explained = True
+            logger.error("%s", text)
+
     async def _try(
         self,
         transport: str,
@@ -370,6 +412,7 @@ class Uplink:
                 logger.info("QUIC to %s:%s failed (%s); trying WebSocket", host, port, exc)
             else:
                 logger.warning("WebSocket to %s:%s failed: %s", host, port, exc)
+            self._explain_failure(exc)
             return None, False
         return None, True
 
@@ -390,10 +433,14 @@ class Uplink:
             logger.warning("hub refused the session over %s: %s", transport, exc)
 
     def _certificate_rejected(self, exc: CertificateRejected) -> None:
+        why = self._explain(exc) if self._explain is not None else None
         self._refused(
-            f"the hub rejected this node's certificate ({exc}): it expired (check this "
-            f"node's clock: timedatectl status), was not issued by this hub's CA, or is "
-            f"damaged; {RENEW_HINT}"
+            f"the hub rejected this node's certificate ({exc}): "
+            + (
+                why
+                or "it expired (check this node's clock: timedatectl status), was not issued "
+                f"by this hub's CA, or is damaged; {RENEW_HINT}"
+            )
         )
 
     async def _serve(self, link: Link) -> bool:

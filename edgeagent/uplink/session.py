@@ -11,7 +11,9 @@ for it: pods run from the store whether or not the hub answers. On every session
    are resent with their sequence numbers, minus those the welcome says the hub has.
 2. **welcome**: the hub's ``received_up_to`` acknowledges what it already has; its clock
    is compared with ours (a difference over ``hub.max_clock_skew`` is logged with both
-   times, and certificate timing uses the hub's clock from then on: :meth:`HubLink.hub_clock`);
+   times, and certificate renewal is timed by the hub's clock from then on:
+   :meth:`HubLink.hub_clock`, an :class:`~edgeagent.certs.HubClock` that drops the skew when
+   our clock is stepped; the certificate is refused locally only when it expired by both);
    ``hub.session`` (state, transport, since) is recorded for ``edgeagent status``.
 3. **down**: every message from the hub goes to the handler registered for its kind
    (:meth:`HubLink.register`), in arrival order. Built in: ``object_upsert`` and
@@ -65,6 +67,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from edgeagent.certs.clock import HubClock
 from edgeagent.credentials import RENEW_HINT
 from edgeagent.errors import HubUnavailable, StoreError
 from edgeagent.nodeinfo import AGENT_VERSION, node_info
@@ -165,8 +168,8 @@ class HubLink:
         """The uplink while the service runs (for observation: transport, link changes)."""
         self.synced = asyncio.Event()
         """Set when the current session's ``sync_done`` arrived; cleared when it ends."""
-        self.skew: float | None = None
-        """Our clock minus the hub's at the last welcome, seconds."""
+        self.clock = HubClock(wall=wall_clock)
+        """The hub's clock, measured at every welcome (dropped when ours is stepped)."""
         self.renewer: CertificateRenewer | None = None
         """The certificate renewer while the service runs with the default credentials."""
 
@@ -205,11 +208,16 @@ class HubLink:
         link = self._link
         return link if link is not None and not link.closed else None
 
+    @property
+    def skew(self) -> float | None:
+        """Our clock minus the hub's at the last welcome, seconds (``None`` before it, or
+        once our clock was stepped since: :class:`~edgeagent.certs.HubClock`)."""
+        return self.clock.skew
+
     def hub_clock(self) -> float:
-        """Seconds since the epoch by the hub's clock as last seen: ours corrected by the
-        skew measured at the last welcome (ours alone before the first). The hub judges
-        certificates by its clock, so their expiry and renewal are timed with this one."""
-        return self._wall() - (self.skew or 0.0)
+        """Seconds since the epoch by the hub's clock as last seen (``HubClock.now``): the
+        hub judges certificates by its clock, so their renewal is timed with this one."""
+        return self.clock.now()
 
     def connection_id(self) -> int | None:
         """A number that changes with every session, or ``None`` while offline."""
@@ -319,6 +327,8 @@ class HubLink:
             on_refused=lambda reason, by_hub: self._record(
                 store, "refused" if by_hub else "no-credentials", reason=reason
             ),
+            explain=lambda exc: self._explain_dial_failure(store, exc),
+            wake=self._credentials_changed,
         )
         self.uplink = uplink
         self._record(store, "connecting", reason=f"dialling {hub.url}")
@@ -349,11 +359,43 @@ class HubLink:
         from edgeagent.certs import CertificateRenewer, CertPaths
         from edgeagent.credentials import FileCredentials
 
-        self._credentials = FileCredentials(settings, wall_clock=self.hub_clock)
+        self._credentials = FileCredentials(
+            settings, wall_clock=self._wall, hub_clock=self.hub_clock
+        )
         self.renewer = CertificateRenewer(
             CertPaths.from_settings(settings), uniform=random.uniform, clock=self.hub_clock
         )
         return self.renewer.handle
+
+    def _credentials_changed(self) -> bool:
+        """The default credentials' files changed since the last dial read them (a
+        re-join): the uplink dials again at once instead of waiting out its back-off."""
+        from edgeagent.credentials import FileCredentials
+
+        credentials = self._credentials
+        return isinstance(credentials, FileCredentials) and credentials.changed()
+
+    def _explain_dial_failure(self, store: Store, exc: Exception) -> str | None:
+        """This node's clock as the cause of a failed dial (issue 15 item 6b), recorded as
+        ``hub.session`` state ``clock-wrong``; ``None`` when time is not the cause. For a
+        certificate the hub rejected, the cause that fits (expired by whose clock, or not
+        from the hub's CA), which the uplink records as ``refused``."""
+        from edgeagent.certs.clock import explain_rejection, explain_tls_failure
+        from edgeagent.credentials import FileCredentials
+        from protocol.transport.errors import CertificateRejected
+
+        credentials = self._credentials
+        if isinstance(exc, CertificateRejected):  # the hub's verdict: whose clock, or CA
+            not_after = credentials.not_after if isinstance(credentials, FileCredentials) else 0
+            return explain_rejection(self._wall(), not_after, self.clock.measured(), RENEW_HINT)
+        known = []
+        if isinstance(credentials, FileCredentials) and credentials.not_before:
+            known.append(("this node's certificate (issued by the hub)", credentials.not_before))
+        text = explain_tls_failure(str(exc), self._wall(), known)
+        if text:
+            text += "; the agent connects by itself once the clock is right"
+            self._record(store, "clock-wrong", reason=text)
+        return text
 
     def _record(self, store: Store, state: str, **extra: Any) -> None:
         value = {"state": state, "since": _iso(self._wall()), **extra}
@@ -362,20 +404,6 @@ class HubLink:
         except StoreError as exc:
             log.warning("cannot record the hub session state: %s", exc)
 
-    def _check_skew(self, hub_time: float, limit: float) -> None:
-        local = self._wall()
-        skew = local - hub_time
-        self.skew = skew
-        if abs(skew) > limit:
-            log.warning(
-                "clock skew with the hub: this node's clock reads %s, the hub's %s (%s by %.0f s);"
-                " status and event times will be off: check NTP (timedatectl status)",
-                _iso(local),
-                _iso(hub_time),
-                "ahead" if skew > 0 else "behind",
-                abs(skew),
-            )
-
     async def _serve(
         self, link: Link, ctx: SessionContext, handlers: dict[type[Message], DownHandler]
     ) -> None:
@@ -383,7 +411,7 @@ class HubLink:
         store = ctx.store
         welcome = link.welcome
         assert welcome is not None
-        self._check_skew(welcome.hub_time, ctx.settings.hub.max_clock_skew)
+        self.clock.measure(welcome.hub_time, limit=ctx.settings.hub.max_clock_skew)
         self._session_no += 1
         self._link = link
         self._acked_up_to = welcome.received_up_to
@@ -484,6 +512,8 @@ class HubLink:
                 log.warning("the hub sent %s messages, which this agent does not handle", kind)
             return True
         try:
+            if self._store is not None:  # the handler's writes never wait for a lock
+                await self._store.wait_writable()
             result = handler(message)
             if inspect.isawaitable(result):
                 await result
@@ -508,8 +538,9 @@ class HubLink:
         self._store.apply_delete(message.ref.uid)
 
     def _on_sync_done(self, message: Message) -> None:
-        assert isinstance(message, SyncDone)
+        assert isinstance(message, SyncDone) and self._store is not None
         log.info("in sync with the hub: %d object(s) for this node", message.inventory_size)
+        self._store.note_full_sync(message.inventory_size)  # ends a pod adoption
         self.synced.set()
 
     def _on_error(self, message: Message) -> None:
@@ -561,6 +592,9 @@ class HubLink:
         scheduler = self._scheduler
         while (pick := scheduler.next(session.window_free, window)) is not None:
             source, limit = pick
+            # Every write below finds the batch open (the write lock held): one that had
+            # to wait for another process's lock would stall the loop (heartbeats).
+            await store.wait_writable()
             items = source.messages_to_send(limit)
             if not items:
                 scheduler.idle(source)
@@ -571,6 +605,7 @@ class HubLink:
                         seq = await link.send(item.message)
                     except ConnectionClosed:
                         return False
+                    await store.wait_writable()  # a commit may have closed the batch meanwhile
                     source.sent(item, seq)
                     if seq is not None:
                         store.note_seq_used(seq)

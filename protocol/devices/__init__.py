@@ -20,7 +20,7 @@ from protocol.devices.model import (
     parse_device_model,
     parse_document,
 )
-from protocol.devices.twin import DesiredState, ObservedDesired, ReportedValue
+from protocol.devices.twin import DesiredState, ReportedValue
 from protocol.devices.values import (
     MAX_TEXT_BYTES,
     Reason,
@@ -48,7 +48,6 @@ __all__ = [
     "InvalidDocument",
     "InvalidValue",
     "ModelProperty",
-    "ObservedDesired",
     "Problem",
     "PropertyType",
     "Reason",

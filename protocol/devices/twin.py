@@ -2,9 +2,8 @@
 
 These are the bodies of the twin messages in ``docs/protocol.md``; the session code maps
 them onto its message classes ``twin_desired`` and ``twin_reported`` (history goes up as
-``twin_reported`` too). ``ObservedDesired`` is the body of ``twin_observed``, a kind
-docs/devices.md proposes and the protocol does not have yet. Keeping them here lets the
-hub's and the agent's twin logic be written and tested without a session.
+``twin_reported`` too). Keeping them here lets the hub's and the agent's twin logic be
+written and tested without a session.
 
 Versions (docs/devices.md):
 
@@ -69,29 +68,4 @@ class ReportedValue:
     property: str
     value: Value
     version: int
-    timestamp: float
-
-
-@dataclass(frozen=True, slots=True)
-class ObservedDesired:
-    """The desired state a mapper has fetched from the edge (body of the proposed
-    ``twin_observed``, which no message kind carries yet: docs/devices.md, "Not done").
-
-    The hub writes it to ``status.twins[].observedDesired`` (KubeEdge's "desired value the
-    mapper has received"), so people can see whether the mapper is keeping up.
-
-    Attributes:
-        namespace: the Device's namespace.
-        name: the Device's name.
-        uid: the Device's uid.
-        version: the desired version the mapper got.
-        properties: the desired values of that version (wire form).
-        timestamp: when the mapper got it, seconds since the epoch.
-    """
-
-    namespace: str
-    name: str
-    uid: str
-    version: int
-    properties: Mapping[str, Value]
     timestamp: float

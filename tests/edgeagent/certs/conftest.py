@@ -34,13 +34,16 @@ def python_env() -> dict[str, str]:
     return env
 
 
-async def command(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """``python -m ARGS...`` as a separate process; its output as text."""
+async def command(
+    *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGS...`` as a separate process (``env`` added to its environment); its
+    output as text."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         *args,
-        env=python_env(),
+        env={**python_env(), **(env or {})},
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -240,3 +240,70 @@ async def test_certificate_expired_by_our_clock_is_not_dialled_and_names_the_rec
     assert not any("QUIC" in r.getMessage() for r in caplog.records)  # never dialled
     write_node_pki(state / "pki", pki_ca.ca, "pi-old")  # the re-join
     await agent.connected()
+
+
+async def test_a_clock_stepped_by_ntp_after_the_welcome_does_not_outlive_its_skew(
+    plain_hub: HubRunner, pki_ca: TestPKI, agents, tmp_path: pathlib.Path, caplog
+) -> None:
+    """Issue 15 item 5: a board that booted 30 minutes behind (no RTC) connects; the
+    welcome measures the skew; then NTP steps the clock right. A certificate with 20
+    minutes left must not be judged expired at the next dial by the old skew applied to
+    the corrected clock: the step drops the skew, the agent dials, the next welcome
+    measures again."""
+    caplog.set_level(logging.INFO, logger="edgeagent")
+    state = tmp_path / "state"
+    directory = state / "pki"
+    directory.mkdir(parents=True, mode=0o700)
+    key = pki.generate_private_key()
+    cert = pki.sign_node_csr(
+        pki_ca.ca, pki.build_node_csr("pi-ntp", key), lifetime=1200, now=time.time()
+    )
+    (directory / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
+    (directory / "node.crt").write_bytes(pki.dump_certificate_pem(cert))
+    (directory / "node.key").write_bytes(pki.dump_private_key_pem(key))
+    _, not_after = certificate_validity((directory / "node.crt").read_bytes())
+    offset = [1800.0]  # seconds this board's clock is behind
+    link = HubLink(wall_clock=lambda: time.time() - offset[0])
+    agent = agents(settings_for(state, "pi-ntp", plain_hub.url), link)
+    await agent.connected()
+    assert link.skew is not None and -1810 < link.skew < -1790
+
+    offset[0] = 0.0  # NTP steps the clock 30 minutes forward
+    assert time.time() + 1800 > not_after > time.time()  # old skew + new clock: "expired"
+    first = link.connection_id()
+    plain_hub.hub.registry.get("pi-ntp").close_soon(CloseCode.GOING_AWAY, "test: replica leaving")
+    await eventually(lambda: link.connection_id() not in (None, first), "a new session", 30)
+
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "cannot dial" in m or "expired" in m], messages
+    assert any("stepped forward by 30 minutes" in m for m in messages), messages
+    assert link.skew is not None and abs(link.skew) < 60  # measured again at the welcome
+    assert agent.store.get_state("hub.session")["state"] == "connected"
+
+
+async def test_a_rejection_says_whose_clock_expired_the_certificate(
+    plain_hub: HubRunner, pki_ca: TestPKI, agents, tmp_path: pathlib.Path, caplog
+) -> None:
+    """Issue 15 item 5, the advice: a board three days behind connected (the welcome
+    measured the skew), then its files hold a certificate that expired half a day ago by
+    the hub's clock but not by its own; the hub rejects it at the next dial and the ERROR
+    says it expired by the hub's clock while this one is behind, NTP, and the re-join."""
+    caplog.set_level(logging.INFO, logger="edgeagent")
+    state = tmp_path / "state"
+    write_node_pki(state / "pki", pki_ca.ca, "pi-b")
+    link = HubLink(wall_clock=lambda: time.time() - 3 * DAY)
+    agent = agents(settings_for(state, "pi-b", plain_hub.url), link)
+    await agent.connected()
+    assert link.skew is not None and link.skew < -DAY
+    write_expired_pki(state / "pki", pki_ca.ca, "pi-b")
+    first = link.connection_id()
+    plain_hub.hub.registry.get("pi-b").close_soon(CloseCode.GOING_AWAY, "test: replica leaving")
+
+    def rejections() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "rejected this node's" in r.getMessage()]
+
+    await eventually(rejections, "the hub's rejection")
+    text = rejections()[0]
+    assert "by the hub's clock" in text and "3.0 days behind" in text, text
+    assert "timedatectl set-ntp true" in text and "edgeagent join --renew" in text
+    assert link.connection_id() != first
