@@ -7,12 +7,8 @@ transports live in ``protocol.transport`` and are imported from there, not re-ex
 here, so that importing ``protocol`` stays cheap on the edge.
 """
 
-# isort: off
-# First: registers the agent upgrade messages (protocol.upgrade) before protocol.states
-# builds its per-role tables of receivable kinds from the registry.
-import protocol.upgrade  # noqa: F401
-
-# isort: on
+import protocol.stream_messages  # registers the day-2 stream kinds
+import protocol.upgrade  # noqa: F401  (registers the agent upgrade kinds)
 from protocol.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff, is_retryable, retry_delay
 from protocol.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, decode_payload, encode
 from protocol.config import SessionConfig

@@ -57,13 +57,13 @@ from protocol.messages import (
     Welcome,
 )
 from protocol.states import (
-    KINDS_IN,
     MOVES,
     REASON_LIMIT,
     TRANSITIONS,
     Role,
     SessionState,
     close_message,
+    kinds_in,
     negotiate_version,
 )
 from protocol.timers import SessionTimers
@@ -139,7 +139,7 @@ class Session(SessionTimers):
         self.role = role
         self.config = config = config if config is not None else DEFAULT_CONFIG
         self._is_client = role is Role.CLIENT
-        self._kinds_in = KINDS_IN[role]
+        self._kinds_in = kinds_in(role)
         self._state = SessionState.IDLE
         self._moves = MOVES[role][SessionState.IDLE]
         self._decoder = FrameDecoder(config.max_frame_size)

@@ -41,13 +41,13 @@ from protocol.errors import CloseCode, InvalidMessage, VersionMismatch
 from protocol.messages import REGISTRY, Ack, Close, Error, Hello, Message, Ping, Pong, Welcome
 
 __all__ = [
-    "KINDS_IN",
     "MOVES",
     "REASON_LIMIT",
     "TRANSITIONS",
     "Role",
     "SessionState",
     "close_message",
+    "kinds_in",
     "negotiate_version",
 ]
 
@@ -139,15 +139,27 @@ _CONTROL_EVENTS: dict[type[Message], str] = {
     Close: "recv_close",
 }
 
-# Per role: every kind the peer may send -> the table event a received one is.
-KINDS_IN: dict[Role, dict[type[Message], str]] = {
-    role: {
+
+def kinds_in(role: Role) -> dict[type[Message], str]:
+    """Every kind the peer of ``role`` may send -> the table event a received one is.
+
+    Built from the registry when asked (and again if a kind registered since), so kinds
+    defined beside their rules (``protocol.stream_messages``, ``protocol.upgrade``) count
+    whatever the import order.
+    """
+    cached = _KINDS_IN.get(role)
+    if cached is not None and cached[0] == len(REGISTRY):
+        return cached[1]
+    table = {
         cls: _CONTROL_EVENTS.get(cls, "recv_message")
         for cls in REGISTRY.values()
         if (cls.from_hub if role is Role.CLIENT else cls.from_edge)
     }
-    for role in Role
-}
+    _KINDS_IN[role] = (len(REGISTRY), table)
+    return table
+
+
+_KINDS_IN: dict[Role, tuple[int, dict[type[Message], str]]] = {}
 
 
 _LOCAL_CODES = frozenset({CloseCode.PEER_DEAD, CloseCode.CONNECTION_LOST})

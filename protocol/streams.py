@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import ErrorCode, UsageError
-from protocol.messages import (
+from protocol.messages import Message
+from protocol.stream_messages import (
     MAX_STREAM_CHUNK,
-    Message,
     StreamClose,
     StreamData,
     StreamOpen,

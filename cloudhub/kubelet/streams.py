@@ -27,7 +27,7 @@ from prometheus_client import Counter, Gauge
 
 from cloudhub.errors import HubError
 from protocol.errors import ErrorCode, UsageError
-from protocol.messages import StreamClose, StreamData, StreamReset, StreamWindow
+from protocol.stream_messages import StreamClose, StreamData, StreamReset, StreamWindow
 from protocol.streams import StreamMux
 from protocol.transport.streams import Stream, StreamEndpoint
 

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from edgeagent.day2.operations import serve_stream
-from protocol.messages import StreamData, StreamOpen, StreamReset, StreamResize, StreamWindow
+from protocol.stream_messages import StreamData, StreamOpen, StreamReset, StreamResize, StreamWindow
 from protocol.streams import StreamMux
 from protocol.transport.streams import Stream, StreamEndpoint
 

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
         server_ssl_context,
         tls_credentials,
     )
-    from protocol.transport.websocket import WebSocketServer, connect_websocket, serve_websocket
+    from protocol.transport.websocket import connect_websocket
+    from protocol.transport.wsserver import WebSocketServer, serve_websocket
 
 _WHERE = {
     "CertificateRejected": "errors",
@@ -56,9 +57,9 @@ _WHERE = {
     "client_ssl_context": "tls",
     "peer_node_name": "tls",
     "server_ssl_context": "tls",
-    "WebSocketServer": "websocket",
+    "WebSocketServer": "wsserver",
     "connect_websocket": "websocket",
-    "serve_websocket": "websocket",
+    "serve_websocket": "wsserver",
 }
 
 __all__ = [

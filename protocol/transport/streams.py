@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from protocol.errors import ErrorCode, UsageError
-from protocol.messages import MAX_STREAM_CHUNK, Message, StreamOpen
+from protocol.messages import Message
+from protocol.stream_messages import MAX_STREAM_CHUNK, StreamOpen
 from protocol.streams import (
     DataReceived,
     Resized,

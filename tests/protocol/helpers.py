@@ -37,7 +37,7 @@ from protocol import (
     TwinReported,
     Welcome,
 )
-from protocol.messages import (
+from protocol.stream_messages import (
     StreamClose,
     StreamData,
     StreamOpen,

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import ErrorCode, UsageError
-from protocol.messages import (
+from protocol.stream_messages import (
     MAX_STREAM_CHUNK,
     StreamClose,
     StreamData,

@@ -173,7 +173,7 @@ def test_upgrade_messages_cross_the_codec_and_progress_is_latest_wins() -> None:
 def test_the_session_tables_know_the_upgrade_kinds() -> None:
     # protocol.states builds them from the registry at import: protocol/__init__ imports
     # protocol.upgrade first, so an agent's session accepts an upgrade_order.
-    from protocol.states import KINDS_IN, Role
+    from protocol.states import Role, kinds_in
 
-    assert UpgradeOrder in KINDS_IN[Role.CLIENT] and ArtifactChunk in KINDS_IN[Role.CLIENT]
-    assert UpgradeProgress in KINDS_IN[Role.SERVER] and ArtifactRequest in KINDS_IN[Role.SERVER]
+    assert UpgradeOrder in kinds_in(Role.CLIENT) and ArtifactChunk in kinds_in(Role.CLIENT)
+    assert UpgradeProgress in kinds_in(Role.SERVER) and ArtifactRequest in kinds_in(Role.SERVER)

@@ -11,7 +11,7 @@ import pytest
 from cloudhub.kubelet import NodeOffline
 from cloudhub.kubelet.extension import kubelet_extension
 from protocol.errors import ErrorCode
-from protocol.messages import StreamClose, StreamData, StreamOpen, StreamReset
+from protocol.stream_messages import StreamClose, StreamData, StreamOpen, StreamReset
 from tests.cloudhub.hub.conftest import eventually
 
 
