@@ -32,7 +32,8 @@ from aiohttp import web
 from cryptography import x509
 
 from cloudhub.aggregation import AggregatedAPI, AggregatedRequest, AggregatedResource
-from cloudhub.errors import ConfigError
+from cloudhub.errors import ConfigError, KubeNotFound
+from cloudhub.kube import KubeClient, ResourceType
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import server_ssl_context
 
@@ -43,6 +44,7 @@ __all__ = [
     "SelectorError",
     "front_proxy_config",
     "parse_selector",
+    "publish_ca_bundle",
 ]
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,34 @@ def front_proxy_config(data: Mapping[str, str]) -> FrontProxy:
         username_headers=names("requestheader-username-headers", ("X-Remote-User",)),
         group_headers=names("requestheader-group-headers", ("X-Remote-Group",)),
     )
+
+
+APISERVICES = ResourceType("apiregistration.k8s.io", "v1", "apiservices", "APIService", False)
+
+
+async def publish_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) -> bool:
+    """Write the hub CA into the APIService ``name``'s ``spec.caBundle`` (as cert-manager's
+    cainjector does), so that the aggregator trusts the hub's serving certificate; the
+    hub CA is made at the hub's first start, so no manifest can carry it. Returns whether
+    it wrote (``False``: already there, or no such APIService, logged).
+
+    Raises:
+        KubeAPIError: the API server refused the read or the patch (RBAC: ``get`` and
+            ``patch`` on ``apiservices`` named ``name``).
+    """
+    import base64
+
+    try:
+        found = await kube.get(APISERVICES, name)
+    except KubeNotFound:
+        log.warning("APIService %s does not exist: nothing proxies metrics.k8s.io here", name)
+        return False
+    bundle = base64.b64encode(ca_pem).decode("ascii")
+    if (found.get("spec") or {}).get("caBundle") == bundle:
+        return False
+    await kube.patch(APISERVICES, name, {"spec": {"caBundle": bundle}})
+    log.info("APIService %s: caBundle set to the hub CA", name)
+    return True
 
 
 class SelectorError(ValueError):

@@ -112,7 +112,9 @@ class MetricsExtension:
             AUTHENTICATION_CONFIGMAP,
             AggregatedAPIServer,
             front_proxy_config,
+            publish_ca_bundle,
         )
+        from protocol import pki
 
         namespace, name = AUTHENTICATION_CONFIGMAP
         assert hub.kube is not None
@@ -120,15 +122,21 @@ class MetricsExtension:
             found = await hub.kube.get(CONFIGMAPS, name, namespace)
         except Exception as exc:
             raise ConfigError(f"metrics.aggregated_api: reading {namespace}/{name}: {exc}") from exc
+        credentials = hub._credentials_source()
         server = AggregatedAPIServer(
             [ResourceMetricsGroup(self, hub)],
-            hub._credentials_source(),
+            credentials,
             front_proxy_config((found or {}).get("data") or {}),
             host=self.settings.aggregated_host,
             port=self.settings.aggregated_port,
         )
         await server.start()
         hub.aggregated_server = server  # type: ignore[attr-defined]
+        if self.settings.apiservice:
+            cas = credentials().cas
+            await publish_ca_bundle(
+                hub.kube, self.settings.apiservice, pki.dump_certificate_pem(cas)
+            )
 
         async def serve_until_closed() -> None:
             try:

@@ -92,6 +92,13 @@ class HubMetricsSettings:
         default=4443,
         metadata=_h("port of the aggregated API's HTTPS server (0: any free port)"),
     )
+    apiservice: str = field(
+        default="v1beta1.metrics.k8s.io",
+        metadata=_h(
+            "APIService whose caBundle the hub sets to the hub CA when it serves the "
+            "aggregated API (empty: leave APIServices alone)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.aggregated_port <= 65535:

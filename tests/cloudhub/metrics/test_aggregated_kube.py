@@ -25,6 +25,7 @@ import pytest
 
 from cloudhub.hub import Hub
 from cloudhub.kube import PODS, ResourceType
+from cloudhub.metrics.aggregated import APISERVICES
 from cloudhub.metrics.extension import MetricsExtension
 from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.settings import load_hub_settings
@@ -32,12 +33,11 @@ from protocol import pki
 from protocol.transport import TLSCredentials
 from tests.cloudhub.hub.conftest import KUBE_APISERVER, TEST_SETTINGS
 from tests.cloudhub.metrics.helpers import body, sample
-from tests.edgeagent.hublink.fleet import eventually, unique
+from tests.edgeagent.hublink.fleet import eventually, free_port, unique
 from tests.edgeagent.hublink.objects import pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubeapiserver]
 
-APISERVICES = ResourceType("apiregistration.k8s.io", "v1", "apiservices", "APIService", False)
 SERVICES = ResourceType("", "v1", "services", "Service", True)
 APISERVICE = "v1beta1.metrics.k8s.io"
 SERVICE = "cloudhub-metrics"
@@ -82,8 +82,45 @@ async def test_kubectl_top_through_the_aggregation_layer(
     cluster, hubs, kube, namespace, kubectl, pki_ca, serving, request, tmp_path
 ) -> None:
     server = request.getfixturevalue("kube_apiserver")
+    port = free_port()
+    # registered as deploy/overlays/metrics-api does: no caBundle, the hub writes its CA
+    await kube.create(
+        SERVICES,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": SERVICE, "namespace": namespace},
+            "spec": {"type": "ExternalName", "externalName": "localhost"},
+        },
+    )
+    await kube.create(
+        APISERVICES,
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": APISERVICE},
+            "spec": {
+                "group": "metrics.k8s.io",
+                "version": "v1beta1",
+                "service": {"name": SERVICE, "namespace": namespace, "port": port},
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+            },
+        },
+    )
+    try:
+        await top_through_the_hub(
+            cluster, hubs, kube, namespace, kubectl, pki_ca, serving, server, port, tmp_path
+        )
+    finally:
+        await kube.delete(APISERVICES, APISERVICE)
+
+
+async def top_through_the_hub(
+    cluster, hubs, kube, namespace, kubectl, pki_ca, serving, server, port, tmp_path
+) -> None:
     extension = MetricsExtension(
-        HubMetricsSettings(aggregated_api=True, aggregated_host="127.0.0.1", aggregated_port=0)
+        HubMetricsSettings(aggregated_api=True, aggregated_host="127.0.0.1", aggregated_port=port)
     )
     settings = load_hub_settings(
         overrides={**TEST_SETTINGS, "kube.kubeconfig": str(cluster.kubeconfig)}
@@ -93,8 +130,11 @@ async def test_kubectl_top_through_the_aggregation_layer(
     await hub.start()
     hubs.hub = hub
     aggregated = hub.aggregated_server  # type: ignore[attr-defined]
-    # the front-proxy settings came from the cluster's ConfigMap
+    # the front-proxy settings came from the cluster's ConfigMap, the caBundle from the hub
     assert aggregated.front_proxy.allowed_names == ("front-proxy-client",)
+    registered = await kube.get(APISERVICES, APISERVICE)
+    ca_pem = pki.dump_certificate_pem(pki_ca.ca.certificate)
+    assert base64.b64decode(registered["spec"]["caBundle"]) == ca_pem
 
     node = unique("edge-top")
     hubs.agent(node)
@@ -118,108 +158,76 @@ async def test_kubectl_top_through_the_aggregation_layer(
     containers = {(namespace, "web", "app"): (1500, 30_720)}
     extension.store.ingest(node, body(2, sample(1, cpu_ms=3000, containers=containers)), now)
 
-    await kube.create(
-        SERVICES,
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": SERVICE, "namespace": namespace},
-            "spec": {"type": "ExternalName", "externalName": "localhost"},
-        },
-    )
-    ca_bundle = base64.b64encode(pki.dump_certificate_pem(pki_ca.ca.certificate)).decode()
-    await kube.create(
-        APISERVICES,
-        {
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": APISERVICE},
-            "spec": {
-                "group": "metrics.k8s.io",
-                "version": "v1beta1",
-                "service": {"name": SERVICE, "namespace": namespace, "port": aggregated.port},
-                "caBundle": ca_bundle,
-                "groupPriorityMinimum": 100,
-                "versionPriority": 100,
-            },
-        },
-    )
+    async def available():
+        found = await kube.get(APISERVICES, APISERVICE)
+        conditions = (found.get("status") or {}).get("conditions") or []
+        last.append(conditions)
+        return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+
+    last: list = []
     try:
+        await eventually(available, "APIService Available")
+    except AssertionError:
+        raise AssertionError(f"APIService conditions: {last[-1:]}") from None
 
-        async def available():
-            found = await kube.get(APISERVICES, APISERVICE)
-            conditions = (found.get("status") or {}).get("conditions") or []
-            last.append(conditions)
-            return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
-
-        last: list = []
+    async def proxied():  # the aggregator's proxy handler is registered separately
         try:
-            await eventually(available, "APIService Available")
-        except AssertionError:
-            raise AssertionError(f"APIService conditions: {last[-1:]}") from None
+            status, _ = await asyncio.to_thread(api_get, server, "/apis/metrics.k8s.io/v1beta1")
+        except ValueError:  # Go's plain-text 404 until then
+            return False
+        return status == 200
 
-        async def proxied():  # the aggregator's proxy handler is registered separately
-            try:
-                status, _ = await asyncio.to_thread(api_get, server, "/apis/metrics.k8s.io/v1beta1")
-            except ValueError:  # Go's plain-text 404 until then
-                return False
-            return status == 200
+    await eventually(proxied, "metrics.k8s.io proxied by the API server")
+    top = await asyncio.to_thread(kubectl_run, kubectl, cluster.kubeconfig, "top", "node")
+    assert top.returncode == 0, top.stderr
+    row = next(line.split() for line in top.stdout.splitlines() if line.startswith(node))
+    # 3000 ms of CPU in the latest 15 s window: 200m; working set 4,000,000 - 3,000,000
+    # KiB: 976Mi
+    assert (row[1], row[3]) == ("200m", "976Mi"), top.stdout
+    top = await asyncio.to_thread(
+        kubectl_run, kubectl, cluster.kubeconfig, "top", "pod", "-n", namespace
+    )
+    assert top.returncode == 0, top.stderr
+    rows = [line.split() for line in top.stdout.splitlines()[1:]]
+    # 1500 ms over 15 s: 100m; 30 MiB working set
+    assert rows == [["web", "100m", "30Mi"]], top.stdout
 
-        await eventually(proxied, "metrics.k8s.io proxied by the API server")
-        top = await asyncio.to_thread(kubectl_run, kubectl, cluster.kubeconfig, "top", "node")
-        assert top.returncode == 0, top.stderr
-        row = next(line.split() for line in top.stdout.splitlines() if line.startswith(node))
-        # 3000 ms of CPU in the latest 15 s window: 200m; working set 4,000,000 - 3,000,000
-        # KiB: 976Mi
-        assert (row[1], row[3]) == ("200m", "976Mi"), top.stdout
-        top = await asyncio.to_thread(
-            kubectl_run, kubectl, cluster.kubeconfig, "top", "pod", "-n", namespace
-        )
-        assert top.returncode == 0, top.stderr
-        rows = [line.split() for line in top.stdout.splitlines()[1:]]
-        # 1500 ms over 15 s: 100m; 30 MiB working set
-        assert rows == [["web", "100m", "30Mi"]], top.stdout
+    # the HPA controller's resource metrics client: pods of a namespace by selector
+    status, listed = await asyncio.to_thread(
+        api_get,
+        server,
+        f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods?labelSelector=app%3Dweb",
+    )
+    assert status == 200, listed
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["web"]
+    assert listed["items"][0]["containers"][0]["usage"] == {
+        "cpu": "100000000n",
+        "memory": "30720Ki",
+    }
+    status, listed = await asyncio.to_thread(
+        api_get,
+        server,
+        f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods?labelSelector=app%3Ddb",
+    )
+    assert (status, listed["items"]) == (200, [])
+    status, missing = await asyncio.to_thread(
+        api_get, server, f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/nope"
+    )
+    assert status == 404 and missing["reason"] == "NotFound"
 
-        # the HPA controller's resource metrics client: pods of a namespace by selector
-        status, listed = await asyncio.to_thread(
-            api_get,
-            server,
-            f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods?labelSelector=app%3Dweb",
-        )
-        assert status == 200, listed
-        assert [i["metadata"]["name"] for i in listed["items"]] == ["web"]
-        assert listed["items"][0]["containers"][0]["usage"] == {
-            "cpu": "100000000n",
-            "memory": "30720Ki",
-        }
-        status, listed = await asyncio.to_thread(
-            api_get,
-            server,
-            f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods?labelSelector=app%3Ddb",
-        )
-        assert (status, listed["items"]) == (200, [])
-        status, missing = await asyncio.to_thread(
-            api_get, server, f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/nope"
-        )
-        assert status == 404 and missing["reason"] == "NotFound"
-
-        # a caller that is not the front proxy (a node certificate of the hub CA): refused
-        # in the handshake; the API server's requests go on being served
-        context = ssl.create_default_context(
-            cadata=pki.dump_certificate_pem(pki_ca.ca.certificate).decode()
-        )
-        client = pki_ca.node(node)
-        cert = tmp_path / "node.pem"
-        cert.write_bytes(
-            pki.dump_certificate_pem(client.chain) + pki.dump_private_key_pem(client.private_key)
-        )
-        context.load_cert_chain(str(cert))
-        url = f"https://127.0.0.1:{aggregated.port}/apis/metrics.k8s.io/v1beta1/nodes"
-        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
-            await asyncio.to_thread(urllib.request.urlopen, url, context=context, timeout=10)
-        status, listed = await asyncio.to_thread(
-            api_get, server, "/apis/metrics.k8s.io/v1beta1/nodes"
-        )
-        assert status == 200 and node in [i["metadata"]["name"] for i in listed["items"]]
-    finally:
-        await kube.delete(APISERVICES, APISERVICE)
+    # a caller that is not the front proxy (a node certificate of the hub CA): refused
+    # in the handshake; the API server's requests go on being served
+    context = ssl.create_default_context(
+        cadata=pki.dump_certificate_pem(pki_ca.ca.certificate).decode()
+    )
+    client = pki_ca.node(node)
+    cert = tmp_path / "node.pem"
+    cert.write_bytes(
+        pki.dump_certificate_pem(client.chain) + pki.dump_private_key_pem(client.private_key)
+    )
+    context.load_cert_chain(str(cert))
+    url = f"https://127.0.0.1:{aggregated.port}/apis/metrics.k8s.io/v1beta1/nodes"
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        await asyncio.to_thread(urllib.request.urlopen, url, context=context, timeout=10)
+    status, listed = await asyncio.to_thread(api_get, server, "/apis/metrics.k8s.io/v1beta1/nodes")
+    assert status == 200 and node in [i["metadata"]["name"] for i in listed["items"]]
