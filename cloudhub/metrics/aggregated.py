@@ -1,6 +1,6 @@
 """The hub's aggregated API server: ``metrics.k8s.io/v1beta1`` over HTTPS for a real
 cluster's kube-apiserver, behind the APIService ``v1beta1.metrics.k8s.io``
-(``deploy/hub/40-metrics-apiservice.yaml``), as metrics-server serves it.
+(``deploy/overlays/metrics-api``), as metrics-server serves it.
 
 - TLS with the hub's serving certificate (from the hub CA: the APIService's ``caBundle``
   is the hub CA, and the certificate must name ``<service>.<namespace>.svc``, which the

@@ -81,7 +81,7 @@ class HubMetricsSettings:
         default=False,
         metadata=_h(
             "serve metrics.k8s.io/v1beta1 over HTTPS for a real cluster's API server "
-            "(APIService v1beta1.metrics.k8s.io, deploy/hub/40-metrics-apiservice.yaml); the "
+            "(APIService v1beta1.metrics.k8s.io, deploy/overlays/metrics-api); the "
             "front-proxy CA is read from kube-system/extension-apiserver-authentication"
         ),
     )

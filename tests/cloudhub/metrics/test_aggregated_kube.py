@@ -25,7 +25,7 @@ import pytest
 
 from cloudhub.hub import Hub
 from cloudhub.kube import PODS, ResourceType
-from cloudhub.metrics.aggregated import APISERVICES
+from cloudhub.metrics.aggregated import APISERVICES, publish_ca_bundle
 from cloudhub.metrics.extension import MetricsExtension
 from cloudhub.metrics.settings import HubMetricsSettings
 from cloudhub.settings import load_hub_settings
@@ -135,6 +135,8 @@ async def top_through_the_hub(
     registered = await kube.get(APISERVICES, APISERVICE)
     ca_pem = pki.dump_certificate_pem(pki_ca.ca.certificate)
     assert base64.b64decode(registered["spec"]["caBundle"]) == ca_pem
+    assert not await publish_ca_bundle(kube, APISERVICE, ca_pem)  # already there
+    assert not await publish_ca_bundle(kube, "v1.no-such.example.com", ca_pem)
 
     node = unique("edge-top")
     hubs.agent(node)
