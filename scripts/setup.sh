@@ -55,6 +55,10 @@ elapsed() { echo "$(($(date +%s) - START)) s"; }
 # uses). busybox-static is the image the pods run (no registry is reachable).
 APT_DEMO=(python3 python3-venv ca-certificates podman runc conmon netavark aardvark-dns
           containernetworking-plugins busybox-static iptables iproute2 procps util-linux)
+# The demo ends with kubectl logs and kubectl exec (cloudhub/demo/day2.py): Debian's
+# kubectl 1.20 (kubernetes-client), unless a kubectl is there already (on some images
+# another package owns /usr/bin/kubectl, and the two conflict).
+command -v kubectl >/dev/null 2>&1 || APT_DEMO+=(kubernetes-client)
 # The tests add etcd (the reference kube-apiserver's store), systemd (systemd-analyze verifies
 # the agent's unit), git (tests/deploy reads the revision), faketime (an agent or a join on
 # a clock hours behind, or stepped while it runs: libfaketime under a real process) and

@@ -24,7 +24,9 @@ What happens (about a minute):
   5. the table shows nodes, pods, device twins and metrics converging;
   6. outage: one node's link drops every packet; meanwhile a ConfigMap and
      a desired setpoint change in the cloud and a value is reported on the
-     edge; its pods keep running; the link returns; convergence is timed.
+     edge; its pods keep running; the link returns; convergence is timed;
+  7. day 2: one `kubectl logs` and one `kubectl exec` (the real kubectl)
+     on an edge pod, through the hub to the node's agent.
 
 \b
 Exit code: 0 when everything converged; 1 when something did not (the
@@ -34,6 +36,7 @@ file is left behind, unless --keep.
 \b
 Afterwards, with --keep:
   export KUBECONFIG=<printed path>; kubectl get nodes,pods,devices -o wide
+  and the printed kubectl logs / kubectl exec commands on an edge pod
 """
 
 
@@ -71,7 +74,21 @@ Afterwards, with --keep:
     default=None,
     help="Also write the summary as JSON to this file.",
 )
-def demo(nodes: int, transport: str, runtime: str, keep: bool, summary_json: str | None) -> None:
+@click.option(
+    "--kubectl",
+    "kubectl",
+    default=None,
+    metavar="PATH",
+    help="The kubectl for the day-2 checks (default: kubectl on PATH).",
+)
+def demo(
+    nodes: int,
+    transport: str,
+    runtime: str,
+    keep: bool,
+    summary_json: str | None,
+    kubectl: str | None,
+) -> None:
     """Run a whole edge fleet on this machine, cut one node off, and show it converge.
 
     No cluster, registry or manual step needed: the hub, N agents and their mappers run
@@ -84,7 +101,9 @@ def demo(nodes: int, transport: str, runtime: str, keep: bool, summary_json: str
     from cloudhub.demo.view import live_view, summary_view
 
     console = Console()
-    options = DemoOptions(nodes=nodes, transport=transport, runtime=runtime, keep=keep)
+    options = DemoOptions(
+        nodes=nodes, transport=transport, runtime=runtime, keep=keep, kubectl=kubectl
+    )
     runner = Demo(options, on_event=lambda line: console.print(line, highlight=False))
 
     async def wait_for_stop() -> None:
@@ -92,7 +111,8 @@ def demo(nodes: int, transport: str, runtime: str, keep: bool, summary_json: str
         console.print(
             f"\nThe fleet keeps running. kubectl:\n  export KUBECONFIG={runner.state.kubeconfig}\n"
             "  kubectl get nodes,pods -o wide; kubectl get devices -o yaml\n"
-            f"Files: {runner.state.directory}\nPress Ctrl-C to stop it."
+            + "".join(f"  {command}\n" for command in runner.day2_commands())
+            + f"Files: {runner.state.directory}\nPress Ctrl-C to stop it."
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

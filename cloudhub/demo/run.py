@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudhub.demo import manifests
+from cloudhub.demo.day2 import Day2
 from cloudhub.demo.errors import DemoError
 from cloudhub.demo.phases import Phases, Stuck
 from cloudhub.demo.processes import AgentProcess, HubProcess
@@ -72,6 +73,8 @@ class DemoOptions:
         converge_timeout: seconds each phase waits for convergence before it reports
             what did not converge.
         outage_seconds: seconds the link stays cut after the hub saw the node go offline.
+        kubectl: the kubectl for the day-2 checks (``None``: found by
+            :func:`cloudhub.demo.day2.find_kubectl`).
     """
 
     nodes: int = 3
@@ -80,6 +83,7 @@ class DemoOptions:
     keep: bool = False
     converge_timeout: float = 30.0
     outage_seconds: float = 4.0
+    kubectl: str | None = None
 
 
 @dataclass
@@ -122,6 +126,7 @@ class DemoState:
     outage_length: float | None = None
     kubeconfig: str = ""
     directory: str = ""
+    day2_pod: tuple[str, str, str] | None = None
 
     def check(self, name: str, what: str) -> Check:
         return self.checks.setdefault(name, Check(name, what))
@@ -178,7 +183,7 @@ def _desired(device: dict, prop: str) -> str | None:
     return None
 
 
-class Demo(Phases):
+class Demo(Phases, Day2):
     """Runs the demo (see the module docstring); :meth:`run` returns the exit code.
 
     Args:
@@ -272,6 +277,8 @@ class Demo(Phases):
         await self._converge(names)
         self.state.phase = "outage"
         await self._outage()
+        self.state.phase = "day2"
+        await self._day2()
 
     # -- phases ---------------------------------------------------------------------------------
 

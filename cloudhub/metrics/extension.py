@@ -19,14 +19,19 @@
    write when a status changes from what the Node says;
 5. on the embedded API, serves ``metrics.k8s.io/v1beta1`` NodeMetrics and PodMetrics
    (``EmbeddedAPIServer.add_api``), so ``kubectl top node`` / ``kubectl top pod`` work;
-6. forgets a deleted Node's metrics (``hub.on_node_deleted``).
+6. forgets a deleted Node's metrics (``hub.on_node_deleted``);
+7. with ``metrics.aggregated_api`` on a real cluster, reads the API server's front-proxy
+   settings (``kube-system/extension-apiserver-authentication``) and serves the same
+   group over HTTPS (:class:`~cloudhub.metrics.aggregated.AggregatedAPIServer`) for the
+   APIService ``v1beta1.metrics.k8s.io``, as ``hub.aggregated_server``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from cloudhub.aggregation import AggregatedRequest, AggregatedResource
@@ -78,10 +83,10 @@ class MetricsExtension:
         self._pressure: dict[str, PressureState] = {}
         self._hub: Hub | None = None
 
-    def __call__(self, hub: Hub) -> None:
+    def __call__(self, hub: Hub) -> Awaitable[None] | None:
         if not self.settings.enabled:
             log.info("edge metrics are off (metrics.enabled: false)")
-            return
+            return None
         self._hub = hub
         hub.dispatcher.register(MetricsBatch, self.on_batch)
         hub.pods.add_handler(self._on_pod)
@@ -91,6 +96,55 @@ class MetricsExtension:
             hub.lifecycle.condition_providers.append(self.pressure_conditions)
         if hub.embedded_api is not None:
             hub.embedded_api.add_api(ResourceMetricsGroup(self, hub))
+        if self.settings.aggregated_api and hub.kube is not None and hub.embedded_api is None:
+            return self._serve_aggregated(hub)
+        return None
+
+    async def _serve_aggregated(self, hub: Hub) -> None:
+        """Start the HTTPS aggregated API (item 7 of the module docstring).
+
+        Raises:
+            ConfigError: the API server publishes no front-proxy CA, or it does not load.
+        """
+        from cloudhub.errors import ConfigError
+        from cloudhub.kube import CONFIGMAPS
+        from cloudhub.metrics.aggregated import (
+            AUTHENTICATION_CONFIGMAP,
+            AggregatedAPIServer,
+            front_proxy_config,
+            publish_ca_bundle,
+        )
+        from protocol import pki
+
+        namespace, name = AUTHENTICATION_CONFIGMAP
+        assert hub.kube is not None
+        try:
+            found = await hub.kube.get(CONFIGMAPS, name, namespace)
+        except Exception as exc:
+            raise ConfigError(f"metrics.aggregated_api: reading {namespace}/{name}: {exc}") from exc
+        credentials = hub._credentials_source()
+        server = AggregatedAPIServer(
+            [ResourceMetricsGroup(self, hub)],
+            credentials,
+            front_proxy_config((found or {}).get("data") or {}),
+            host=self.settings.aggregated_host,
+            port=self.settings.aggregated_port,
+        )
+        await server.start()
+        hub.aggregated_server = server  # type: ignore[attr-defined]
+        if self.settings.apiservice:
+            cas = credentials().cas
+            await publish_ca_bundle(
+                hub.kube, self.settings.apiservice, pki.dump_certificate_pem(cas)
+            )
+
+        async def serve_until_closed() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await server.aclose()
+
+        hub.add_task(serve_until_closed(), "aggregated-api")
 
     # -- ingest -------------------------------------------------------------------------------
 

@@ -11,8 +11,10 @@
   timestamp]``, as the API documents.
 
 The HTTP side (the embedded API's ``/apis/metrics.k8s.io/v1beta1/...`` routes, or the
-hub's aggregated API server behind ``deploy/metrics-apiservice.yaml``) calls these and
-turns :class:`~cloudhub.metrics.errors.MetricsNotFound` into a 404.
+hub's aggregated API server, :mod:`cloudhub.metrics.aggregated`, behind the APIService of
+``deploy/overlays/metrics-api``) calls these, through
+:class:`~cloudhub.metrics.extension.ResourceMetricsGroup`, and answers a 404 for a
+:class:`~cloudhub.metrics.errors.MetricsNotFound`.
 """
 
 from __future__ import annotations

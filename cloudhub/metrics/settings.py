@@ -77,7 +77,32 @@ class HubMetricsSettings:
         ),
     )
 
+    aggregated_api: bool = field(
+        default=False,
+        metadata=_h(
+            "serve metrics.k8s.io/v1beta1 over HTTPS for a real cluster's API server "
+            "(APIService v1beta1.metrics.k8s.io, deploy/overlays/metrics-api); the "
+            "front-proxy CA is read from kube-system/extension-apiserver-authentication"
+        ),
+    )
+    aggregated_host: str = field(
+        default="0.0.0.0", metadata=_h("address of the aggregated API's HTTPS server")
+    )
+    aggregated_port: int = field(
+        default=4443,
+        metadata=_h("port of the aggregated API's HTTPS server (0: any free port)"),
+    )
+    apiservice: str = field(
+        default="v1beta1.metrics.k8s.io",
+        metadata=_h(
+            "APIService whose caBundle the hub sets to the hub CA when it serves the "
+            "aggregated API (empty: leave APIServices alone)"
+        ),
+    )
+
     def __post_init__(self) -> None:
+        if not 0 <= self.aggregated_port <= 65535:
+            raise SettingsError("aggregated_port", "a port 0..65535", self.aggregated_port)
         for name in ("memory_available_ratio", "nodefs_available_ratio", "imagefs_available_ratio"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:

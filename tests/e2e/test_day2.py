@@ -578,3 +578,41 @@ async def test_kubectl_exec_it_on_the_docker_runtime(
     finally:
         await edge.stop()
         await edge.remove_everything()
+
+
+async def test_exec_attach_port_forward_fail_fast_offline_and_work_when_back(
+    hub, kube, agent, kubectl
+) -> None:
+    """The node's link cut (its agent gone): ``kubectl exec``, ``attach`` and
+    ``port-forward`` each fail within 5 s with the hub's offline message, no hang; when
+    the node is back, the next exec works."""
+    from tests.edgeagent.hublink.fleet import free_port
+
+    node = unique("edge-off")
+    ns = await namespace(kube)
+    edge = agent(node)
+    await running_pod(kube, ns, pod("ticks", ns, node, "while :; do echo tick; sleep 0.2; done"))
+    done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "ticks", "--", "echo", "up")
+    assert (done.returncode, done.stdout) == (0, "up\n"), done.stderr
+
+    await edge.stop()  # SIGTERM: the agent closes its session, the hub marks it offline
+    commands = {
+        "exec": ("exec", "-n", ns, "ticks", "--", "echo", "up"),
+        "attach": ("attach", "-n", ns, "ticks"),
+        "port-forward": ("port-forward", "-n", ns, "pod/ticks", f"{free_port()}:8080"),
+    }
+    for name, args in commands.items():
+        started = time.monotonic()
+        done = await kubectl_run(kubectl, hub, *args, timeout=30)
+        took = time.monotonic() - started
+        assert done.returncode != 0, (name, done.stdout)
+        assert f"node {node} is offline since" in done.stderr, (name, done.stderr)
+        assert took < 5, (name, took)
+
+    edge.start()
+
+    async def exec_works():
+        done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "ticks", "--", "echo", "back")
+        return done.returncode == 0 and done.stdout == "back\n"
+
+    await eventually(exec_works, "kubectl exec after the node is back")

@@ -48,6 +48,7 @@ import yaml
 
 __all__ = [
     "BINARY_ENV",
+    "FRONT_PROXY_CLIENT",
     "KUBECTL_ENV",
     "KUBE_VERSION",
     "RECIPE",
@@ -81,6 +82,10 @@ _DEFAULT_BINARY = Path("~/.cache/edgefleet/kube-apiserver-v1.20.2/kube-apiserver
 # no ServiceAccount admission (nobody creates the default ServiceAccount or its token), no
 # endpoint reconciler (nobody is there to keep the `kubernetes` Service's endpoints), and
 # privileged containers allowed, as kubeadm clusters do, so real DaemonSets validate.
+FRONT_PROXY_CLIENT = "front-proxy-client"
+"""Common name of the API server's front-proxy client certificate (``--proxy-client-cert-file``),
+the one name in ``--requestheader-allowed-names``."""
+
 _FIXED_APISERVER_FLAGS = (
     "--authorization-mode=RBAC",
     "--disable-admission-plugins=ServiceAccount",
@@ -301,6 +306,16 @@ def start(
         f"--kubelet-client-certificate={pki['kubelet_client_cert']}",
         f"--kubelet-client-key={pki['kubelet_client_key']}",
         "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname",
+        # the aggregation layer (APIServices: the hub's metrics.k8s.io): the API server
+        # proxies with this client certificate and names the user in X-Remote-* headers,
+        # which aggregated servers trust from certificates of the front-proxy CA only
+        f"--requestheader-client-ca-file={pki['front_proxy_ca']}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki['proxy_client_cert']}",
+        f"--proxy-client-key-file={pki['proxy_client_key']}",
     ]
     if kubelet_ca is not None:
         (workdir / "pki" / "kubelet-ca.crt").write_bytes(kubelet_ca)
@@ -387,9 +402,11 @@ def start(
 def _write_pki(workdir: Path) -> dict[str, Path]:
     """Write a CA, a serving certificate for 127.0.0.1/localhost and a service-account key,
     made with the project's one certificate builder (:mod:`protocol.pki`)."""
-    from cryptography.hazmat.primitives import serialization
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
 
     from protocol.pki import (
+        _leaf_builder,  # the builder's leaf with any subject
         build_node_csr,
         dump_certificate_pem,
         dump_private_key_pem,
@@ -416,6 +433,18 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
         ca, build_node_csr("kube-apiserver", kubelet_key), lifetime=lifetime, now=now
     )
 
+    # the front proxy (aggregation layer): its own CA, as kubeadm makes front-proxy-ca
+    front_proxy_ca = generate_ca("edgefleet-test-front-proxy-ca", lifetime=lifetime, now=now)
+    proxy_key = generate_private_key()
+    proxy_cert = _leaf_builder(
+        front_proxy_ca,
+        x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, FRONT_PROXY_CLIENT)]),
+        proxy_key.public_key(),
+        lifetime,
+        now,
+        x509.ExtendedKeyUsageOID.CLIENT_AUTH,
+    ).sign(front_proxy_ca.private_key, hashes.SHA256())
+
     pki_dir = workdir / "pki"
     pki_dir.mkdir(exist_ok=True)
     paths = {
@@ -425,7 +454,12 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
         "sa_key": pki_dir / "sa.key",
         "kubelet_client_cert": pki_dir / "kubelet-client.crt",
         "kubelet_client_key": pki_dir / "kubelet-client.key",
+        "front_proxy_ca": pki_dir / "front-proxy-ca.crt",
+        "proxy_client_cert": pki_dir / "front-proxy-client.crt",
+        "proxy_client_key": pki_dir / "front-proxy-client.key",
     }
+    paths["front_proxy_ca"].write_bytes(dump_certificate_pem(front_proxy_ca.certificate))
+    paths["proxy_client_cert"].write_bytes(dump_certificate_pem(proxy_cert))
     paths["kubelet_client_cert"].write_bytes(dump_certificate_pem(kubelet_cert))
     paths["ca_cert"].write_bytes(dump_certificate_pem(ca.certificate))
     paths["serving_cert"].write_bytes(dump_certificate_pem(serving_cert))
@@ -440,6 +474,7 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
         ("serving_key", dump_private_key_pem(serving_key)),
         ("sa_key", sa_pem),
         ("kubelet_client_key", dump_private_key_pem(kubelet_key)),
+        ("proxy_client_key", dump_private_key_pem(proxy_key)),
     ):
         paths[name].touch(mode=0o600)
         paths[name].write_bytes(data)

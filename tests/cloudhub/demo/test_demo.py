@@ -16,6 +16,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,11 +27,13 @@ import pytest
 from click.testing import CliRunner
 
 from cloudhub.__main__ import main
+from cloudhub.demo.day2 import EXEC_MARKER
 from cloudhub.demo.run import Demo, DemoOptions
 from cloudhub.devtools.engine import unavailable_reason
 from cloudhub.devtools.fleet import Child
 from cloudhub.kube import NODES, KubeClient
-from tests.environment import in_ci
+from tests.environment import in_ci, missing
+from tests.k8s.kube_apiserver import kubectl_path
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -49,6 +52,8 @@ ALL_CHECKS = {
     "outage-configmap",
     "outage-desired",
     "outage-reported",
+    "logs",
+    "exec",
 }
 MUST_CONVERGE = ALL_CHECKS
 
@@ -117,6 +122,9 @@ def test_demo_runs_the_fleet_and_cleans_up(tmp_path: pathlib.Path) -> None:
     if reason is not None and in_ci():
         pytest.fail(f"CI=true: the demo must run on podman, and {reason}", pytrace=False)
     runtime = "auto" if reason is None else "process"
+    kubectl = str(kubectl_path() or "")
+    if not kubectl:
+        missing("kubectl is not available for the day-2 checks", "scripts/setup.sh test")
     summary_path = tmp_path / "summary.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     args = [
@@ -131,6 +139,8 @@ def test_demo_runs_the_fleet_and_cleans_up(tmp_path: pathlib.Path) -> None:
         "--keep",
         "--summary-json",
         str(summary_path),
+        "--kubectl",
+        kubectl,
     ]
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -171,6 +181,16 @@ def test_demo_runs_the_fleet_and_cleans_up(tmp_path: pathlib.Path) -> None:
             }
 
         assert asyncio.run(nodes()) == {"edge-1": "quic", "edge-2": "websocket"}, text
+        # --keep prints the day-2 commands; run as printed, they work
+        commands = re.findall(r"^  (kubectl -n \S+ (?:logs|exec) .*)$", text, flags=re.MULTILINE)
+        assert [c.split()[3] for c in commands] == ["logs", "exec"], text
+        done = subprocess.run(
+            [kubectl, "--kubeconfig", kubeconfig, *shlex.split(commands[1])[1:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (0, f"{EXEC_MARKER}\n"), done.stderr
         assert _processes_under(directory), "--keep keeps the fleet running"
 
         proc.send_signal(signal.SIGINT)

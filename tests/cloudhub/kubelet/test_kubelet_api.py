@@ -179,6 +179,37 @@ async def test_logs_and_exec_through_the_hub(
         )
         assert done.returncode != 0 and f"node {node} is offline since" in done.stderr
         assert time.monotonic() - started < 5
+        # exec, attach and port-forward too: the API server relays the hub's answer to
+        # the upgrade at once
+        for args in (
+            ("exec", "-n", namespace, "talk", "--", "echo", "up"),
+            ("attach", "-n", namespace, "talk"),
+            ("port-forward", "-n", namespace, "pod/web", f"{free_port()}:{pod_port}"),
+        ):
+            started = time.monotonic()
+            done = await asyncio.to_thread(run, kubectl, cluster.kubeconfig, *args)
+            assert done.returncode != 0, (args, done.stdout)
+            assert f"node {node} is offline since" in done.stderr, (args, done.stderr)
+            assert time.monotonic() - started < 5, args
+        # the node back: the next exec works
+        edge.start()
+
+        async def exec_works():
+            done = await asyncio.to_thread(
+                run,
+                kubectl,
+                cluster.kubeconfig,
+                "exec",
+                "-n",
+                namespace,
+                "talk",
+                "--",
+                "echo",
+                "back",
+            )
+            return done.returncode == 0 and done.stdout == "back\n"
+
+        await eventually(exec_works, "kubectl exec after the node is back")
     finally:
         await edge.stop()
         await edge.remove_everything()

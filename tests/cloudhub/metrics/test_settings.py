@@ -32,6 +32,8 @@ def test_flags_and_environment_reach_the_group() -> None:
         ("metrics.memory_available_bytes", "-1"),
         ("metrics.pressure_transition_period", "-3"),
         ("metrics.max_batch_bytes", "10"),
+        ("metrics.aggregated_port", "70000"),
+        ("metrics.aggregated_api", "maybe"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: str) -> None:
