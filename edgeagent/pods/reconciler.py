@@ -68,6 +68,7 @@ class PodReconciler:
         self._tasks = TaskSet("pods")
         self._store_error_logged_at = 0.0
         self._closing = False
+        self._orphans_deferred = False
         self.started_at: dict[tuple[str, str], float] = {}
         """(pod uid, container name) → wall time its latest attempt was started."""
 
@@ -206,6 +207,8 @@ class PodReconciler:
                 uid = info.labels.get(Labels.POD_UID, "")
                 now.setdefault(uid, []).append((info.id, info.state.value, info.exit_code))
             fingerprints = {uid: tuple(sorted(items)) for uid, items in now.items()}
+            if self._orphans_deferred and not self.store.resync_pending:
+                await self._collect_orphans()
             if last is not None:
                 for uid in set(fingerprints) | set(last):
                     worker = self._workers.get(uid)
@@ -215,7 +218,19 @@ class PodReconciler:
 
     async def _collect_orphans(self) -> None:
         """Remove containers of pods that are no longer in the store (deleted while the
-        agent was down)."""
+        agent was down). Deferred while the store is recreated empty and not yet resynced
+        (``Store.resync_pending``): then every running container would look orphaned;
+        :meth:`_relist` runs it once the hub's sync is in."""
+        if self.store.resync_pending:
+            if not self._orphans_deferred:
+                self._orphans_deferred = True
+                log.warning(
+                    "the store was recreated empty: keeping this node's containers running "
+                    "until the hub has resent its pods (containers of pods it no longer "
+                    "assigns are removed then)"
+                )
+            return
+        self._orphans_deferred = False
         try:
             containers = await self.runtime.list()
         except ContainerRuntimeError as exc:

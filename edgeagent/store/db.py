@@ -31,12 +31,14 @@ from edgeagent.settings import StoreSettings
 from edgeagent.store._sqlite import Database, sqlite3
 from edgeagent.store.migrations import MIGRATION_SET, MIGRATIONS, migration_number
 
-__all__ = ["StoreCore", "dumps"]
+__all__ = ["RESYNC_PENDING", "StoreCore", "dumps"]
 
 log = logging.getLogger("edgeagent.store.store")
 
 Self = TypeVar("Self", bound="StoreCore")
 
+RESYNC_PENDING = "store.resync_pending"
+"""State key: the store was recreated empty and the hub has not completed a sync since."""
 _SQLITE_FULL = 13
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -111,6 +113,18 @@ class StoreCore:
     def _after_rollback(self) -> None:
         """Called after a failed commit was rolled back (the outbox part reloads seqs)."""
 
+    def _mark_resync_pending(self) -> None:
+        """Record (committed at once) that this store was recreated empty: until the hub's
+        next complete sync it does not know this node's pods, so the reconciler must not
+        take the running containers for orphans (``StatePart.resync_pending``)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO state (key, value) VALUES (?, 'true') "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (RESYNC_PENDING,),
+            )
+        self.flush()
+
     # --- opening ------------------------------------------------------------------------
 
     @classmethod
@@ -176,6 +190,8 @@ class StoreCore:
                 store._check_and_migrate()
                 store.recovered_from = aside
             store._after_open()
+            if store.recovered_from is not None:
+                store._mark_resync_pending()
             return store
         except BaseException:
             os.close(lock_fd)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from edgeagent.store.db import StoreCore, dumps
+from edgeagent.store.db import RESYNC_PENDING, StoreCore, dumps
 
 if TYPE_CHECKING:
     from edgeagent.store.metrics import SQLiteMetricsStorage
@@ -44,6 +44,17 @@ class StatePart(StoreCore):
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                 (key, raw),
             )
+
+    @property
+    def resync_pending(self) -> bool:
+        """True from the open that recreated this store empty (a damaged file moved aside)
+        until :meth:`mark_resynced`: the store does not know this node's pods yet."""
+        return bool(self.get_state(RESYNC_PENDING, False))
+
+    def mark_resynced(self) -> None:
+        """The hub completed a sync (``sync_done``): the store holds this node's objects."""
+        if self.resync_pending:
+            self.set_state(RESYNC_PENDING, False)
 
     # --- device twins and the metrics buffer ---------------------------------------------
 

@@ -510,6 +510,8 @@ class HubLink:
     def _on_sync_done(self, message: Message) -> None:
         assert isinstance(message, SyncDone)
         log.info("in sync with the hub: %d object(s) for this node", message.inventory_size)
+        if self._store is not None:
+            self._store.mark_resynced()
         self.synced.set()
 
     def _on_error(self, message: Message) -> None:
