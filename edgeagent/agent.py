@@ -227,6 +227,8 @@ class Agent:
                 return
             except asyncio.CancelledError:
                 raise
+            except StoreError as exc:  # a known condition (disk full, damage): its words
+                log.error("service %s failed: %s; restarting in 5s", service.name, exc)
             except Exception:
                 log.exception("service %s failed; restarting in 5s", service.name)
             await asyncio.sleep(5.0)

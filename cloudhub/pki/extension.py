@@ -53,6 +53,7 @@ class PKIExtension:
     async def __call__(self, hub: Hub) -> None:
         assert hub.kube is not None and hub.edge is not None
         self._hub = hub
+        self._check_session_port(hub)
         if hub.settings.kube.mode == "embedded":
             await self._ensure_namespace(hub)
         pki = HubPKI(hub.kube, self.settings)
@@ -66,6 +67,23 @@ class PKIExtension:
         hub.on_node_deleted.append(pki.node_deleted)
         pki.add_revocation_listener(self._revoked)
         hub.add_task(self._own(pki), name="pki")
+
+    def _check_session_port(self, hub: Hub) -> None:
+        """Warn when joining nodes are told a session port this hub does not listen on
+        (``--listen-quic-port 27443`` alone: every node joins, then dials 7443)."""
+        listen = hub.settings.listen
+        port = listen.quic_port if listen.quic else listen.websocket_port
+        told = self.settings.session_port
+        if port and told != port:
+            log.warning(
+                "joining nodes are told to connect to port %d (pki.session_port) but this hub "
+                "listens on %d: set --pki-session-port %d, unless a load balancer or NAT "
+                "forwards %d to it",
+                told,
+                port,
+                port,
+                told,
+            )
 
     async def _ensure_namespace(self, hub: Hub) -> None:
         body = {

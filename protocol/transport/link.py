@@ -361,6 +361,11 @@ class Link:
             except WindowFull:
                 self._window_open.clear()
                 await self._window_open.wait()
+            except StateError:
+                if session.state not in (SessionState.CLOSING, SessionState.CLOSED):
+                    raise
+                # Our close is out and the peer's not yet in: closed for sending.
+                raise ConnectionClosed(CloseCode.GOING_AWAY, "link closing", False) from None
         # send() makes a frame and nothing else: no events, and a timer that can only move
         # later (handled lazily), so no pump. The transport coalesces what is written in
         # one loop iteration (one round of QUIC datagrams, one WebSocket message).

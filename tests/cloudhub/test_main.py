@@ -170,3 +170,60 @@ def test_sigterm_while_the_api_is_unreachable_at_start_exits_0(tmp_path: pathlib
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_session_port_nodes_would_not_find_is_named_at_start(tmp_path: pathlib.Path) -> None:
+    """``cloudhub serve --listen-quic-port P`` alone: the join endpoint would tell nodes
+    pki.session_port (7443), so every node joins and then dials a port nobody serves; the
+    hub says so at start, naming the setting."""
+    port = _free_port(socket.SOCK_STREAM)
+    env = {"PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cloudhub",
+            "serve",
+            "--observability-log-format=text",
+            f"--kube-embedded-data-dir={tmp_path / 'api'}",
+            "--kube-embedded-port=0",
+            f"--listen-quic-port={port}",
+            f"--listen-websocket-port={port}",
+            "--listen-quic-host=127.0.0.1",
+            "--listen-websocket-host=127.0.0.1",
+            "--pki-join-host=127.0.0.1",
+            "--pki-join-port=0",
+            "--kubelet-port=0",
+            "--observability-http-host=127.0.0.1",
+            "--observability-http-port=0",
+            f"--upgrade-artifact-dir={tmp_path / 'artifacts'}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    warned = ""
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "pki.session_port" in line:
+                warned = line
+            if "serving edges" in line:
+                break
+        else:
+            raise AssertionError(f"the hub ended before serving (exit {proc.wait()})")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "WARN" in warned and f"listens on {port}" in warned, warned
+    assert f"--pki-session-port {port}" in warned and "told to connect to port 7443" in warned

@@ -92,6 +92,12 @@ class Ref:
     uid: str
 
 
+def damage_store(path: pathlib.Path) -> None:
+    """Overwrite a closed store's header and first pages, as a failing SD card would."""
+    with open(path, "r+b") as f:
+        f.write(b"\x00garbage" * 512)
+
+
 def make_pod(name: str, containers: list[dict], namespace: str = "default", **spec) -> dict:
     """A Pod object as the hub would send it (uid made up)."""
     return {

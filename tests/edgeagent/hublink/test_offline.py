@@ -16,6 +16,7 @@ import pytest
 
 from cloudhub.errors import KubeAPIError
 from cloudhub.kube import PODS, KubeClient
+from tests.edgeagent.conftest import damage_store
 from tests.edgeagent.hublink.fleet import eventually
 from tests.edgeagent.hublink.objects import (
     condition,
@@ -273,3 +274,53 @@ async def test_sigkill_during_status_writes_loses_no_acknowledged_status(
     log = agent.log()
     assert "Traceback" not in log and "is unusable" not in log  # the store opened each time
     assert log.count("--- start") == 16
+
+
+@pytest.mark.parametrize("kind", ["process", pytest.param("docker", marks=pytest.mark.podman)])
+async def test_damaged_store_offline_keeps_pods_and_adopts_them_after_the_resync(
+    fleet, kube: KubeClient, namespace: str, kind: str
+):
+    # The SD card's store is damaged while the node is offline: the agent recreates it
+    # empty, but the pods it was running must keep running (not be taken for orphans),
+    # and the hub's resync must adopt them (no restart), not start them again.
+    agent = fleet.agent("edge-damaged", kind)
+    script = "trap 'exit 0' TERM; sleep 600 & wait"
+    for i in range(2):
+        await kube.create(
+            PODS,
+            pod(f"app-{i}", namespace, "edge-damaged", script, hostNetwork=kind == "docker"),
+        )
+
+    async def all_running():
+        items, _ = await kube.list(PODS, namespace)
+        return len(items) == 2 and all(is_running(p) for p in items)
+
+    await eventually(all_running, "2 pods Running in the API")
+    uids = {p["metadata"]["uid"] for p in (await kube.list(PODS, namespace))[0]}
+    assert await agent.stop() == 0
+    await fleet.hub.stop()
+    damage_store(agent.state / "store.db")
+
+    agent.start()  # the hub is unreachable
+    await eventually(
+        lambda: "until the hub's first full sync" in agent.log(),
+        "the orphan scan deferred until the resync",
+        timeout=60,
+    )
+    assert list(agent.state.glob("store.db.corrupt-*"))
+    assert uids <= await agent.running_pods()
+
+    await fleet.hub.start()
+
+    async def adopted():
+        items, _ = await kube.list(PODS, namespace)
+        return (
+            {p["metadata"]["uid"] for p in items} == uids
+            and all(is_running(p) for p in items)
+            and agent.read_store(lambda s: s.synced_before()) is True
+        )
+
+    await eventually(adopted, "the pods adopted after the resync")
+    assert uids <= await agent.running_pods()
+    for item in (await kube.list(PODS, namespace))[0]:
+        assert container_status(item).get("restartCount") == 0, item["status"]

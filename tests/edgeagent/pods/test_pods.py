@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import pathlib
 import time
 
 import pytest
 
-from tests.edgeagent.conftest import Harness, container, make_pod, wait_until
+from tests.edgeagent.conftest import Harness, container, damage_store, make_pod, wait_until
 
 pytestmark = pytest.mark.podman
 
@@ -544,6 +545,53 @@ async def test_adopts_running_containers_after_agent_restart(harness: Harness):
     assert after["containerID"] == before["containerID"]
     assert after["restartCount"] == 0
     assert after["state"]["running"]["startedAt"] == before["state"]["running"]["startedAt"]
+
+
+async def test_recreated_empty_store_keeps_containers_until_resynced(harness: Harness, caplog):
+    # A damaged store is moved aside and recreated empty: the node's running containers
+    # must not be taken for orphans before the hub has resent its pods (an offline node
+    # would lose them all; an online one restarted every pod).
+    from edgeagent.runtime import Labels
+    from edgeagent.store import Store
+
+    kept = harness.apply(make_pod("kept", [container("c", "sleep 600", harness.kind)]))
+    gone = harness.apply(
+        make_pod(
+            "gone", [container("c", "sleep 600", harness.kind)], terminationGracePeriodSeconds=1
+        )
+    )
+    await harness.wait_phase(kept, "Running")
+    await harness.wait_phase(gone, "Running")
+    before = harness.container_status(kept, "c")
+    await harness.stop()
+    harness.store.close()
+    damage_store(harness.settings.store_path)
+    harness.store = Store.open(harness.settings.store_path, harness.settings.store)
+    assert harness.store.recovered_from is not None and not harness.store.synced_before()
+
+    async def containers(pod: dict) -> list:
+        return await harness.runtime.list({Labels.POD_UID: pod["metadata"]["uid"]})
+
+    with caplog.at_level(logging.WARNING, logger="edgeagent.pods.reconciler"):
+        await harness.start()
+        await wait_until(
+            lambda: "until the hub's first full sync" in caplog.text,
+            timeout=20,
+            what="orphan removal deferred",
+        )
+    assert await containers(gone) != [] and await containers(kept) != []
+    harness.apply(kept)  # the hub's resync: 'kept' is resent, 'gone' is not; then sync_done
+    harness.store.note_full_sync(1)
+    assert harness.store.synced_before()
+    await harness.wait_phase(kept, "Running")
+
+    async def gone_removed() -> bool:
+        return await containers(gone) == []
+
+    await wait_until(gone_removed, timeout=20, what="containers of the unassigned pod removed")
+    after = harness.container_status(kept, "c")
+    assert after["containerID"] == before["containerID"]
+    assert after["restartCount"] == 0
 
 
 async def test_pod_removed_from_store_is_torn_down(harness: Harness):

@@ -90,3 +90,49 @@ async def test_full_disk_keeps_pods_running(small_fs: pathlib.Path, caplog):
         for info in await rt.list():
             await rt.remove(info.id)
         await rt.close()
+
+
+class _WritesState:
+    """A service that commits a write at every start (as the uplink's seq reservation
+    does at every dial): on a full disk it fails with the store's StoreFullError."""
+
+    name = "writer"
+
+    def __init__(self) -> None:
+        self.starts = 0
+        self.go = asyncio.Event()  # set by the test once the disk is full
+
+    async def run(self, ctx) -> None:
+        await self.go.wait()
+        self.starts += 1
+        ctx.store.set_state("test.writer", "x" * 4096 + str(self.starts))
+        ctx.store.flush()
+        await asyncio.Event().wait()
+
+
+async def test_a_service_failing_on_a_full_disk_says_so_in_one_line(small_fs: pathlib.Path, caplog):
+    # Seen on a real agent whose state directory filled up: the hub service failed at
+    # every dial and the log repeated a 30-line traceback every 5 s for a known condition.
+    settings = agent_settings(small_fs, "process")
+    service = _WritesState()
+    stop = asyncio.Event()
+    agent = Agent(settings, notifier=Notifier(None), services=[service])
+    with caplog.at_level(logging.ERROR, logger="edgeagent.agent"):
+        task = asyncio.create_task(agent.run(stop))
+        filler = small_fs / "filler"
+        try:
+            await wait_until(lambda: agent.context is not None, timeout=20, what="ready")
+            filler = fill(small_fs)
+            service.go.set()
+            await wait_until(
+                lambda: "service writer" in caplog.text, timeout=20, what="the service failure"
+            )
+            filler.unlink()
+            await wait_until(lambda: service.starts >= 2, timeout=20, what="the restart")
+        finally:
+            filler.unlink(missing_ok=True)
+            stop.set()
+            await asyncio.wait_for(task, timeout=30)
+    failures = [r for r in caplog.records if "service writer" in r.getMessage()]
+    assert failures and all(r.exc_info is None for r in failures)  # no traceback
+    assert "disk full" in failures[0].getMessage() and "restarting" in failures[0].getMessage()

@@ -9,6 +9,7 @@ import pytest
 from protocol.errors import CloseCode, ConnectionClosed
 from protocol.events import Acked, Closed, MessageReceived
 from protocol.messages import KubeEvent, ObjectRef, TwinDesired
+from protocol.states import SessionState
 from protocol.transport import (
     CertificateRejected,
     ConnectFailed,
@@ -186,6 +187,31 @@ async def test_hub_closing_ends_the_link(transport, make_hub, pki_ca) -> None:
     with pytest.raises(ConnectionClosed):
         await link.send(event("too late"))
     await asyncio.wait_for(link.close(), link.close_bound)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_send_while_closing_raises_connection_closed(transport, make_hub, pki_ca) -> None:
+    # An agent whose store failed closes its link while its outbox drain is sending: the
+    # send between our close and the peer's must be ConnectionClosed (as documented), not
+    # the session's StateError (logged as a traceback by the agent's drain).
+    async def behaviour(link: Link) -> None:
+        link.accept(welcome(link))
+        await link.wait_closed()
+
+    hub = await make_hub(behaviour)
+    link = await connect(transport)(
+        "127.0.0.1",
+        hub.port(transport),
+        credentials=pki_ca.client,
+        hello=hello(),
+        server_name="localhost",
+    )
+    closing = asyncio.create_task(link.close(CloseCode.GOING_AWAY, "edge outbox failure"))
+    await asyncio.sleep(0)  # one step: close() has sent its close and awaits the peer's
+    assert link.session.state is SessionState.CLOSING
+    with pytest.raises(ConnectionClosed):
+        await link.send(event("while closing"))
+    await asyncio.wait_for(closing, link.close_bound)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
