@@ -3,6 +3,7 @@
 from edgeagent.store.store import (
     SEQ_BLOCK,
     SEQ_MARGIN,
+    DeadLetter,
     ObjectChange,
     OutboxEntry,
     RefLike,
@@ -15,6 +16,7 @@ from edgeagent.store.store import (
 __all__ = [
     "SEQ_BLOCK",
     "SEQ_MARGIN",
+    "DeadLetter",
     "ObjectChange",
     "OutboxEntry",
     "RefLike",
