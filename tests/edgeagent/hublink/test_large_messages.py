@@ -182,3 +182,43 @@ async def test_an_event_over_the_message_limit_is_dead_lettered_and_the_session_
     shown = edgeagent_status(agent)
     assert "dead letters: 1 message(s)" in shown, shown
     assert "event  Node " + node in shown, shown
+
+
+async def test_an_unsendable_event_is_tried_once_per_session_up_to_the_bound(
+    fleet, kube: KubeClient
+) -> None:
+    """The default bound (``hub.dead_letter_attempts`` = 3): one failed attempt per session,
+    kept in the outbox (and counted in the store) until the third session, then
+    dead-lettered with its Warning (the hub is restarted to end each session)."""
+    node = "edge-bound"
+    agent = fleet.agent(node, start=False)
+    store = Store.open(agent.state / "store.db")
+    try:
+        huge = store.outbox_append("event", event(node, "Huge", "h" * (9 * MIB)))
+    finally:
+        store.close()
+    agent.start()
+    selector = f"involvedObject.kind=Node,involvedObject.name={node}"
+
+    async def has_event(reason: str) -> bool:
+        mine, _ = await kube.list(EVENTS, "default", field_selector=selector)
+        return reason in {e["reason"] for e in mine}
+
+    for attempt in (1, 2):
+        await eventually(
+            lambda n=attempt: agent.read_store(
+                lambda s: s.send_attempts(huge) == n and s.dead_letter_count() == 0
+            ),
+            f"attempt {attempt} counted, the event still queued",
+        )
+        await fleet.hub.stop()
+        await fleet.hub.start()
+        assert not await has_event("MessageTooLarge")
+    await eventually(
+        lambda: agent.read_store(lambda s: [d.attempts for d in s.dead_letters()] == [3]),
+        "the event dead-lettered at the third session",
+    )
+    await eventually(lambda: has_event("MessageTooLarge"), "the Warning on the Node")
+    await eventually(
+        lambda: agent.read_store(lambda s: s.outbox_depth() == 0), "the Warning acknowledged"
+    )
