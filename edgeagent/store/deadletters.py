@@ -79,6 +79,8 @@ class DeadLettersPart(OutboxPart):
         """
         now = self._wall()
         with self._write() as conn:
+            # Attempts of messages that went after all (acked, replaced, trimmed): forget.
+            conn.execute("DELETE FROM send_failure WHERE outbox_id NOT IN (SELECT id FROM outbox)")
             row = conn.execute(
                 "SELECT kind, body, created_at FROM outbox WHERE id = ?", (entry.id,)
             ).fetchone()

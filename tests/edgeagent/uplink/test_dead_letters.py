@@ -253,3 +253,18 @@ def test_the_attempts_bound_is_checked(tmp_path: pathlib.Path):
 
     with pytest.raises(ConfigError, match="dead_letter_attempts"):
         load_settings(tmp_path / "none.yaml", overrides={"hub.dead_letter_attempts": 0})
+
+
+def test_attempts_of_messages_that_went_after_all_are_forgotten(store: Store):
+    """A message that failed once and was then sent and acknowledged (a later hub took
+    more) leaves no attempt row behind once another message fails."""
+    first = store.outbox_append("event", event_body("Once"))
+    [entry] = store.outbox_unsent()
+    assert store.outbox_send_failed(entry, "too large", size=1, max_attempts=3) is None
+    store.outbox_mark_sent(first, store.next_seq())
+    store.outbox_ack(store.next_seq())
+    assert store.send_attempts(first) == 1  # kept until the next failure looks
+    store.outbox_append("event", event_body("Other"))
+    [other] = store.outbox_unsent()
+    store.outbox_send_failed(other, "too large", size=1, max_attempts=3)
+    assert store.send_attempts(first) == 0 and store.send_attempts(other.id) == 1
