@@ -75,6 +75,7 @@ from protocol.errors import CloseCode, ErrorCode, InvalidMessage, MessageTooLarg
 from protocol.messages import Message, ObjectUpsert
 from protocol.tasks import TaskScope
 from protocol.transport import TLSCredentials, serve_quic, serve_websocket
+from protocol.undelivered import PLACEHELD_KINDS, placeholder
 
 __all__ = ["Extension", "Hub"]
 
@@ -608,6 +609,12 @@ class Hub:
             detail = f"{what} cannot be sent to node {node}: {error}"
         self.dead_letters.add(DeadLetter(node, message.kind, ref, detail, time.time()))
         session.log.error("dead letter: %s", detail)
+        if too_large and ref is not None and ref.kind in PLACEHELD_KINDS:
+            # In its place, its identity: the pods on the edge say why, not "not found".
+            assert isinstance(error, MessageTooLarge)
+            assert isinstance(message, ObjectUpsert)
+            body = placeholder(message.object, error.size, error.limit)
+            session.send(ObjectUpsert(ref, message.resource_version, body))
         if ref is None or self.events is None:
             return
         involved = {"apiVersion": "v1", "kind": ref.kind, "namespace": ref.namespace}

@@ -282,6 +282,11 @@ class HubSettings:
     max_clock_skew: float = field(
         default=60.0, metadata=_h("log a warning when the hub's clock differs by more", "s")
     )
+    dead_letter_attempts: int = field(
+        default=3, metadata=_h("sessions an over-size up-going message is tried in", "")
+    )
+    """A message over the limits the session agreed with the hub is skipped for the rest
+    of that session and dead-lettered in the store after this many (docs/hublink.md)."""
     """Status, event and metric timestamps come from this clock: beyond a minute they are
     visibly off (certificates tolerate 5 min: ``protocol.pki.CLOCK_SKEW``)."""
 
@@ -307,6 +312,10 @@ class HubSettings:
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"hub.{name} must be > 0 seconds", key=f"hub.{name}")
+        if self.dead_letter_attempts < 1:
+            raise ConfigError(
+                "hub.dead_letter_attempts must be >= 1", key="hub.dead_letter_attempts"
+            )
         if self.healthy_after < 0:
             raise ConfigError("hub.healthy_after must be >= 0 seconds", key="hub.healthy_after")
         if self.url:

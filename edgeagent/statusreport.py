@@ -70,6 +70,39 @@ def _metrics(store: Store, settings: AgentSettings) -> dict[str, Any]:
     }
 
 
+def _dead_letters(store: Store) -> dict[str, Any]:
+    """Up-going messages given up on (:mod:`edgeagent.store.deadletters`): the count and
+    the latest three, without their bodies (an event's reason and object only)."""
+    try:
+        count = store.dead_letter_count()
+        latest = store.dead_letters(limit=3)
+    except StoreError as exc:  # a store from an agent before dead letters (read-only)
+        return {"count": 0, "latest": [], "error": str(exc)}
+    return {
+        "count": count,
+        "latest": [
+            {
+                "kind": d.kind,
+                "object": _ref_text(d.body.get("ref")),
+                "reason": d.reason,
+                "attempts": d.attempts,
+                "size": d.size,
+                "dead_at": datetime.datetime.fromtimestamp(
+                    d.dead_at, datetime.timezone.utc
+                ).isoformat(timespec="seconds"),
+            }
+            for d in latest
+        ],
+    }
+
+
+def _ref_text(ref: Any) -> str:
+    if not isinstance(ref, dict):
+        return ""
+    ns = ref.get("namespace") or ""
+    return f"{ref.get('kind', '')} {ns + '/' if ns else ''}{ref.get('name', '')}".strip()
+
+
 #: Kinds listed under ``objects`` (the configuration the node holds besides its pods).
 OBJECT_KINDS = ("ConfigMap", "Secret", "DeviceModel", "Device")
 
@@ -134,6 +167,7 @@ def collect(settings: AgentSettings) -> dict[str, Any]:
             "pods": pods,
             "objects": _objects(store),
             "outbox_depth": store.outbox_depth(),
+            "dead_letters": _dead_letters(store),
             "devices": _devices(store, settings),
             "metrics": _metrics(store, settings),
             "store": {
@@ -165,6 +199,14 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append(f"certificate: {cert.get('error')}")
     lines.append(f"outbox:      {report['outbox_depth']} message(s) waiting for the hub")
+    dead = report.get("dead_letters") or {}
+    if dead.get("count"):
+        lines.append(
+            f"dead letters: {dead['count']} message(s) the hub could not take "
+            "(edgeagent status --json lists the latest)"
+        )
+        for d in dead.get("latest") or []:
+            lines.append(f"  {d['dead_at']}  {d['kind']}  {d['object']}  {d['reason']}"[:200])
     lines.append("devices:     " + _devices_line(report.get("devices") or {}))
     lines.append("metrics:     " + _metrics_line(report.get("metrics") or {}))
     adoption = (report.get("store") or {}).get("adoption") or {}

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from edgeagent.errors import PodConfigError
+from protocol.undelivered import undelivered
 
 __all__ = ["Lookup", "config_data", "configmap_data", "secret_data"]
 
@@ -60,11 +61,19 @@ def config_data(
 
     Raises:
         PodConfigError: absent and not optional (kubelet's message: ``configmap "x" not
-            found``), or undecodable.
+            found``), too large for the hub to send (its placeholder,
+            :mod:`protocol.undelivered`: ``configmap "x" exceeds the message limit (N > M
+            bytes)``, optional or not), or undecodable.
     """
     obj = lookup(kind, namespace, name)
     if obj is None:
         if optional:
             return None
         raise PodConfigError(f'{kind.lower()} "{name}" not found')
+    too_large = undelivered(obj)
+    if too_large is not None:  # the hub sent a placeholder: it is there, but not here
+        size, limit = too_large
+        raise PodConfigError(
+            f'{kind.lower()} "{name}" exceeds the message limit ({size} > {limit} bytes)'
+        )
     return configmap_data(obj) if kind == "ConfigMap" else secret_data(obj)

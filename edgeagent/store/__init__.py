@@ -4,6 +4,7 @@ from edgeagent.store.db import agent_running
 from edgeagent.store.store import (
     SEQ_BLOCK,
     SEQ_MARGIN,
+    DeadLetter,
     ObjectChange,
     OutboxEntry,
     RefLike,
@@ -16,6 +17,7 @@ from edgeagent.store.store import (
 __all__ = [
     "SEQ_BLOCK",
     "SEQ_MARGIN",
+    "DeadLetter",
     "ObjectChange",
     "OutboxEntry",
     "RefLike",

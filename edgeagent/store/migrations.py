@@ -9,7 +9,8 @@ one: moved aside, and the agent resyncs from the hub.
 Tables and who owns them: ``m001`` the store itself (:mod:`edgeagent.store.store`);
 ``m002`` device twins (:mod:`edgeagent.store.twins`, docs/devices.md); ``m003`` the
 metrics store-and-forward buffer (:mod:`edgeagent.store.metrics`, docs/metrics.md);
-``m004`` removes the never-sent ``twin_observed`` state from ``m002``. Their
+``m004`` removes the never-sent ``twin_observed`` state from ``m002``; ``m005`` the
+dead letters of up-going messages that cannot be sent (:mod:`edgeagent.store.deadletters`). Their
 DDL is written out as SQL so that it reads exactly as those documents show it.
 """
 
@@ -133,3 +134,19 @@ def m004_no_twin_observed(db: Any) -> None:
     )
     db.execute("DROP TABLE twin_desired")
     db.execute("ALTER TABLE twin_desired_new RENAME TO twin_desired")
+
+
+@MIGRATIONS()
+def m005_dead_letters(db: Any) -> None:
+    """Up-going messages that cannot be sent (issue 15; :mod:`edgeagent.store.deadletters`,
+    docs/hublink.md): the failed attempts of outbox messages still queued, and the
+    dead-letter table the ones given up on move to."""
+    db.execute(
+        "CREATE TABLE send_failure (outbox_id INTEGER PRIMARY KEY, attempts INTEGER NOT NULL, "
+        "reason TEXT NOT NULL, last_at REAL NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE dead_letter (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, "
+        "body TEXT NOT NULL, size INTEGER NOT NULL, reason TEXT NOT NULL, "
+        "attempts INTEGER NOT NULL, created_at REAL NOT NULL, dead_at REAL NOT NULL)"
+    )

@@ -55,6 +55,7 @@ Only this package touches SQLite (an import-linter contract enforces it).
 
 from __future__ import annotations
 
+from edgeagent.store.deadletters import DeadLetter, DeadLettersPart
 from edgeagent.store.objects import ObjectChange, ObjectsPart, RefLike, StoredObject, ref_dict
 from edgeagent.store.outbox import SEQ_BLOCK, SEQ_MARGIN, OutboxEntry
 from edgeagent.store.podstatus import PodStatusPart, pod_coalesce_key
@@ -62,6 +63,7 @@ from edgeagent.store.podstatus import PodStatusPart, pod_coalesce_key
 __all__ = [
     "SEQ_BLOCK",
     "SEQ_MARGIN",
+    "DeadLetter",
     "ObjectChange",
     "OutboxEntry",
     "RefLike",
@@ -72,11 +74,11 @@ __all__ = [
 ]
 
 
-class Store(ObjectsPart, PodStatusPart):
+class Store(ObjectsPart, PodStatusPart, DeadLettersPart):
     """The agent's SQLite store: one object over one database, made of one part per table
     family (:mod:`.db` the database, :mod:`.objects`, :mod:`.podstatus`, :mod:`.outbox`,
-    :mod:`.state`; :meth:`twins` and :meth:`metrics` the device twins' and the metrics
-    buffer's stores). Not thread-safe: use it from the event loop thread.
+    :mod:`.state`, :mod:`.deadletters`; :meth:`twins` and :meth:`metrics` the device twins'
+    and the metrics buffer's stores). Not thread-safe: use it from the event loop thread.
 
     Open with :meth:`Store.open` (the daemon) or :meth:`Store.open_readonly`
     (``edgeagent status``).

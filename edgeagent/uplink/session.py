@@ -76,7 +76,15 @@ from edgeagent.uplink.dialer import Uplink, UplinkSettings
 from edgeagent.uplink.scheduler import SendScheduler
 from edgeagent.uplink.sources.base import DownHandler, UpSource
 from edgeagent.uplink.sources.outbox import OutboxSource, hello, resend_list
-from protocol.errors import CloseCode, ConnectionClosed, InvalidMessage, ProtocolError
+from protocol.errors import (
+    CloseCode,
+    ConnectionClosed,
+    ErrorCode,
+    InvalidMessage,
+    MessageTooLarge,
+    ProtocolError,
+)
+from protocol.events import SendFailed
 from protocol.messages import (
     CertRenewResponse,
     Error,
@@ -164,6 +172,7 @@ class HubLink:
         self._on_acked: dict[int, Callable[[], None]] = {}
         self._unhandled: set[str] = set()
         self._store: Store | None = None
+        self._outbox: OutboxSource | None = None
         self.uplink: Uplink | None = None
         """The uplink while the service runs (for observation: transport, link changes)."""
         self.synced = asyncio.Event()
@@ -288,7 +297,9 @@ class HubLink:
         # Up: the store's outbox, the agent's other streams, then what was added here; the
         # scheduler drains them by priority (CONTROL > STATUS > BULK).
         scheduler: SendScheduler[UpSource] = SendScheduler()
-        for source in [OutboxSource(store), *ctx.sources, *self._sources]:
+        outbox = OutboxSource(store, node_name=ctx.node_name, max_attempts=hub.dead_letter_attempts)
+        self._outbox = outbox
+        for source in [outbox, *ctx.sources, *self._sources]:
             scheduler.add(source)
         self._scheduler = scheduler
         removers: list[Callable[[], Any]] = [s.add_wakeup(self.kick) for s in scheduler.sources]
@@ -452,8 +463,11 @@ class HubLink:
                 elif isinstance(event, Acked):
                     self._on_ack(event.up_to)
                 elif isinstance(event, PeerError):  # the session delivers ``error`` so
+                    self._on_refused(event.error)
                     if not await self._dispatch(link, handlers, event.error):
                         break
+                elif isinstance(event, SendFailed):
+                    self._on_send_failed(event)
                 elif isinstance(event, PeerDead):
                     log.warning("the hub went silent for %.0f s", event.silent_for)
                 elif isinstance(event, Closed):
@@ -554,6 +568,44 @@ class HubLink:
 
     # -- up ------------------------------------------------------------------------------
 
+    def _on_refused(self, error: Error) -> None:
+        """An ``error`` ``TOO_LARGE`` naming one of our seqs: the hub refused that message
+        (and acknowledges it): dead-letter it before the ack drops it from the outbox."""
+        seq = error.in_reply_to
+        if error.code is not ErrorCode.TOO_LARGE or not seq or self._outbox is None:
+            return
+        try:
+            if not self._outbox.refused(seq, error.message):
+                log.warning("the hub refused message %d as too large: %s", seq, error.message)
+        except StoreError as exc:
+            log.error("cannot dead-letter message %d the hub refused: %s", seq, exc)
+
+    def _on_send_failed(self, event: SendFailed) -> None:
+        """A message resent at connect no longer fits the limits the hub agreed to."""
+        if self._outbox is None:
+            return
+        try:
+            self._outbox.send_failed(event.seq, event.error)
+        except StoreError as exc:
+            log.error("cannot record the failed resend of message %d: %s", event.seq, exc)
+        self.kick()
+
+    def _too_large(self, source: UpSource, item: Any, error: MessageTooLarge) -> None:
+        """``send()`` refused ``item`` as over the agreed limits: the source keeps it out
+        of this session (and dead-letters it at its bound); a source that cannot is not
+        drained again until something new wakes it. The session goes on either way."""
+        handler = getattr(source, "too_large", None)
+        if handler is not None:
+            handler(item, error)
+            return
+        log.error(
+            "%s: a %s message cannot be sent to the hub: %s",
+            _source_name(source),
+            type(item.message).kind,
+            error,
+        )
+        self._scheduler.idle(source)
+
     def _on_ack(self, up_to: int) -> None:
         self._acked_up_to = max(self._acked_up_to, up_to)
         for source in self._scheduler.sources:
@@ -605,6 +657,9 @@ class HubLink:
                         seq = await link.send(item.message)
                     except ConnectionClosed:
                         return False
+                    except MessageTooLarge as exc:
+                        self._too_large(source, item, exc)
+                        continue
                     await store.wait_writable()  # a commit may have closed the batch meanwhile
                     source.sent(item, seq)
                     if seq is not None:

@@ -21,13 +21,14 @@ Imported only by the uplink path: ``protocol.messages`` is not needed offline.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edgeagent.store import OutboxEntry, Store
+from edgeagent.store import DeadLetter, OutboxEntry, Store
 from edgeagent.uplink.scheduler import Priority
 from edgeagent.uplink.sources.base import Outgoing
-from protocol.errors import InvalidMessage
+from protocol.errors import InvalidMessage, MessageTooLarge
 from protocol.messages import (
     MAX_PROTOCOL_VERSION,
     MIN_PROTOCOL_VERSION,
@@ -116,24 +117,41 @@ class OutboxSource:
     hook), so a status goes up as soon as it changes; what waits for the window is
     coalesced in the outbox (latest wins per pod).
 
+    A message over the limits the session agreed (:meth:`too_large` at send,
+    :meth:`send_failed` for a resend, :meth:`refused` by the hub) is skipped for the rest of
+    the session, so what is behind it goes; after ``max_attempts`` sessions (at once when
+    the hub refused it: the hub acknowledged its seq) it moves to the store's dead letters
+    (:mod:`edgeagent.store.deadletters`) and a Warning ``MessageTooLarge`` Event goes up on
+    the object it was about (the Node for a message about no object).
+
     Args:
         store: the agent store.
+        node_name: the Node the Warning names when the message names no object.
+        max_attempts: sessions a message is tried in before it is dead-lettered (>= 1).
     """
 
     name = "outbox"
     priority = Priority.STATUS
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, node_name: str = "", max_attempts: int = 3) -> None:
         self.store = store
+        self.node_name = node_name
+        self.max_attempts = max_attempts
+        self._skip: set[int] = set()
+        """Outbox ids that failed in this session: not offered again until the next."""
 
     def add_wakeup(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self.store.add_outbox_hook(callback)
 
     def messages_to_send(self, limit: int) -> list[Outgoing]:
-        out = []
-        for entry in self.store.outbox_unsent(limit=limit):
+        out: list[Outgoing] = []
+        for entry in self.store.outbox_unsent(limit=limit + len(self._skip)):
+            if entry.id in self._skip:
+                continue
+            if len(out) >= limit:
+                break
             try:
-                out.append(Outgoing(to_message(entry), entry.id))
+                out.append(Outgoing(to_message(entry), entry))
             except _BAD_BODY as exc:
                 log.error(
                     "dropping outbox message %d (%s), which is not a valid message: %s",
@@ -145,15 +163,82 @@ class OutboxSource:
         return out
 
     def sent(self, item: Outgoing, seq: int | None) -> None:
+        entry: OutboxEntry = item.token
         if seq is None:  # a kind that needs no ack: done once handed to the session
-            self.store.outbox_drop(item.token)
+            self.store.outbox_drop(entry.id)
         else:
-            self.store.outbox_mark_sent(item.token, seq, missing_ok=True)
+            self.store.outbox_mark_sent(entry.id, seq, missing_ok=True)
+
+    def too_large(self, item: Outgoing, error: MessageTooLarge) -> None:
+        """``send()`` raised :class:`~protocol.errors.MessageTooLarge` for ``item``
+        (nothing was sent, no seq used)."""
+        self._failed(item.token, str(error), error.size)
+
+    def send_failed(self, seq: int, error: MessageTooLarge) -> None:
+        """The session could not resend the message with ``seq`` (``SendFailed``)."""
+        entry = self.store.outbox_by_seq(seq)
+        if entry is not None:
+            self._failed(entry, str(error), error.size)
+
+    def refused(self, seq: int, reason: str) -> bool:
+        """The hub answered ``error`` ``TOO_LARGE`` for ``seq`` (and acknowledges it).
+        Returns whether the seq was one of the outbox's."""
+        entry = self.store.outbox_by_seq(seq)
+        if entry is None:
+            return False
+        self._failed(entry, f"refused by the hub: {reason}", 0, force=True)
+        return True
+
+    def _failed(self, entry: OutboxEntry, reason: str, size: int, *, force: bool = False) -> None:
+        self._skip.add(entry.id)
+        dead = self.store.outbox_send_failed(
+            entry, reason, size=size, max_attempts=self.max_attempts, force=force
+        )
+        if dead is None:
+            log.warning(
+                "outbox message %d (%s) cannot be sent in this session (attempt %d of %d): %s",
+                entry.id,
+                entry.kind,
+                self.store.send_attempts(entry.id),
+                self.max_attempts,
+                reason,
+            )
+            return
+        log.error(
+            "outbox message %d (%s) dead-lettered after %d attempt(s): %s",
+            dead.id,
+            dead.kind,
+            dead.attempts,
+            reason,
+        )
+        self.store.outbox_append("event", self._warning(dead))
+
+    def _warning(self, dead: DeadLetter) -> dict[str, Any]:
+        ref = dead.body.get("ref")
+        if not (isinstance(ref, Mapping) and {"kind", "name", "uid"} <= set(ref)):
+            ref = {"kind": "Node", "namespace": "", "name": self.node_name, "uid": self.node_name}
+        what = dead.kind
+        if dead.kind == "event":
+            what = f"event {dead.body.get('reason', '')!s}"[:80]
+        size = f" of {dead.size} bytes" if dead.size else ""
+        return {
+            "ref": dict(ref),
+            "type": "Warning",
+            "reason": "MessageTooLarge",
+            "message": (
+                f"{what}{size} from node {self.node_name} was not delivered after "
+                f"{dead.attempts} attempt(s) and is kept in the agent's dead letters: "
+                f"{dead.reason}"
+            )[:1024],
+            "timestamp": time.time(),
+            "count": 1,
+        }
 
     def acked(self, up_to: int) -> None:
         self.store.outbox_ack(up_to)
 
     def session_started(self, received_up_to: int) -> None:
+        self._skip.clear()
         if received_up_to:
             self.store.outbox_ack(received_up_to)
 

@@ -1,6 +1,6 @@
 """A ConfigMap over the session's message limit (issue 15 item 3) is a dead letter: it is
-not sent, the pod that uses it and the ConfigMap say why (a Warning Event naming the size
-limit, not only the agent's ``configmap "big" not found``), it is counted in
+not sent (a placeholder goes in its place, ``protocol.undelivered``), the pod that uses it
+and the ConfigMap say why (a Warning Event naming the size limit), it is counted in
 ``edgefleet_hub_dead_letters_total``, and nothing queued behind it is held up. On both APIs
 and both transports."""
 
@@ -12,6 +12,7 @@ from cloudhub.kube import CONFIGMAPS, EVENTS, PODS, KubeClient
 from protocol.chunking import Limits
 from protocol.errors import ErrorCode
 from protocol.messages import KubeEvent, ObjectRef
+from protocol.undelivered import undelivered
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, configmap, eventually, pod
 
 LIMIT = 64 * 1024
@@ -35,8 +36,12 @@ async def test_a_configmap_over_the_limit_is_a_dead_letter_the_pod_explains(
     agent = hubs.agent(node, transport=transport)
     await agent.wait_for(lambda: agent.synced, DEADLINE)
     # What follows the dead letter arrives: both pods, the small ConfigMap, the sync's end.
-    held = {ref.name for ref, _, _ in agent.store.values()}
-    assert {"web", "ok", "small"} <= held and "big" not in held
+    held = {ref.name: obj for ref, _, obj in agent.store.values()}
+    assert {"web", "ok", "small", "big"} <= set(held)
+    # "big" is its placeholder (protocol.undelivered): identity and sizes, no data
+    assert "data" not in held["big"] and undelivered(held["big"]) is not None
+    size, limit = undelivered(held["big"]) or (0, 0)
+    assert size > 100 * 1024 and limit == LIMIT
     assert big_pod["metadata"]["uid"] in agent.store and small_pod["metadata"]["uid"] in agent.store
 
     async def warnings(kind: str, name: str) -> list[dict]:

@@ -6,6 +6,9 @@ at the handshake and the message goes in chunks below them: one session, all del
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +16,7 @@ import pytest
 from cloudhub.kube import CONFIGMAPS, EVENTS, PODS, KubeClient
 from edgeagent.errors import StoreError
 from edgeagent.store import Store
-from tests.edgeagent.hublink.fleet import eventually
+from tests.edgeagent.hublink.fleet import ROOT, eventually
 from tests.edgeagent.hublink.objects import configmap, pod
 from tests.slowlink import SlowLink
 
@@ -109,3 +112,113 @@ async def test_configmaps_converge_over_a_slow_lossy_link_in_one_session(
         opened = sample("edgefleet_hub_sessions_opened_total", {"transport": transport})
         assert opened == 1.0, f"{opened} sessions: the link dropped"
         assert relay.sent("down") > 3 * 40 * 1024
+
+
+def edgeagent_status(agent) -> str:
+    """``edgeagent status`` (the real command) on the agent's state directory."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-m", "edgeagent", "status", "--state-dir", str(agent.state)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("transport", ["quic", "websocket"])
+async def test_an_event_over_the_message_limit_is_dead_lettered_and_the_session_stays(
+    fleet, kube: KubeClient, transport: str
+) -> None:
+    """Issue 15 item 1, the agent side: a 9 MiB event is over the 8 MiB message limit both
+    sides agree on, so it cannot go even in chunks. Before, ``send()`` raised
+    ``MessageTooLarge`` and the agent closed with GOING_AWAY ("edge outbox failure") and
+    redialled, with the same message first every time, and none of the 10 behind it was
+    delivered. Now it is dead-lettered in the store (one attempt here:
+    ``hub.dead_letter_attempts=1``) with a Warning MessageTooLarge Event on the Node, the
+    ten behind it arrive, the session stays, and ``edgeagent status`` says so."""
+    node = f"edge-dead-{transport}"
+    agent = fleet.agent(
+        node, start=False, sets=(f"hub.transports={transport}", "hub.dead_letter_attempts=1")
+    )
+    store = Store.open(agent.state / "store.db")
+    try:
+        store.outbox_append("event", event(node, "Huge", "h" * (9 * MIB)))
+        for i in range(10):
+            store.outbox_append("event", event(node, f"Small{i}", f"small {i}"))
+    finally:
+        store.close()
+    agent.start()
+
+    async def delivered() -> list[dict] | None:
+        selector = f"involvedObject.kind=Node,involvedObject.name={node}"
+        mine, _ = await kube.list(EVENTS, "default", field_selector=selector)
+        reasons = {e["reason"] for e in mine}
+        wanted = {"MessageTooLarge"} | {f"Small{i}" for i in range(10)}
+        return mine if wanted <= reasons else None
+
+    events = await eventually(delivered, "the 10 small events and the Warning", timeout=60)
+    assert "Huge" not in {e["reason"] for e in events}
+    (warning,) = [e for e in events if e["reason"] == "MessageTooLarge"]
+    assert warning["type"] == "Warning"
+    assert "event Huge" in warning["message"] and "8388608" in warning["message"]
+    await eventually(
+        lambda: agent.read_store(lambda s: s.outbox_depth() == 0), "the outbox drained"
+    )
+    dead = agent.read_store(lambda s: s.dead_letters())
+    assert [(d.kind, d.body["reason"], d.attempts) for d in dead] == [("event", "Huge", 1)]
+    assert dead[0].size > 9 * MIB and len(dead[0].body["message"]) == 9 * MIB
+    sample = fleet.hub.hub.metrics.registry.get_sample_value
+    opened = sum(
+        sample("edgefleet_hub_sessions_opened_total", {"transport": t}) or 0.0
+        for t in ("quic", "websocket")
+    )
+    assert opened == 1.0, f"{opened} sessions: the agent reconnected"
+    assert "edge outbox failure" not in agent.log()
+    shown = edgeagent_status(agent)
+    assert "dead letters: 1 message(s)" in shown, shown
+    assert "event  Node " + node in shown, shown
+
+
+async def test_an_unsendable_event_is_tried_once_per_session_up_to_the_bound(
+    fleet, kube: KubeClient
+) -> None:
+    """The default bound (``hub.dead_letter_attempts`` = 3): one failed attempt per session,
+    kept in the outbox (and counted in the store) until the third session, then
+    dead-lettered with its Warning (the hub is restarted to end each session)."""
+    node = "edge-bound"
+    agent = fleet.agent(node, start=False)
+    store = Store.open(agent.state / "store.db")
+    try:
+        huge = store.outbox_append("event", event(node, "Huge", "h" * (9 * MIB)))
+    finally:
+        store.close()
+    agent.start()
+    selector = f"involvedObject.kind=Node,involvedObject.name={node}"
+
+    async def has_event(reason: str) -> bool:
+        mine, _ = await kube.list(EVENTS, "default", field_selector=selector)
+        return reason in {e["reason"] for e in mine}
+
+    for attempt in (1, 2):
+        await eventually(
+            lambda n=attempt: agent.read_store(
+                lambda s: s.send_attempts(huge) == n and s.dead_letter_count() == 0
+            ),
+            f"attempt {attempt} counted, the event still queued",
+        )
+        await fleet.hub.stop()
+        await fleet.hub.start()
+        assert not await has_event("MessageTooLarge")
+    await eventually(
+        lambda: agent.read_store(lambda s: [d.attempts for d in s.dead_letters()] == [3]),
+        "the event dead-lettered at the third session",
+    )
+    await eventually(lambda: has_event("MessageTooLarge"), "the Warning on the Node")
+    await eventually(
+        lambda: agent.read_store(lambda s: s.outbox_depth() == 0), "the Warning acknowledged"
+    )

@@ -197,7 +197,7 @@ def test_the_twin_observed_columns_are_migrated_away(tmp_path: pathlib.Path) -> 
     with Store.open(path) as s:
         assert s.recovered_from is None  # migrated, not moved aside
         assert s.twins().get_desired("u-1") == record
-        assert s.schema_version() == 4
+        assert s.schema_version() >= 4  # m004 ran (later migrations too)
     conn = sqlite3.connect(path)
     columns = [r[1] for r in conn.execute("PRAGMA table_info(twin_desired)")]
     conn.close()
