@@ -57,13 +57,21 @@ async def test_the_ha_overlay_runs_three_replicas_rolling_with_none_unavailable(
     fields = field_env(deployment)
     assert fields["CLOUDHUB_HA__IDENTITY"] == "metadata.name"
     assert fields["CLOUDHUB_HA__NAMESPACE"] == "metadata.namespace"
+    assert fields["CLOUDHUB_HA__PEER_ADDRESS"] == "status.podIP"
+    (container,) = spec["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["peer"] == int(env["CLOUDHUB_HA__PEER_PORT"]) and "websocket" in ports
     # The hub loads that environment (pod name and namespace as the kubelet fills them in).
-    filled = {"metadata.name": "cloudhub-7d9f-abcde", "metadata.namespace": "edgefleet"}
+    filled = {
+        "metadata.name": "cloudhub-7d9f-abcde",
+        "metadata.namespace": "edgefleet",
+        "status.podIP": "10.244.1.7",
+    }
     environ = {**env, **{k: filled[v] for k, v in fields.items() if v in filled}}
     settings = load_hub_settings(environ=environ)
     ha = settings.ha
     assert ha.enabled and ha.identity == "cloudhub-7d9f-abcde" and ha.namespace == "edgefleet"
-    assert ha.overload_lag > 0
+    assert ha.overload_lag > 0 and (ha.peer_address, ha.peer_port) == ("10.244.1.7", 10351)
     # The base is unchanged: one replica, Recreate, no budget.
     base = await render(kubectl, "base")
     assert one(base, "Deployment")["spec"]["replicas"] == 1
