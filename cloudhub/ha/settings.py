@@ -13,6 +13,8 @@ from protocol.errors import SettingsError
 __all__ = ["HASettings"]
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PEER_HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)$")
+"""A DNS name, an IPv4 address, or an IPv6 address (which the Lease annotation brackets)."""
 
 
 def _h(text: str, unit: str = "") -> dict[str, str]:
@@ -89,6 +91,10 @@ class HASettings:
     def __post_init__(self) -> None:
         if not _K8S_NAME.match(self.namespace) or len(self.namespace) > 63:
             raise SettingsError("namespace", "a namespace name (RFC 1123 label)", self.namespace)
+        if self.peer_address and not _PEER_HOST.match(self.peer_address):
+            raise SettingsError(
+                "peer_address", "a host name or IP address, without a port", self.peer_address
+            )
         if not 0 <= self.peer_port <= 65535:
             raise SettingsError("peer_port", "a port 0..65535", self.peer_port)
         if self.overload_lag < 0:

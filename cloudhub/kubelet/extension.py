@@ -98,7 +98,8 @@ async def _serve_relay(hub: Hub, streams: HubStreams, peer_ca: Any) -> None:
         port=ha.peer_port,
     )
     port = await relay.start()
-    replicas.address = f"{ha.peer_address}:{port}"  # published by the replica Lease's start
+    host = f"[{ha.peer_address}]" if ":" in ha.peer_address else ha.peer_address  # IPv6
+    replicas.address = f"{host}:{port}"  # published by the replica Lease's start
     streams.relay = relay
 
     async def serve_until_closed() -> None:
