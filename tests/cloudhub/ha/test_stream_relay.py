@@ -16,16 +16,22 @@ from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect
 
 from cloudhub.ha import replica_lease_name
-from cloudhub.ha.peers import PEER_ORGANIZATION, is_peer_certificate, issue_peer_credentials
+from cloudhub.ha.peers import (
+    PEER_ORGANIZATION,
+    PeerCredentials,
+    is_peer_certificate,
+    issue_peer_credentials,
+)
 from cloudhub.ha.replicas import PEER_ADDRESS_ANNOTATION
 from cloudhub.kube import LEASES, KubeClient
-from cloudhub.kubelet import NodeOffline
+from cloudhub.kubelet import NodeOffline, StreamUnavailable
 from cloudhub.kubelet.extension import kubelet_extension
 from protocol import pki
 from protocol.errors import ErrorCode
 from protocol.messages import StreamClose, StreamData, StreamOpen, StreamReset, StreamWindow
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import client_ssl_context
+from tests.clock import ManualClock
 from tests.cloudhub.ha.conftest import ha_settings
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually
 
@@ -185,3 +191,27 @@ def test_only_peer_certificates_name_a_replica(pki_ca) -> None:
         issue_peer_credentials(pki_ca.ca, "", lifetime=3600, now=now)
     with pytest.raises(ValueError):
         issue_peer_credentials(pki_ca.ca, "hub-0", lifetime=0, now=now)
+
+
+def test_peer_credentials_are_reissued_at_two_thirds_of_their_lifetime(pki_ca) -> None:
+    clock = ManualClock(1_000_000.0)
+    credentials = PeerCredentials(lambda: pki_ca.ca, "hub-0", lifetime=300.0, clock=clock)
+    first = credentials()
+    assert credentials() is first  # cached while fresh
+    clock.advance(199.0)
+    assert credentials() is first
+    clock.advance(2.0)  # past 200 s of 300
+    second = credentials()
+    assert second is not first
+    assert second.chain[0].not_valid_after_utc.timestamp() == pytest.approx(clock() + 300.0, abs=1)
+
+
+@pytest.mark.parametrize("cluster", BOTH, indirect=True)
+async def test_an_owner_whose_relay_cannot_be_reached_is_refused_with_its_name(
+    hubs: Hubs, namespace: str, node_name: str
+) -> None:
+    a, b, _ = await _replicas(hubs, namespace, node_name)
+    await b.relay.aclose()  # B still serves the node and renews its Lease; its relay is gone
+    with pytest.raises(StreamUnavailable, match="is served by hub replica replica-b: cannot"):
+        await a.streams.open(node_name, "logs", "default", "web", "app")
+    assert sample(a, "edgefleet_hub_streams_total", kind="logs", result="offline") == 1
