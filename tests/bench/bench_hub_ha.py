@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -80,6 +81,9 @@ PROFILES = {
     "edge": (EDGE_PROFILE, GRACE_S),
     "edge60": (EDGE60_PROFILE, 60.0),
 }
+#: name -> nodes.lease_interval, s: the idle window is a whole number of them (at least two),
+#: so that every node's renewals fall in it as often as the interval says.
+LEASE_INTERVALS = {"kubelet": 10.0, "edge": 30.0, "edge60": 40.0}
 
 
 def _progress(what: str, **figures: Any) -> None:
@@ -253,6 +257,8 @@ async def run_async(quick: bool) -> dict:
             tasks = [asyncio.create_task(i.run()) for i in (nodes, leases)]
             profile = os.environ.get("EDGEFLEET_BENCH_NODE_PROFILE", "kubelet")
             profile_flags, grace = PROFILES[profile]
+            interval = LEASE_INTERVALS[profile]
+            idle_s = interval * max(2, math.ceil(idle_s / interval))
             flags = FLAGS + profile_flags
             replicas = [
                 ReplicaProcess(
