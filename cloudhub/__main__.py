@@ -115,6 +115,7 @@ async def _serve(settings: HubSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     extensions = []
+    peer_ca: Any = None  # signs this replica's peer certificate (the stream relay)
     tls = settings.tls
     if tls.ca_file or tls.cert_file or tls.key_file:
         missing = [f"tls.{k}" for k in ("ca_file", "cert_file", "key_file") if not getattr(tls, k)]
@@ -131,11 +132,18 @@ async def _serve(settings: HubSettings) -> int:
             "certificate renewal are off; nodes need certificates from that CA"
         )
     else:
-        extensions.append(pki_extension(settings.pki))
+        pki = pki_extension(settings.pki)
+        extensions.append(pki)
+
+        def hub_ca() -> Any:
+            assert pki.pki is not None, "the PKI extension installs before the kubelet's"
+            return pki.pki.ca.authority
+
+        peer_ca = hub_ca
     extensions.append(devices_extension(settings.devices))
     extensions.append(metrics_extension(settings.metrics))
     extensions.append(placement_extension(settings.placement))
-    extensions.append(kubelet_extension(settings.kubelet))
+    extensions.append(kubelet_extension(settings.kubelet, peer_ca=peer_ca))
     extensions.append(upgrade_extension(settings.upgrade))
     hub = Hub(settings, extensions=extensions)
     # Starting waits for the informers' first lists, for as long as the API is unreachable:

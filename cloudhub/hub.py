@@ -34,6 +34,7 @@ import asyncio
 import inspect
 import logging
 import os
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -400,7 +401,8 @@ class Hub:
             return Refusal(
                 CloseCode.OVERLOADED,
                 f"cannot record this node's owner in the API: {exc}",
-                retry_after=self.settings.ha.replica_renew_interval,
+                # full jitter: the agent takes retry_after as its delay (edgeagent dialer)
+                retry_after=random.random() * self.settings.ha.replica_renew_interval,
             )
         if claim.granted:
             return None

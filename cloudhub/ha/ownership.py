@@ -121,6 +121,24 @@ class NodeOwnership:
         its own replica Lease is valid."""
         return node in self._held and self.replicas.valid()
 
+    async def owner(self, node: str) -> str:
+        """The *other* live replica that serves ``node`` now, from its Lease (one read);
+        ``""`` when this replica holds it, nobody does, or the named owner is dead.
+
+        Raises:
+            KubeAPIError: the read failed.
+        """
+        if node in self._held:
+            return ""
+        try:
+            lease = await self.client.get(LEASES, node, self.lease_namespace)
+        except KubeNotFound:
+            return ""
+        owner = owner_of(lease)
+        if not owner or owner == self.identity or not self.replicas.alive(owner):
+            return ""
+        return owner
+
     def _spec(self, node: str) -> dict:
         return {
             "holderIdentity": node,

@@ -37,12 +37,16 @@ from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.ha.settings import HASettings
 from cloudhub.kube import LEASES, KubeClient, micro_time, parse_time
 
-__all__ = ["REPLICA_LABEL", "ReplicaLeases", "replica_lease_name"]
+__all__ = ["PEER_ADDRESS_ANNOTATION", "REPLICA_LABEL", "ReplicaLeases", "replica_lease_name"]
 
 log = logging.getLogger(__name__)
 
 REPLICA_LABEL = "edgefleet.io/hub-replica"
 """Label on every replica Lease (value ``"true"``): what replicas watch."""
+
+PEER_ADDRESS_ANNOTATION = "edgefleet.io/peer-address"
+"""Annotation on a replica Lease: ``host:port`` where the other replicas reach this one over
+mutual TLS (stream relay, :mod:`cloudhub.kubelet.relay`); absent when it has none."""
 
 _NOT_NAME = re.compile(r"[^a-z0-9-]+")
 
@@ -80,6 +84,7 @@ class ReplicaLeases:
             Leases' owner annotation names).
         clock: wall clock, seconds since the epoch (``renewTime``).
         monotonic: seconds on a clock that never jumps (liveness and fencing).
+        address: ``host:port`` published as :data:`PEER_ADDRESS_ANNOTATION` (``""``: none).
     """
 
     def __init__(
@@ -90,8 +95,11 @@ class ReplicaLeases:
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        address: str = "",
     ) -> None:
         self.client = client
+        self.address = address
+        self._addresses: dict[str, str] = {}
         self.settings = settings
         self.identity = identity
         self.lease_name = replica_lease_name(identity)
@@ -151,10 +159,13 @@ class ReplicaLeases:
             "leaseDurationSeconds": s.replica_lease_duration,
             "renewTime": micro_time(now),
         }
+        patch: dict = {"spec": spec}
         if acquire:
             spec["acquireTime"] = micro_time(now)
+            # a new incarnation may listen elsewhere (a new pod IP): publish, or clear
+            patch["metadata"] = {"annotations": {PEER_ADDRESS_ANNOTATION: self.address or None}}
         try:
-            await self.client.patch(LEASES, self.lease_name, {"spec": spec}, s.namespace)
+            await self.client.patch(LEASES, self.lease_name, patch, s.namespace)
         except KubeNotFound:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
@@ -163,13 +174,18 @@ class ReplicaLeases:
                     "name": self.lease_name,
                     "namespace": s.namespace,
                     "labels": {REPLICA_LABEL: "true"},
+                    **(
+                        {"annotations": {PEER_ADDRESS_ANNOTATION: self.address}}
+                        if self.address
+                        else {}
+                    ),
                 },
                 "spec": {"acquireTime": micro_time(now), **spec},
             }
             try:
                 await self.client.create(LEASES, body, s.namespace)
             except KubeConflict:  # created meanwhile (an earlier attempt's lost answer)
-                await self.client.patch(LEASES, self.lease_name, {"spec": spec}, s.namespace)
+                await self.client.patch(LEASES, self.lease_name, patch, s.namespace)
             log.info("replica Lease %s/%s created", s.namespace, self.lease_name)
         if self._released:
             return
@@ -238,11 +254,19 @@ class ReplicaLeases:
         previous = (old or {}).get("spec") or {}
         if previous.get("holderIdentity") and previous.get("holderIdentity") != holder:
             self._seen.pop(previous["holderIdentity"], None)
+            self._addresses.pop(previous["holderIdentity"], None)
         if not holder or holder == self.identity:
             return
         if event == "DELETED":
             self._seen.pop(holder, None)
+            self._addresses.pop(holder, None)
             return
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        address = annotations.get(PEER_ADDRESS_ANNOTATION)
+        if isinstance(address, str) and address:
+            self._addresses[holder] = address
+        else:
+            self._addresses.pop(holder, None)
         version = (lease.get("metadata") or {}).get("resourceVersion") or ""
         duration = float(spec.get("leaseDurationSeconds") or self.settings.replica_lease_duration)
         seen = self._seen.get(holder)
@@ -269,6 +293,13 @@ class ReplicaLeases:
         if seen is None or seen.acquired is None or renewed is None:
             return False
         return seen.acquired > renewed
+
+    def peer_address(self, identity: str) -> str:
+        """``host:port`` that live replica ``identity`` published for its peers, ``""`` when
+        it published none or counts as dead here."""
+        if not self.alive(identity):
+            return ""
+        return self._addresses.get(identity, "")
 
     def alive(self, identity: str) -> bool:
         """Whether replica ``identity`` counts as alive (see the module docstring)."""

@@ -13,6 +13,8 @@ from protocol.errors import SettingsError
 __all__ = ["HASettings"]
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PEER_HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)$")
+"""A DNS name, an IPv4 address, or an IPv6 address (which the Lease annotation brackets)."""
 
 
 def _h(text: str, unit: str = "") -> dict[str, str]:
@@ -55,6 +57,24 @@ class HASettings:
         metadata=_h("renew the replica's own Lease this often (a third of its duration)", "s"),
     )
 
+    peer_address: str = field(
+        default="",
+        metadata=_h(
+            "host the other replicas reach this one at for relayed streams (in a cluster the "
+            "pod IP, status.podIP through the Downward API); empty: no relay, and a kubectl "
+            "exec/logs reaching this replica for a node another replica serves is refused "
+            "as offline"
+        ),
+    )
+    peer_port: int = field(
+        default=10351,
+        metadata=_h(
+            "port of the replica-to-replica stream relay (mutual TLS with peer certificates "
+            "from the hub CA); 0: any free port"
+        ),
+    )
+    peer_host: str = field(default="0.0.0.0", metadata=_h("address the stream relay listens on"))
+
     overload_lag: float = field(
         default=0.0,
         metadata=_h(
@@ -71,6 +91,12 @@ class HASettings:
     def __post_init__(self) -> None:
         if not _K8S_NAME.match(self.namespace) or len(self.namespace) > 63:
             raise SettingsError("namespace", "a namespace name (RFC 1123 label)", self.namespace)
+        if self.peer_address and not _PEER_HOST.match(self.peer_address):
+            raise SettingsError(
+                "peer_address", "a host name or IP address, without a port", self.peer_address
+            )
+        if not 0 <= self.peer_port <= 65535:
+            raise SettingsError("peer_port", "a port 0..65535", self.peer_port)
         if self.overload_lag < 0:
             raise SettingsError("overload_lag", ">= 0 (0: off)", self.overload_lag)
         if self.overload_retry_max <= 0:

@@ -141,7 +141,7 @@ async def serve_exec(
         return error(400, "you must specify at least one command for the container")
     if not (flags["stdin"] or flags["stdout"] or flags["stderr"]):
         return error(400, "you must specify at least one of stdin, stdout, stderr")
-    if streams.endpoint(node) is None:
+    if not await streams.reachable(node):
         return error(503, streams.offline_message(node))
     if upgrade == "websocket":
         from cloudhub.kubelet.wsexec import serve_websocket

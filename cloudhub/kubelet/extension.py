@@ -11,7 +11,11 @@
    holder of the embedded API's one token);
 3. with ``kubelet.client_ca_file`` set (a real cluster), starts the HTTPS kubelet API
    (:class:`~cloudhub.kubelet.server.KubeletServer`) and publishes its address and port in
-   every edge Node's status (``hub.lifecycle.kubelet_endpoint``).
+   every edge Node's status (``hub.lifecycle.kubelet_endpoint``);
+4. with ``ha.enabled``, ``ha.peer_address`` set and a hub CA to sign with (``peer_ca``),
+   starts the stream relay (:class:`~cloudhub.kubelet.relay.StreamRelay`) on
+   ``ha.peer_port`` and publishes ``peer_address:port`` on this replica's Lease, so that a
+   stream for a node another replica serves reaches it.
 """
 
 from __future__ import annotations
@@ -19,18 +23,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import pathlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cloudhub.errors import ConfigError
+from cloudhub.ha.peers import PeerCredentials
 from cloudhub.kubelet.exec import serve_exec
 from cloudhub.kubelet.logs import serve_logs, status_error
 from cloudhub.kubelet.portforward import serve_portforward
+from cloudhub.kubelet.relay import StreamRelay
 from cloudhub.kubelet.server import KubeletServer
 from cloudhub.kubelet.settings import KubeletSettings
 from cloudhub.kubelet.streams import HubStreams
 
 if TYPE_CHECKING:
     from cloudhub.hub import Hub
+    from protocol import pki
 
 __all__ = ["EMBEDDED_USER", "kubelet_extension"]
 
@@ -40,8 +48,14 @@ EMBEDDED_USER = "embedded-api-admin"
 """The user streams opened through the embedded API are logged with (its token's holder)."""
 
 
-def kubelet_extension(settings: KubeletSettings | None = None, *, window: int | None = None) -> Any:
-    """The extension; ``window``: bytes of a node's data buffered per stream."""
+def kubelet_extension(
+    settings: KubeletSettings | None = None,
+    *,
+    window: int | None = None,
+    peer_ca: Callable[[], pki.CertificateAuthority] | None = None,
+) -> Any:
+    """The extension; ``window``: bytes of a node's data buffered per stream; ``peer_ca``:
+    returns the hub CA, which signs this replica's peer certificate (the relay)."""
     settings = settings or KubeletSettings()
 
     async def install(hub: Hub) -> None:
@@ -64,8 +78,38 @@ def kubelet_extension(settings: KubeletSettings | None = None, *, window: int | 
                 api.add_pod_subresource(name, _embedded(serve, streams, find_pod))
         if settings.client_ca_file:
             await _serve_https(hub, settings, streams, find_pod)
+        if peer_ca is not None and hub.settings.ha.peer_address:
+            await _serve_relay(hub, streams, peer_ca)
 
     return install
+
+
+async def _serve_relay(hub: Hub, streams: HubStreams, peer_ca: Any) -> None:
+    ha = hub.settings.ha
+    if hub.ownership is None or hub.replicas is None:
+        return  # one replica: every node it serves has its session here
+    replicas, ownership = hub.replicas, hub.ownership
+    relay = StreamRelay(
+        streams,
+        ownership.owner,
+        replicas.peer_address,
+        PeerCredentials(peer_ca, replicas.identity),
+        host=ha.peer_host,
+        port=ha.peer_port,
+    )
+    port = await relay.start()
+    host = f"[{ha.peer_address}]" if ":" in ha.peer_address else ha.peer_address  # IPv6
+    replicas.address = f"{host}:{port}"  # published by the replica Lease's start
+    streams.relay = relay
+
+    async def serve_until_closed() -> None:
+        try:
+            await asyncio.Event().wait()  # until the hub cancels its tasks at close
+        finally:
+            await relay.aclose()
+
+    hub.relay = relay  # type: ignore[attr-defined]
+    hub.add_task(serve_until_closed(), "stream-relay")
 
 
 async def _attach(*args: Any, **kwargs: Any) -> Any:

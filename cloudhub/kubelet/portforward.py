@@ -49,7 +49,7 @@ async def serve_portforward(
     if pod is None:
         return error(404, f'pods "{pod_name}" not found')
     node = (pod.get("spec") or {}).get("nodeName") or ""
-    if streams.endpoint(node) is None:
+    if not await streams.reachable(node):
         return error(503, streams.offline_message(node))
     response = web.StreamResponse(
         status=101,

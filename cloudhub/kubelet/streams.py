@@ -9,7 +9,9 @@ per node session, opened toward the node that runs the pod.
   stream message from a node names a stream of that node's session only.
 - :meth:`HubStreams.open` fails at once for a node without a session:
   ``node pi-01 is offline since 2026-12-02T06:40:00Z`` (the time its session ended, or
-  the hub's start when this hub never saw it).
+  the hub's start when this hub never saw it), unless, with several replicas
+  (:attr:`HubStreams.relay`), another live replica serves the node: the stream is then
+  relayed to it (:mod:`cloudhub.kubelet.relay`).
 - Metrics: ``edgefleet_hub_streams_open{kind}`` and
   ``edgefleet_hub_streams_total{kind,result}`` (result ``ok``, ``offline``, ``refused``,
   ``reset``, ``cancelled``, ``lost``).
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge
 
-from cloudhub.errors import HubError
+from cloudhub.kubelet.errors import NodeOffline, RelayRefused, StreamUnavailable
 from protocol.errors import ErrorCode, UsageError
 from protocol.stream_messages import StreamClose, StreamData, StreamReset, StreamWindow
 from protocol.streams import StreamMux
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from cloudhub.bridge.dispatch import Dispatcher, Inbound
     from cloudhub.bridge.registry import SessionRegistry
     from cloudhub.bridge.session import NodeSession
+    from cloudhub.kubelet.relay import RemoteStream, StreamRelay
 
 __all__ = ["HubStreams", "NodeOffline", "StreamUnavailable"]
 
@@ -46,15 +49,6 @@ WINDOW = 256 * 1024
 cost when its caller reads slowly. Measured (bench ``streams``): 1 MiB gave no more
 throughput than 256 KiB on loopback, and made small messages beside a saturating stream
 wait longer (until the transport's priority lanes land, bulk data queues ahead of them)."""
-
-
-class StreamUnavailable(HubError):
-    """A stream cannot be opened (node offline, too many streams); the message is for
-    the user."""
-
-
-class NodeOffline(StreamUnavailable):
-    """The pod's node has no session with this hub."""
 
 
 def _iso(t: float) -> str:
@@ -87,6 +81,8 @@ class HubStreams:
         self._clock = clock
         self._started = clock()
         self._endpoints: dict[str, tuple[NodeSession, StreamEndpoint]] = {}
+        self.relay: StreamRelay | None = None
+        """With several replicas: reaches nodes that another replica serves."""
         self._offline_since: dict[str, float] = {}
         self.open_streams = Gauge(
             "edgefleet_hub_streams_open",
@@ -109,6 +105,13 @@ class HubStreams:
         """The node's current endpoint, if it has a session."""
         held = self._endpoints.get(node)
         return held[1] if held is not None else None
+
+    async def reachable(self, node: str) -> bool:
+        """Whether a stream to ``node`` can be opened: it has a session here, or another
+        live replica serves it and published its relay address."""
+        if self.endpoint(node) is not None:
+            return True
+        return self.relay is not None and await self.relay.locate(node) is not None
 
     def _connected(self, session: NodeSession) -> None:
         mux = StreamMux(hub=True, window=self._window or WINDOW)
@@ -150,14 +153,23 @@ class HubStreams:
         params: dict[str, Any] | None = None,
         *,
         user: str = "",
-    ) -> Stream:
-        """Open a stream on ``node``'s session.
+        relay: bool = True,
+    ) -> Stream | RemoteStream:
+        """Open a stream on ``node``'s session, here or (``relay``) at the replica that
+        serves it.
 
         Raises:
-            NodeOffline: the node has no session.
-            StreamUnavailable: too many streams on its session, or it ended meanwhile.
+            NodeOffline: the node has no session here, and no other replica serves it.
+            StreamUnavailable: too many streams on its session, or it ended meanwhile, or
+                the replica serving it cannot be reached.
         """
         endpoint = self.endpoint(node)
+        if endpoint is None and relay and self.relay is not None:
+            where = await self.relay.locate(node)
+            if where is not None:
+                return await self._open_relayed(
+                    where, node, operation, namespace, pod, container, params or {}, user
+                )
         if endpoint is None:
             self.streams_total.labels(operation, "offline").inc()
             raise NodeOffline(self.offline_message(node))
@@ -182,7 +194,44 @@ class HubStreams:
         )
         return stream
 
-    def finished(self, stream: Stream, *, cancelled: bool = False) -> None:
+    async def _open_relayed(
+        self,
+        where: tuple[str, str],
+        node: str,
+        operation: str,
+        namespace: str,
+        pod: str,
+        container: str,
+        params: dict[str, Any],
+        user: str,
+    ) -> RemoteStream:
+        assert self.relay is not None
+        owner = where[0]
+        try:
+            stream = await self.relay.open(
+                where, node, operation, namespace, pod, container, params, user
+            )
+        except RelayRefused as exc:
+            self.streams_total.labels(operation, "offline" if exc.offline else "refused").inc()
+            raise (NodeOffline if exc.offline else StreamUnavailable)(str(exc)) from exc
+        except ConnectionError as exc:
+            self.streams_total.labels(operation, "offline").inc()
+            raise StreamUnavailable(f"node {node} is served by hub replica {owner}: {exc}") from exc
+        self.open_streams.labels(operation).inc()
+        log.info(
+            "%s %s/%s/%s on node %s for %s (relayed to hub replica %s, stream %d there)",
+            operation,
+            namespace,
+            pod,
+            container,
+            node,
+            user or "(unknown user)",
+            owner,
+            stream.id,
+        )
+        return stream
+
+    def finished(self, stream: Stream | RemoteStream, *, cancelled: bool = False) -> None:
         """Count a stream opened by :meth:`open` once its caller is done with it."""
         kind = stream.open.operation
         self.open_streams.labels(kind).dec()

@@ -6,7 +6,12 @@ connect. The loops, outer to inner:
 - **Outer** (:meth:`Uplink.run`): forever until :meth:`Uplink.close`: dial, serve the link,
   wait a backoff delay (exponential with full jitter, base 1 s, cap 60 s,
   ``protocol.backoff``), again. The backoff resets after a healthy session (one that stayed
-  open ``healthy_after`` seconds); a hub's ``retry_after`` is a floor under the delay; a
+  open ``healthy_after`` seconds). A hub that turns the agent away with ``OVERLOADED`` or
+  ``GOING_AWAY`` and a ``retry_after`` has already spread its agents (full jitter, or the
+  owner's remaining Lease validity plus jitter): that ``retry_after`` is the delay itself,
+  not a floor under the agent's own back-off, and it does not advance the back-off (the
+  hub answered; it is not unreachable), so a failover to another replica takes the
+  seconds the hub asked for (at most ``backoff_cap``), not up to a minute more. A
   final refusal (``VERSION_MISMATCH``, ``UNAUTHORIZED``: ``protocol.backoff.is_retryable``)
   is retried only at the cap, since only a change on one side can fix it.
 - **Identity refused**: the hub refusing this node's certificate (at TLS: expired, not
@@ -68,6 +73,9 @@ WEBSOCKET = "websocket"
 WAKE_POLL = 1.0
 """Seconds between ``wake()`` checks while waiting to redial: a re-join is picked up within
 about a second instead of at the end of a back-off of up to ``backoff_cap`` (60 s)."""
+
+_HUB_SPREAD = frozenset({CloseCode.OVERLOADED, CloseCode.GOING_AWAY})
+"""Close codes whose ``retry_after`` the hub has jittered: used as the delay itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +255,7 @@ class Uplink:
                 self._identity_refused = False
                 link = await self._until_stopped(self._dial())
                 retry_after = None
+                hub_spread = False  # the hub's retry_after is the whole (jittered) delay
                 if link is not None:
                     opened_at = loop.time()
                     switch_to_quic = await self._serve(link)
@@ -257,15 +266,20 @@ class Uplink:
                     closed = link.close_event
                     if closed is not None:
                         retry_after = closed.retry_after
+                        hub_spread = closed.code in _HUB_SPREAD
                 elif self._refusal is not None:
                     retry_after = self._refusal.retry_after
+                    hub_spread = self._refusal.code in _HUB_SPREAD
                     if not is_retryable(self._refusal.code):
                         # A final refusal (version mismatch, unauthorized) needs a change on
                         # one side; keep asking, but only at the slowest rate.
                         retry_after = max(retry_after or 0.0, self.settings.backoff_cap)
                 elif self._identity_refused:  # only a new certificate helps: as above
                     retry_after = self.settings.backoff_cap
-                delay = retry_delay(next(delays), retry_after)
+                if hub_spread and retry_after is not None:
+                    delay = min(retry_after, self.settings.backoff_cap)
+                else:
+                    delay = retry_delay(next(delays), retry_after)
                 if self._stop.is_set():
                     break
                 if delay > 0:

@@ -19,7 +19,7 @@ import collections
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from protocol.backoff import backoff, retry_delay
@@ -279,8 +279,7 @@ class SimAgent:
                 except TransportError as exc:
                     self.refusals.append(str(exc))
                     log.debug("%s: dial failed: %s", self.name, exc)
-                    # As the agent's dialer: a hub's retry_after is a floor under the draw.
-                    await self._pause(retry_delay(next(delays), getattr(exc, "retry_after", None)))
+                    await self._pause(self._delay(delays, exc))
                     continue
                 if self._stop.is_set():
                     # stop() ran while this dial was in flight and saw no link to close
@@ -291,10 +290,18 @@ class SimAgent:
                 )
                 await self._serve(link)
                 if not self._stop.is_set():
-                    await self._pause(next(delays))
+                    await self._pause(self._delay(delays, link.close_event))
         finally:
             self.link = None
             await self._stop_flush()
+
+    def _delay(self, delays: Iterator[float], answer: Any) -> float:
+        """As the agent's dialer: an ``OVERLOADED``/``GOING_AWAY`` ``retry_after`` is the
+        delay itself (the hub jittered it); otherwise the back-off draw, floored by it."""
+        code, retry_after = getattr(answer, "code", None), getattr(answer, "retry_after", None)
+        if retry_after is not None and code in (CloseCode.OVERLOADED, CloseCode.GOING_AWAY):
+            return min(retry_after, self.backoff_cap)
+        return retry_delay(next(delays), retry_after)
 
     async def _pause(self, seconds: float) -> None:
         try:

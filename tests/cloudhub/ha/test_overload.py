@@ -11,10 +11,14 @@ import time
 import pytest
 
 from cloudhub.ha.overload import LoopLag
+from edgeagent.uplink.dialer import WEBSOCKET, Uplink, UplinkSettings
 from protocol.errors import CloseCode
+from protocol.messages import PROTOCOL_VERSION, Hello
 from protocol.transport.errors import SessionRejected
 from tests.clock import ManualClock
 from tests.cloudhub.hub.conftest import DEADLINE, Hubs
+from tests.sim.agent import default_node_info
+from tests.sim.fleet import node_credentials
 
 
 async def test_a_lagging_hub_refuses_new_sessions_with_overloaded_then_serves_them(
@@ -75,3 +79,58 @@ async def test_a_refusal_spreads_its_retry_after_over_the_whole_range() -> None:
 def test_bad_limits_are_refused(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         LoopLag(**kwargs)
+
+
+async def test_a_real_agent_comes_back_after_the_hubs_retry_after_not_its_own_backoff(
+    hubs: Hubs, unique
+) -> None:
+    # The agent's dialer with a 30 s back-off: were the hub's retry_after only a floor under
+    # its own draw, the second dial would come up to 30 s later; it comes within the
+    # hub's 0.5 s spread (plus the dial itself).
+    hub = await hubs.start({"ha.overload_lag": 0.05, "ha.overload_retry_max": 0.5})
+    assert hub.overload is not None and hub.websocket_port
+    name = unique("edge-retry")
+    credentials = node_credentials(hubs.pki.ca, name)
+    settings = UplinkSettings(
+        host="127.0.0.1",
+        websocket_port=hub.websocket_port,
+        server_name="localhost",
+        transports=(WEBSOCKET,),
+        backoff_base=30.0,
+        backoff_cap=30.0,
+    )
+    served = asyncio.Event()
+
+    async def on_link(link) -> None:
+        served.set()
+        await link.wait_closed()
+
+    uplink = Uplink(
+        settings,
+        credentials=lambda: credentials,
+        make_hello=lambda: Hello(
+            min_version=PROTOCOL_VERSION,
+            max_version=PROTOCOL_VERSION,
+            node_name=name,
+            agent_version="test",
+            node_info=default_node_info(name),
+        ),
+        pending=list,
+        next_seq=lambda: 1,
+        on_link=on_link,
+    )
+    blocked = asyncio.Event()
+
+    def busy() -> None:
+        time.sleep(0.4)  # CPU-bound work on the hub's loop: the load, not a wait
+        blocked.set()
+
+    asyncio.get_running_loop().call_soon(busy)
+    await blocked.wait()
+    task = asyncio.get_running_loop().create_task(uplink.run())
+    try:
+        await asyncio.wait_for(served.wait(), 8.0)
+        assert hub.overload.refused >= 1
+    finally:
+        await uplink.close()
+        await asyncio.wait_for(task, 5.0)

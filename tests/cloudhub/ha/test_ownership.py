@@ -263,7 +263,8 @@ async def test_an_api_failure_during_the_claim_turns_the_session_away_as_overloa
         await agent.dial()
     assert refused.value.code is CloseCode.OVERLOADED
     assert "cannot record this node's owner" in refused.value.reason
-    assert refused.value.retry_after == pytest.approx(0.5)  # one replica renewal interval
+    # full jitter over one replica renewal interval (the agent takes it as its delay)
+    assert refused.value.retry_after is not None and 0 <= refused.value.retry_after <= 0.5
     agent.start()  # the API answers again: served
     await agent.wait_for(lambda: agent.synced, DEADLINE)
 

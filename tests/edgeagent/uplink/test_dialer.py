@@ -43,9 +43,20 @@ def hello() -> Hello:
 class Hub:
     """Records every link the hub's handler gets; accepts (or refuses) each."""
 
-    def __init__(self, refuse: CloseCode | None = None) -> None:
+    def __init__(
+        self,
+        refuse: CloseCode | None = None,
+        *,
+        retry_after: float | None = None,
+        refuse_first: int | None = None,
+    ) -> None:
         self.links: list[Link] = []
+        self.arrivals: list[float] = []
+        """Loop time of each session's arrival."""
         self.refuse = refuse
+        self.retry_after = retry_after
+        self.refuse_first = refuse_first
+        """Refuse only the first N sessions (all, when ``None``)."""
         self.arrived = asyncio.Condition()
 
     async def wait_links(self, n: int, timeout: float) -> None:
@@ -55,9 +66,11 @@ class Hub:
     async def handler(self, link: Link) -> None:
         async with self.arrived:
             self.links.append(link)
+            self.arrivals.append(asyncio.get_running_loop().time())
             self.arrived.notify_all()
-        if self.refuse is not None:
-            link.reject(self.refuse, "refused by the test")
+        refusing = self.refuse_first is None or len(self.links) <= self.refuse_first
+        if self.refuse is not None and refusing:
+            link.reject(self.refuse, "refused by the test", retry_after=self.retry_after)
             await link.wait_closed()
             return
         link.accept(
@@ -192,6 +205,39 @@ async def test_refusal_is_not_a_reason_to_fall_back(pki_ca) -> None:
             assert ws_hub.links == [] and links == []
     finally:
         await quic.aclose()
+        await ws.aclose()
+
+
+@pytest.mark.parametrize("code", [CloseCode.OVERLOADED, CloseCode.GOING_AWAY], ids=str)
+async def test_the_hubs_retry_after_is_the_delay_itself(pki_ca, code: CloseCode) -> None:
+    # The agent's own back-off would draw up to 30 s per attempt; the hub's (already
+    # jittered) retry_after of 0.3 s is used instead, and does not grow with the refusals.
+    hub = Hub(refuse=code, retry_after=0.3, refuse_first=3)
+    ws = await serve_websocket(hub.handler, "127.0.0.1", 0, credentials=pki_ca.server)
+    uplink, _ = make_uplink(
+        pki_ca, 0, ws.port, transports=(WEBSOCKET,), backoff_base=30.0, backoff_cap=30.0
+    )
+    try:
+        async with running(uplink):
+            await uplink.wait_for_transport(WEBSOCKET, 10.0)
+            assert len(hub.links) == 4  # three refused, the fourth served
+            gaps = [b - a for a, b in zip(hub.arrivals, hub.arrivals[1:], strict=False)]
+            assert all(0.3 <= gap < 3.0 for gap in gaps), gaps
+    finally:
+        await ws.aclose()
+
+
+async def test_a_retry_after_beyond_the_cap_waits_only_the_cap(pki_ca) -> None:
+    hub = Hub(refuse=CloseCode.OVERLOADED, retry_after=3600.0, refuse_first=1)
+    ws = await serve_websocket(hub.handler, "127.0.0.1", 0, credentials=pki_ca.server)
+    uplink, _ = make_uplink(
+        pki_ca, 0, ws.port, transports=(WEBSOCKET,), backoff_base=0.2, backoff_cap=0.5
+    )
+    try:
+        async with running(uplink):
+            await uplink.wait_for_transport(WEBSOCKET, 10.0)
+            assert len(hub.links) == 2 and hub.arrivals[1] - hub.arrivals[0] >= 0.5
+    finally:
         await ws.aclose()
 
 
