@@ -417,6 +417,18 @@ async def run_hub_as(
             if sample.name.endswith("api_request_errors_total")
         }
         assert not {e for e in errors if e[2] == "403"}, errors
+        # One sample per name and labels (namespaced mode runs an informer per namespace
+        # of a resource; /metrics still shows one series per resource).
+        samples = [
+            (sample.name, tuple(sorted(sample.labels.items())))
+            for metric in hub.metrics.registry.collect()
+            for sample in metric.samples
+        ]
+        assert len(samples) == len(set(samples)), sorted(
+            {s for s in samples if samples.count(s) > 1}
+        )
+        synced = [s for s in samples if s[0].endswith("informer_synced")]
+        assert ("pods",) in {tuple(v for _, v in labels) for _, labels in synced}
 
 
 def _pod(name: str, namespace: str, node: str) -> dict:

@@ -9,10 +9,12 @@ import asyncio
 import logging
 
 import pytest
+from prometheus_client import generate_latest
 
 from cloudhub.errors import KubeAPIError
 from cloudhub.kube import NAMESPACES, PODS, KubeClient, NamespacedInformers, scoped_informers
 from cloudhub.kube.informer import Informer
+from cloudhub.observability.metrics import HubMetrics
 from cloudhub.pods.source import BY_NODE, POD_INDEXERS
 from cloudhub.settings import load_hub_settings
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
@@ -141,6 +143,17 @@ async def _scoped_informers_see_only_their_namespaces(client: KubeClient, tag: s
         assert outside not in {ns for _, ns in events}
         by_node = view.by_index(BY_NODE, f"{tag}-node")
         assert sorted(o["metadata"]["namespace"] for o in by_node) == sorted([*watched, watched[0]])
+        # /metrics: one series per resource, not one per namespace's informer (a scrape
+        # with two samples of one series is refused by Prometheus).
+        metrics = HubMetrics()
+        metrics.watch(sessions=list, informers=lambda: informers, status_pending=lambda: 0)
+        lines = generate_latest(metrics.registry).decode().splitlines()
+        synced = [line for line in lines if line.startswith("edgefleet_hub_informer_synced")]
+        assert synced == ['edgefleet_hub_informer_synced{resource="pods"} 1.0']
+        relists = [
+            line for line in lines if line.startswith("edgefleet_hub_informer_relists_total")
+        ]
+        assert relists == ['edgefleet_hub_informer_relists_total{resource="pods"} 0.0']
     finally:
         for task in tasks:
             task.cancel()
