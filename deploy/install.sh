@@ -406,6 +406,7 @@ outside_pip() {
     if [ -n "$WHEELHOUSE" ]; then
         wheel=$(find "$WHEELHOUSE" -maxdepth 1 -name 'pip-*-py3-none-any.whl' | sort -V | tail -n 1)
     fi
+    PIP_WHEEL=$wheel
     if [ -n "$wheel" ]; then
         PIP=("$PYTHON" "$wheel/pip" "${quiet[@]}" --python "$dir/bin/python")
     elif "$PYTHON" -m pip --python "$dir/bin/python" --version >/dev/null 2>&1; then
@@ -417,12 +418,18 @@ outside_pip() {
     fi
 }
 
-# drop_pip DIR: take pip and setuptools out of the venv DIR again. sqlite-utils declares pip
-# for its own CLI's 'sqlite-utils install' command, which the agent never runs; upgrades use
-# a pip from outside the venv (outside_pip).
+# drop_pip DIR: take pip and setuptools out of the venv DIR again, keeping the pip wheel
+# it was installed with in DIR/share/edgefleet (2 MB, not 14): sqlite-utils declares pip
+# for its own CLI's 'sqlite-utils install' command, which the agent never runs; upgrades
+# (install.sh --upgrade, and an EdgeUpgrade from the hub: edgeagent/upgrade/venvs.py) run
+# that wheel. Without a pip wheel (no wheelhouse), pip stays in the venv.
 drop_pip() {
     local dir=$1
     [ "$DRY_RUN" = 0 ] || return 0
+    [ -n "$PIP_WHEEL" ] || return 0
+    mkdir -p "$dir/share/edgefleet"
+    rm -f "$dir"/share/edgefleet/pip-*.whl
+    cp "$PIP_WHEEL" "$dir/share/edgefleet/"
     rm -rf "$dir"/bin/pip "$dir"/bin/pip3*
     find "$dir"/lib/python3*/site-packages -maxdepth 1 \
         \( -name pip -o -name 'pip-*.dist-info' -o -name setuptools -o -name 'setuptools-*.dist-info' \
@@ -473,7 +480,7 @@ installed_version() {
 pip_into() {
     local dir=$1
     shift
-    local PIP=()
+    local PIP=() PIP_WHEEL=""
     outside_pip "$dir"
     local pip=("${PIP[@]}")
     local args=(--no-compile)

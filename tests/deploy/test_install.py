@@ -196,6 +196,8 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     assert host_paths(venv, root) == []
     assert list(venv.rglob("*.pyc"))  # compiled for the target path, not left to first boot
     assert no_pip(venv) == []  # installed from outside: pip and setuptools stay out
+    # ... and the pip wheel it was installed with is kept for upgrades (venvs.pip_command).
+    assert [p.name.split("-")[0] for p in (venv / "share" / "edgefleet").iterdir()] == ["pip"]
     # 'edgeagent join --renew ...' and 'edgeagent status', as the agent's messages say.
     link = root / "usr" / "local" / "bin" / "edgeagent"
     assert os.readlink(link) == "/opt/edgeagent/bin/edgeagent"
