@@ -44,6 +44,9 @@ def agent_only_venv(tmp: pathlib.Path) -> pathlib.Path:
     site = next((venv / "lib").glob("python3*/site-packages"))
     for path in [*site.glob("pip"), *site.glob("pip-*.dist-info"), *(venv / "bin").glob("pip*")]:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
+    kept = venv / "share" / "edgefleet"  # the pip wheel upgrades run (install.sh keeps it)
+    kept.mkdir(parents=True)
+    shutil.copy(pip_wheel, kept)
     return venv
 
 
