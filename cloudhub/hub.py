@@ -62,6 +62,7 @@ from cloudhub.kube import (
     KubeClient,
     ResourceType,
     TokenBucket,
+    scoped_informers,
     strip_object,
 )
 from cloudhub.nodes.lifecycle import NodeLifecycle
@@ -160,9 +161,12 @@ class Hub:
         """
         if self.kube is None or self._started:
             raise HubError("add_informer() is for extensions, before the hub serves")
-        informer = Informer(self.kube, rt, watch_timeout=self.settings.kube.watch_timeout, **kwargs)
-        self._informers.append(informer)
-        return informer
+        k = self.settings.kube
+        view, informers = scoped_informers(
+            self.kube, rt, k.namespaces, watch_timeout=k.watch_timeout, **kwargs
+        )
+        self._informers += informers
+        return view  # type: ignore[return-value]  # same reading side (cloudhub.kube.scoped)
 
     def add_task(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """Run a background coroutine owned by the hub (cancelled at close; if it fails,
@@ -295,20 +299,26 @@ class Hub:
         kube = self.kube
         assert kube is not None
         watch = s.kube.watch_timeout
-        pods = Informer(
+        scope = s.kube.namespaces  # namespaced mode: one informer per listed namespace
+        pods, pod_informers = scoped_informers(
             kube,
             PODS,
+            scope,
             field_selector="spec.nodeName!=",
             indexers=POD_INDEXERS,
             transform=strip_object,
             watch_timeout=watch,
         )
-        configmaps = Informer(kube, CONFIGMAPS, transform=strip_object, watch_timeout=watch)
-        secrets = Informer(kube, SECRETS, transform=strip_object, watch_timeout=watch)
+        configmaps, cm_informers = scoped_informers(
+            kube, CONFIGMAPS, scope, transform=strip_object, watch_timeout=watch
+        )
+        secrets, secret_informers = scoped_informers(
+            kube, SECRETS, scope, transform=strip_object, watch_timeout=watch
+        )
         self._nodes = Informer(
             kube, NODES, label_selector=EDGE_ROLE_LABEL, transform=slim_node, watch_timeout=watch
         )
-        self._informers += [pods, configmaps, secrets, self._nodes]
+        self._informers += [*pod_informers, *cm_informers, *secret_informers, self._nodes]
         self.pods = pods
         self.nodes = self._nodes  # edge Nodes, slim (_slim_node): labels and conditions
         PodSource(pods, configmaps, secrets, self.objects)

@@ -11,6 +11,7 @@ Every duration is in seconds, every size in bytes; rates are per second.
 from __future__ import annotations
 
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 ENV_PREFIX = "CLOUDHUB_"
+
+
+#: A namespace name: an RFC 1123 label.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def _h(text: str, unit: str = "") -> dict[str, str]:
@@ -203,10 +208,23 @@ class KubeSettings:
         default=300,
         metadata=_h("how long the API keeps one watch open before the informer re-watches", "s"),
     )
+    namespaces: tuple[str, ...] = field(
+        default=(),
+        metadata=_h(
+            "namespaced mode: watch pods, ConfigMaps, Secrets and namespaced custom resources "
+            "only in these namespaces (one informer each; RoleBindings there suffice, "
+            "deploy/overlays/namespaced); empty: every namespace (a ClusterRole)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         _port(self, "embedded_port")
         _positive(self, "request_timeout", "watch_timeout", "embedded_event_ttl")
+        for ns in self.namespaces:
+            if not _DNS_LABEL.fullmatch(ns):
+                raise SettingsError("namespaces", "namespace names (DNS labels)", ns)
+        if len(set(self.namespaces)) != len(self.namespaces):
+            raise SettingsError("namespaces", "each namespace once", ",".join(self.namespaces))
         if self.in_cluster and self.kubeconfig is not None:
             raise SettingsError("in_cluster", "not together with kube.kubeconfig", True)
 

@@ -387,11 +387,54 @@ uninstall() {
 
 # -- install ------------------------------------------------------------------------------
 
-# new_venv DIR: a venv at DIR with the wanted interpreter and --system-site-packages.
+# new_venv DIR: a venv at DIR with the wanted interpreter and --system-site-packages, and
+# neither pip nor setuptools in it (20 MB of a 74 MB agent): packages go in with a pip run
+# from outside the venv (outside_pip).
 new_venv() {
-    local args=()
+    local args=(--without-pip)
     [ "$SYSTEM_SITE" = 0 ] || args+=(--system-site-packages)
     run "$PYTHON" -m venv "${args[@]}" "$1"
+}
+
+# outside_pip DIR: sets PIP, a pip command that installs into the venv DIR from outside it:
+# the pip wheel of the wheelhouse (run from the wheel file itself, as pip supports), else
+# the interpreter's own pip if it knows --python (pip >= 22.3), else a pip bootstrapped
+# into the venv with ensurepip (removed again after the install, see drop_pip).
+outside_pip() {
+    local dir=$1 wheel=""
+    local quiet=(--disable-pip-version-check --no-input --quiet)
+    if [ -n "$WHEELHOUSE" ]; then
+        wheel=$(find "$WHEELHOUSE" -maxdepth 1 -name 'pip-*-py3-none-any.whl' | sort -V | tail -n 1)
+    fi
+    PIP_WHEEL=$wheel
+    if [ -n "$wheel" ]; then
+        PIP=("$PYTHON" "$wheel/pip" "${quiet[@]}" --python "$dir/bin/python")
+    elif "$PYTHON" -m pip --python "$dir/bin/python" --version >/dev/null 2>&1; then
+        PIP=("$PYTHON" -m pip "${quiet[@]}" --python "$dir/bin/python")
+    else
+        [ -x "$dir/bin/pip" ] || run "$dir/bin/python" -m ensurepip --default-pip >/dev/null ||
+            die "no pip to install with: put pip's wheel in the wheelhouse, or apt-get install python3-pip"
+        PIP=("$dir/bin/python" -m pip "${quiet[@]}")
+    fi
+}
+
+# drop_pip DIR: take pip and setuptools out of the venv DIR again, keeping the pip wheel
+# it was installed with in DIR/share/edgefleet (2 MB, not 14): sqlite-utils declares pip
+# for its own CLI's 'sqlite-utils install' command, which the agent never runs; upgrades
+# (install.sh --upgrade, and an EdgeUpgrade from the hub: edgeagent/upgrade/venvs.py) run
+# that wheel. Without a pip wheel (no wheelhouse), pip stays in the venv.
+drop_pip() {
+    local dir=$1
+    [ "$DRY_RUN" = 0 ] || return 0
+    [ -n "$PIP_WHEEL" ] || return 0
+    mkdir -p "$dir/share/edgefleet"
+    rm -f "$dir"/share/edgefleet/pip-*.whl
+    cp "$PIP_WHEEL" "$dir/share/edgefleet/"
+    rm -rf "$dir"/bin/pip "$dir"/bin/pip3*
+    find "$dir"/lib/python3*/site-packages -maxdepth 1 \
+        \( -name pip -o -name 'pip-*.dist-info' -o -name setuptools -o -name 'setuptools-*.dist-info' \
+        -o -name _distutils_hack -o -name distutils-precedence.pth -o -name pkg_resources \) \
+        -exec rm -rf {} +
 }
 
 make_venv() {
@@ -437,7 +480,9 @@ installed_version() {
 pip_into() {
     local dir=$1
     shift
-    local pip=("$dir/bin/python" -m pip --disable-pip-version-check --no-input --quiet)
+    local PIP=() PIP_WHEEL=""
+    outside_pip "$dir"
+    local pip=("${PIP[@]}")
     local args=(--no-compile)
     if [ -n "$WHEELHOUSE" ]; then args+=(--no-index --find-links "$WHEELHOUSE"); fi
     if [ -n "$INDEX_URL" ]; then args+=(--index-url "$INDEX_URL"); fi
@@ -452,6 +497,7 @@ pip_into() {
         # itself, so that the unit's /opt/edgeagent/bin/edgeagent exists.
         run "${pip[@]}" install "${args[@]}" --no-deps --ignore-installed "$what" || return 1
     fi
+    drop_pip "$dir"
 }
 
 pip_install() {

@@ -19,6 +19,7 @@ from cloudhub.kube.resources import (
     ResourceType,
 )
 from cloudhub.kube.retry import retrying, update_with_retry
+from cloudhub.kube.scoped import NamespacedInformers, scoped_informers
 from cloudhub.kube.times import micro_time, parse_time, rfc3339
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Indexer",
     "Informer",
     "KubeClient",
+    "NamespacedInformers",
     "RequestObserver",
     "ResourceType",
     "TokenBucket",
@@ -46,6 +48,7 @@ __all__ = [
     "parse_time",
     "retrying",
     "rfc3339",
+    "scoped_informers",
     "strip_object",
     "update_with_retry",
 ]

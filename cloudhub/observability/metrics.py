@@ -339,12 +339,21 @@ class _ScrapeTime(Collector):
             labels=["resource"],
         )
         now = time.monotonic()
+        # Namespaced mode (kube.namespaces) runs one informer per namespace of a resource:
+        # one sample per resource still, its worst lag, synced once all are, relists summed.
+        per: dict[str, tuple[float, float, int]] = {}
         for informer in m._informers() if m._informers is not None else ():
-            name = informer.rt.plural
             heard = informer.last_heard
-            lag.add_metric([name], now - heard if heard else float("nan"))
-            synced.add_metric([name], 1.0 if informer.synced.is_set() else 0.0)
-            relists.add_metric([name], informer.relists)
+            age = now - heard if heard else float("inf")
+            done = 1.0 if informer.synced.is_set() else 0.0
+            old = per.get(informer.rt.plural)
+            if old is not None:
+                age, done = max(age, old[0]), min(done, old[1])
+            per[informer.rt.plural] = (age, done, informer.relists + (old[2] if old else 0))
+        for name, (age, done, count) in per.items():
+            lag.add_metric([name], age if age != float("inf") else float("nan"))
+            synced.add_metric([name], done)
+            relists.add_metric([name], count)
         yield lag
         yield synced
         yield relists

@@ -61,6 +61,7 @@ from cloudhub.kube import (
     KubeClient,
     ResourceType,
     TokenBucket,
+    scoped_informers,
 )
 from cloudhub.placement.errors import InvalidObject, InvalidSpec
 from cloudhub.placement.failures import FailureBackoff, owner_key
@@ -95,6 +96,9 @@ class ControllerSettings:
 
     Attributes:
         namespace: the namespace whose placements it handles, or None for all.
+        namespaces: the hub's namespaced mode (``kube.namespaces``): without
+            ``namespace``, placements, pods and workloads are watched in these
+            namespaces only (one informer each); empty: cluster-wide.
         place_workloads: also place Deployments and DaemonSets that target edge
             nodes. Only on the embedded API: a real cluster has its own
             scheduler and controllers for them.
@@ -123,6 +127,7 @@ class ControllerSettings:
     """
 
     namespace: str | None = None
+    namespaces: tuple[str, ...] = ()
     place_workloads: bool = False
     install_crd: bool = True
     writes_per_second: float = 100.0
@@ -201,21 +206,25 @@ class PlacementController:
         if self.settings.install_crd:
             await self._install_crd()
         ns = self.settings.namespace
-        # Each informer names its resource type, so the RBAC check sees every watch.
-        watched = [
-            (Informer(self.client, NODES), self._on_node),
-            (Informer(self.client, EDGEPLACEMENTS, namespace=ns), self._on_placement),
-            (Informer(self.client, PODS), self._on_pod),
-        ]
-        if self.settings.place_workloads:
-            watched += [
-                (Informer(self.client, DEPLOYMENTS, namespace=ns), self._on_workload),
-                (Informer(self.client, DAEMONSETS, namespace=ns), self._on_workload),
-            ]
+        scope = self.settings.namespaces
         self._informers = []
-        for informer, handler in watched:
-            informer.add_handler(handler)
-            self._informers.append(informer)
+        if scope and not ns:  # namespaced mode: one informer per namespace
+            self._watch_scoped(scope)
+        else:
+            # Each informer names its resource type, so the RBAC check sees every watch.
+            watched = [
+                (Informer(self.client, NODES), self._on_node),
+                (Informer(self.client, EDGEPLACEMENTS, namespace=ns), self._on_placement),
+                (Informer(self.client, PODS), self._on_pod),
+            ]
+            if self.settings.place_workloads:
+                watched += [
+                    (Informer(self.client, DEPLOYMENTS, namespace=ns), self._on_workload),
+                    (Informer(self.client, DAEMONSETS, namespace=ns), self._on_workload),
+                ]
+            for informer, handler in watched:
+                informer.add_handler(handler)
+                self._informers.append(informer)
         tasks = [
             asyncio.create_task(i.run(), name=f"placement-informer-{i.rt.plural}")
             for i in self._informers
@@ -249,6 +258,23 @@ class PlacementController:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.1)
+
+    def _watch_scoped(self, scope: tuple[str, ...]) -> None:
+        nodes = Informer(self.client, NODES)
+        nodes.add_handler(self._on_node)
+        self._informers.append(nodes)
+        watched = [
+            (scoped_informers(self.client, EDGEPLACEMENTS, scope), self._on_placement),
+            (scoped_informers(self.client, PODS, scope), self._on_pod),
+        ]
+        if self.settings.place_workloads:
+            watched += [
+                (scoped_informers(self.client, DEPLOYMENTS, scope), self._on_workload),
+                (scoped_informers(self.client, DAEMONSETS, scope), self._on_workload),
+            ]
+        for (view, informers), handler in watched:
+            view.add_handler(handler)
+            self._informers += informers
 
     async def _loop(self) -> None:
         for informer in self._informers:

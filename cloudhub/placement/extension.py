@@ -73,6 +73,7 @@ class PlacementExtension:
             hub.kube,
             ControllerSettings(
                 namespace=s.namespace or None,
+                namespaces=hub.settings.kube.namespaces,
                 place_workloads=s.places_workloads(embedded),
                 install_crd=embedded,
                 writes_per_second=s.writes_per_second,

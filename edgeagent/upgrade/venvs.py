@@ -36,6 +36,22 @@ STAMP = ".edgefleet-wheel.sha256"
 _DIST = "edgefleet"
 
 
+#: Where deploy/install.sh keeps the pip wheel it installed with, in a venv it leaves
+#: without pip (pip and setuptools are a third of an agent's install otherwise).
+PIP_WHEELS = pathlib.Path("share") / "edgefleet"
+
+
+def pip_command(venv: pathlib.Path) -> list[str]:
+    """The command that runs pip for ``venv`` with its own interpreter (``-I``): the pip
+    wheel install.sh left in ``<venv>/share/edgefleet`` (run from the wheel file, which pip
+    supports), else the venv's own pip module."""
+    python = str(venv / "bin" / "python")
+    wheels = sorted((venv / PIP_WHEELS).glob("pip-*-py3-none-any.whl"))
+    if wheels:
+        return [python, "-I", str(wheels[-1] / "pip")]
+    return [python, "-I", "-m", "pip"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The venv directories around ``prefix`` (see the module docstring).
@@ -98,15 +114,7 @@ class Layout:
             shutil.copytree(self.prefix, staging, symlinks=True)
             python = str(staging / "bin" / "python")
             # -I: isolated (no current directory, no PYTHON* variables on sys.path).
-            pip = [
-                python,
-                "-I",
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-            ]
+            pip = [*pip_command(staging), "install", "--disable-pip-version-check", "--no-input"]
             only = ["--quiet", "--no-index", "--no-deps", "--force-reinstall", "--no-compile"]
             self._run(
                 [*pip, *only, str(wheel)],

@@ -10,6 +10,7 @@ import asyncio
 import os
 import pathlib
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -29,12 +30,23 @@ def agent_only_venv(tmp: pathlib.Path) -> pathlib.Path:
     house.mkdir()
     make_wheelhouse(wheel, house, "agent")
     venv = tmp / "agent-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # As deploy/install.sh makes it: no pip or setuptools in the venv, the packages put in
+    # by the wheelhouse's pip run from outside it, pip taken out again (sqlite-utils
+    # declares it for its own CLI only).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)  # fmt: skip
+    (pip_wheel,) = sorted(house.glob("pip-*-py3-none-any.whl"))[-1:]
     subprocess.run(
-        [venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-index", "--find-links",
-         house, f"{wheel}[agent]"],
+        [sys.executable, pip_wheel / "pip", "--python", venv / "bin" / "python", "install",
+         "-q", "--no-index", "--find-links", house, f"{wheel}[agent]"],
         check=True, timeout=600,
     )  # fmt: skip
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for path in [*site.glob("pip"), *site.glob("pip-*.dist-info"), *(venv / "bin").glob("pip*")]:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    kept = venv / "share" / "edgefleet"  # the pip wheel upgrades run (install.sh keeps it)
+    kept.mkdir(parents=True)
+    shutil.copy(pip_wheel, kept)
     return venv
 
 

@@ -100,6 +100,7 @@ def _looks_like_client(node: ast.AST) -> bool:
 WRAPPERS = {
     "Informer": (1, (("list", False), ("watch", False))),
     "add_informer": (0, (("list", False), ("watch", False))),  # cloudhub.hub.Hub.add_informer
+    "scoped_informers": (1, (("list", False), ("watch", False))),  # cloudhub.kube.scoped
     # A read of the object itself, then a write of the object or of its subresource.
     "update_with_retry": (1, (("get", False), ("update", True))),
 }

@@ -240,9 +240,9 @@ async def test_hub_runs_under_its_service_account_on_kube_apiserver(
         assert deleted.returncode == 0, deleted.stderr
 
 
-async def _hub_runs_under_its_service_account(kube_apiserver, kubectl: str, tmp_path) -> None:
+async def service_account_kubeconfig(kube_apiserver, tmp_path: pathlib.Path) -> pathlib.Path:
+    """A kubeconfig with a token of the hub's ServiceAccount (as the Deployment mounts it)."""
     admin_config = str(kube_apiserver.kubeconfig)
-
     configuration = k8s_client.Configuration()
     await k8s_config.load_kube_config(config_file=admin_config, client_configuration=configuration)
     async with k8s_client.ApiClient(configuration) as api:
@@ -276,6 +276,12 @@ async def _hub_runs_under_its_service_account(kube_apiserver, kubectl: str, tmp_
             }
         )
     )
+    return sa_config
+
+
+async def _hub_runs_under_its_service_account(kube_apiserver, kubectl: str, tmp_path) -> None:
+    admin_config = str(kube_apiserver.kubeconfig)
+    sa_config = await service_account_kubeconfig(kube_apiserver, tmp_path)
     for verb, resource, where in (
         ("get", "secrets", ["-n", "kube-system"]),  # read only through the shared informer
         ("create", "secrets", ["-n", "default"]),  # writes only in the hub's namespace
@@ -308,7 +314,20 @@ async def _hub_runs_under_its_service_account(kube_apiserver, kubectl: str, tmp_
     assert {r.call for r in recording.requests} <= set(static_calls())
 
 
-async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.Path) -> None:
+async def run_hub_as(
+    kubeconfig: pathlib.Path,
+    admin: KubeClient,
+    tmp: pathlib.Path,
+    *,
+    namespace: str = "rbac-apps",
+    overrides: dict | None = None,
+    outside: str | None = None,
+    node: str = "rbac-hub",
+) -> None:
+    """Run the hub under ``kubeconfig``; an edge node joins, and a pod in ``namespace``
+    bound to it is sent down, reported Running, deleted. With ``outside`` (a namespace the
+    hub must not watch), a pod there bound to the same node is created first and never
+    sent. No API request of the hub is refused (403)."""
     from cloudhub.hub import Hub
     from cloudhub.kube import NODES, PODS
     from cloudhub.pki.extension import pki_extension
@@ -326,11 +345,12 @@ async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.P
             "pki.join_host": "127.0.0.1",
             "pki.join_port": 0,
             "pki.server_names": "localhost",
+            **(overrides or {}),
         }
     )
     extension = pki_extension(settings.pki)
     async with Hub(settings, extensions=[extension]) as hub:
-        edge = await EdgeNode.join(tmp, hub, extension, "rbac-hub")
+        edge = await EdgeNode.join(tmp, hub, extension, node)
         edge.link = await edge.dial("websocket")
         pods: list = []
 
@@ -341,23 +361,11 @@ async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.P
 
         reader = asyncio.create_task(read())
         try:
-            namespace = "rbac-apps"
-            await admin.create(
-                NAMESPACES,
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-            )
-            pod = await admin.create(
-                PODS,
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "app", "namespace": namespace},
-                    "spec": {
-                        "nodeName": "rbac-hub",
-                        "containers": [{"name": "c", "image": "busybox"}],
-                    },
-                },
-            )
+            for ns in {namespace, outside or namespace}:
+                await _ensure_namespace(admin, ns)
+            if outside is not None:
+                await admin.create(PODS, _pod("outside", outside, node))
+            pod = await admin.create(PODS, _pod("app", namespace, node))
             ref = ObjectRef("Pod", namespace, "app", pod["metadata"]["uid"])
             await asyncio.wait_for(_until(lambda: any(p.ref.uid == ref.uid for p in pods)), 30)
             await edge.link.send(
@@ -392,8 +400,12 @@ async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.P
                 return False
 
             await asyncio.wait_for(_until_async(gone), 30)
-            node = await admin.get(NODES, "rbac-hub")
+            node = await admin.get(NODES, node)
             assert node["status"]["conditions"]  # registered with its status
+            if outside is not None:
+                assert {p.ref.namespace for p in pods if p.ref.kind == "Pod"} == {namespace}
+                assert hub.pods.get("outside", outside) is None
+                await admin.delete(PODS, "outside", outside, grace_period_seconds=0)
         finally:
             await edge.link.close()
             reader.cancel()
@@ -405,6 +417,37 @@ async def run_hub_as(kubeconfig: pathlib.Path, admin: KubeClient, tmp: pathlib.P
             if sample.name.endswith("api_request_errors_total")
         }
         assert not {e for e in errors if e[2] == "403"}, errors
+        # One sample per name and labels (namespaced mode runs an informer per namespace
+        # of a resource; /metrics still shows one series per resource).
+        samples = [
+            (sample.name, tuple(sorted(sample.labels.items())))
+            for metric in hub.metrics.registry.collect()
+            for sample in metric.samples
+        ]
+        assert len(samples) == len(set(samples)), sorted(
+            {s for s in samples if samples.count(s) > 1}
+        )
+        synced = [s for s in samples if s[0].endswith("informer_synced")]
+        assert ("pods",) in {tuple(v for _, v in labels) for _, labels in synced}
+
+
+def _pod(name: str, namespace: str, node: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+
+async def _ensure_namespace(admin: KubeClient, name: str) -> None:
+    try:
+        await admin.create(
+            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
+    except KubeAPIError as exc:
+        if exc.status != 409:  # there already (an overlay made it, or an earlier test)
+            raise
 
 
 async def _until(predicate) -> None:

@@ -95,6 +95,18 @@ def host_paths(tree: pathlib.Path, root: pathlib.Path) -> list[str]:
     ]
 
 
+def no_pip(venv: pathlib.Path) -> list[str]:
+    """pip, setuptools and their scripts found in the venv (none expected: install.sh
+    installs with a pip from outside it)."""
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    found = [
+        p.name
+        for p in site.iterdir()
+        if p.name.split("-")[0] in ("pip", "setuptools", "pkg_resources", "_distutils_hack")
+    ]
+    return found + [p.name for p in (venv / "bin").glob("pip*")]
+
+
 _VERSION = "import importlib.metadata as m; print(m.version('edgefleet'))"
 
 
@@ -183,6 +195,9 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     # Built for /opt/edgeagent: no path of the prep directory in any script or byte code.
     assert host_paths(venv, root) == []
     assert list(venv.rglob("*.pyc"))  # compiled for the target path, not left to first boot
+    assert no_pip(venv) == []  # installed from outside: pip and setuptools stay out
+    # ... and the pip wheel it was installed with is kept for upgrades (venvs.pip_command).
+    assert [p.name.split("-")[0] for p in (venv / "share" / "edgefleet").iterdir()] == ["pip"]
     # 'edgeagent join --renew ...' and 'edgeagent status', as the agent's messages say.
     link = root / "usr" / "local" / "bin" / "edgeagent"
     assert os.readlink(link) == "/opt/edgeagent/bin/edgeagent"
@@ -241,6 +256,7 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     previous = root / "opt" / "edgeagent.previous"
     assert version_in(previous) == "0.1.0"
     assert host_paths(venv, root) == []
+    assert no_pip(venv) == []  # the upgrade, too, ran a pip from outside the venv
     same = await install(*base, "--upgrade", "--wheel", str(newer))
     assert same.returncode == 0 and "nothing to upgrade" in same.stdout
 

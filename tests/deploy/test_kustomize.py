@@ -17,7 +17,7 @@ from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from tests.deploy.wheels import REPO
 
 DEPLOY = REPO / "deploy"
-KUSTOMIZATIONS = ["base", "overlays/public", "overlays/public-1.20"]
+KUSTOMIZATIONS = ["base", "overlays/public", "overlays/public-1.20", "overlays/namespaced"]
 
 
 async def kubectl_run(binary: str, *args: str) -> subprocess.CompletedProcess:

@@ -155,3 +155,48 @@ def test_a_confirmed_probation_ends_and_a_bad_guard_call_never_fails_the_start(
     assert guard.on_start(state, now=0.0) == "none"
     guard.write_probation(state, probation_for(tmp_path / "nowhere", deadline=0.0))
     assert guard.main(["guard.py", str(state)]) == 0  # no previous venv: logged, exit 0
+
+
+def _without_pip(prefix: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    """Leave ``prefix`` as deploy/install.sh does: no pip in the venv, the pip wheel it was
+    installed with in ``share/edgefleet`` (built here from pip's cache, as the wheelhouse
+    builder does). Returns the wheel."""
+    site = next((prefix / "lib").glob("python3*/site-packages"))
+    for path in [*site.glob("pip"), *site.glob("pip-*.dist-info"), *(prefix / "bin").glob("pip*")]:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    version = subprocess.run(
+        [sys.executable, "-m", "pip", "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "pw"),
+         f"pip=={version}"],
+        check=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = (tmp_path / "pw").glob("pip-*.whl")
+    (prefix / "share" / "edgefleet").mkdir(parents=True, exist_ok=True)
+    return pathlib.Path(shutil.copy(wheel, prefix / "share" / "edgefleet"))
+
+
+def test_a_venv_without_pip_is_upgraded_with_the_pip_wheel_install_sh_kept(
+    prefix: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    _without_pip(prefix, tmp_path)
+    no_pip = subprocess.run([str(prefix / "bin" / "python"), "-I", "-m", "pip", "--version"])
+    assert no_pip.returncode != 0  # really no pip in the venv
+    layout = Layout(prefix)
+    wheel = make_wheel(tmp_path, "0.5.0")
+    assert layout.stage(wheel, sha256(wheel)) == "0.5.0"
+    layout.switch()
+    assert agent_says(prefix) == "edgeagent 0.5.0"
+
+
+def test_a_venv_with_no_pip_at_all_fails_the_stage_and_changes_nothing(
+    prefix: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    for found in _without_pip(prefix, tmp_path).parent.glob("pip-*.whl"):
+        found.unlink()
+    layout = Layout(prefix)
+    wheel = make_wheel(tmp_path, "0.5.0")
+    with pytest.raises(InstallFailed, match="pip"):
+        layout.stage(wheel, sha256(wheel))
+    assert not layout.staging.exists() and layout.version() == "0.4.0"
