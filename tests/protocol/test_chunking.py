@@ -44,6 +44,7 @@ from protocol.chunking import (
 )
 from protocol.codec import FrameDecoder
 from protocol.errors import DecodeError
+from protocol.messages import StreamOpen
 from tests.protocol.helpers import POD, ConnectionPair, hello, status
 
 MIB = 1024 * 1024
@@ -345,3 +346,20 @@ def test_random_bytes_after_chunks_never_raise_out_of_the_session(noise, cut) ->
         pair.client.receive_data(data[start : start + cut], pair.now)
     events = pair.client.events_received()
     assert all(isinstance(e, (MessageReceived, Closed, PeerError)) for e in events)
+
+
+def test_a_control_message_over_the_chunk_size_is_chunked_and_arrives() -> None:
+    """Regression (break1): an exec's stream_open (CONTROL) with a 20 KB command line was
+    chunked into the CONTROL lane and ``pull()`` failed with a TypeError on the chunk."""
+    pair = open_pair()
+    command = ["sh", "-c", "echo " + "x" * (CHUNK_SIZE + 4000)]
+    opened = StreamOpen(1, "exec", "default", "web-0", "c", 256 * 1024, {"command": command})
+    pair.server.send(opened, pair.now)
+    pair.server.send(configmap(3 * CHUNK_SIZE), pair.now)  # bulk queued behind it, chunked too
+    data = pair.server.data_to_send(0)  # control only: the whole stream_open, in chunks
+    assert set(kinds(data)) == {"chunk"}
+    pair.client.receive_data(data, pair.now)
+    assert pair.client.events_received() == [MessageReceived(None, opened)]
+    pair.client.receive_data(pair.server.data_to_send(), pair.now)
+    [received] = pair.client.events_received()
+    assert received.message == configmap(3 * CHUNK_SIZE)
