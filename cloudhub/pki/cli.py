@@ -39,7 +39,10 @@ from protocol import pki
 
 __all__ = ["EMBEDDED_KUBECONFIGS", "cli", "node", "parse_duration", "token"]
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
+MAX_DURATION = 100 * 365 * 86400
+"""The longest duration taken (seconds, 100 years): beyond it an expiry does not fit a
+``time_t`` date (400 nines and ``s`` was infinite, ``token create`` an OverflowError)."""
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -47,7 +50,7 @@ def parse_duration(text: str) -> float | None:
     """Seconds in ``90s``, ``30m``, ``24h``, ``7d``, ``1h30m``; ``0`` means "never" (None).
 
     Raises:
-        ValueError: not a duration.
+        ValueError: not a duration, or over :data:`MAX_DURATION`.
     """
     text = text.strip().lower()
     if text in ("0", "0s"):
@@ -60,6 +63,8 @@ def parse_duration(text: str) -> float | None:
         pos = match.end()
     if pos != len(text) or not text:
         raise ValueError(f"{text!r} is not a duration such as 90s, 30m, 24h or 7d")
+    if total > MAX_DURATION:
+        raise ValueError(f"{text!r} is over 100 years; use 0 for a token that never expires")
     return total
 
 

@@ -179,7 +179,16 @@ def test_parse_duration(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "h", "5", "5x", "1h 30m", "-1h"])
+@pytest.mark.parametrize("text", ["", "h", "5", "5x", "1h 30m", "-1h", "\u0665s"])
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["9" * 400 + "s", "99999999999999999999d", "36501d"])
+def test_parse_duration_refuses_what_no_date_can_hold(text: str) -> None:
+    """Regression (break1): ``--ttl 999…9s`` was infinite and ``token create`` failed
+    with an OverflowError traceback formatting the expiry."""
+    with pytest.raises(ValueError, match="over 100 years"):
+        parse_duration(text)
+    assert parse_duration("36500d") == 36500 * 86400
