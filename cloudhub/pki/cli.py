@@ -78,6 +78,33 @@ class _Duration(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+_HUB_ADDRESS = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def check_hub_address(text: str) -> str:
+    """``text`` if it is a join address an agent can dial: ``host``, ``host:port``,
+    ``[v6]`` or ``[v6]:port`` (port 1..65535; an IPv6 address takes brackets here).
+
+    Raises:
+        ValueError: anything else, naming the form.
+    """
+    match = _HUB_ADDRESS.fullmatch(text)
+    port = match["port"] if match else None
+    if match is None or (port is not None and not 0 < int(port) <= 65535):
+        raise ValueError(f"{text!r} is not host[:port] (port 1-65535; IPv6 as [addr]:port)")
+    return text
+
+
+class _HubAddress(click.ParamType):
+    name = "host[:port]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        try:
+            return check_hub_address(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class _Labels(click.ParamType):
     name = "k=v,..."
 
@@ -180,6 +207,7 @@ def token() -> None:
 @click.option(
     "--hub",
     "hub_address",
+    type=_HubAddress(),
     default=None,
     help="Address nodes join (host or host:port); default: what the hub published.",
 )
