@@ -16,6 +16,7 @@ failed or refused, 2 bad usage.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
 import shlex
 import sys
@@ -82,12 +83,17 @@ _HUB_ADDRESS = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+)(?::(?P<por
 
 
 def check_hub_address(text: str) -> str:
-    """``text`` if it is a join address an agent can dial: ``host``, ``host:port``,
-    ``[v6]`` or ``[v6]:port`` (port 1..65535; an IPv6 address takes brackets here).
+    """``text`` if it is a join address an agent can dial: ``host``, ``host:port``, ``v6``,
+    ``[v6]`` or ``[v6]:port`` (port 1..65535), as ``edgeagent join --hub`` parses it.
 
     Raises:
         ValueError: anything else, naming the form.
     """
+    try:
+        if ipaddress.ip_address(text).version == 6:
+            return text  # a bare IPv6 address: the agent's default port
+    except ValueError:
+        pass
     match = _HUB_ADDRESS.fullmatch(text)
     port = match["port"] if match else None
     if match is None or (port is not None and not 0 < int(port) <= 65535):

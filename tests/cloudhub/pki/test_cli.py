@@ -195,14 +195,14 @@ def test_parse_duration_refuses_what_no_date_can_hold(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["hub.example", "hub.example:7444", "10.0.0.1:1", "[fd00::1]", "[::1]:65535"]
+    "text", ["hub.example", "hub.example:7444", "10.0.0.1:1", "[fd00::1]", "[::1]:65535", "::1"]
 )
 def test_hub_addresses_an_agent_can_dial(text: str) -> None:
     assert check_hub_address(text) == text
 
 
 @pytest.mark.parametrize(
-    "text", ["host:99999", "host:0", "[::1", "::1", "host:", "a b", "h/x:1", "host:\u0665"]
+    "text", ["host:99999", "host:0", "[::1", "1::2::3", "host:", "a b", "h/x:1", "host:\u0665"]
 )
 def test_hub_addresses_that_no_agent_can_dial_are_refused(text: str) -> None:
     """Regression (break1): ``token create --hub host:99999`` (or ``'[::1'``) made a token
