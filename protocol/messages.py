@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from protocol.errors import CloseCode, ErrorCode, InvalidMessage
-from protocol.fields import MAX_SEQ, compile_message
+from protocol.fields import MAX_SEQ, check_limits, compile_message
 from protocol.objectref import ObjectRef
 from protocol.priority import Priority
 
@@ -189,7 +189,7 @@ class Hello(Message):
                 "node_name",
                 f"{self.node_name!r} is not an RFC 1123 subdomain (a Kubernetes Node name)",
             )
-        _check_limits(self.max_frame_size, self.max_message_size)
+        check_limits(self.max_frame_size, self.max_message_size)
 
 
 @_register
@@ -227,22 +227,7 @@ class Welcome(Message):
             raise InvalidMessage("received_up_to", "must be >= 0")
         if not (self.heartbeat_interval > 0):
             raise InvalidMessage("heartbeat_interval", "must be > 0 seconds")
-        _check_limits(self.max_frame_size, self.max_message_size)
-
-
-MIN_FRAME_SIZE = 1024
-"""The smallest frame limit (bytes) a hello or welcome may announce (0: none announced).
-Below it control messages (pongs, acks, a stream's open) would not fit a frame, or every
-message would be cut into chunks of a few bytes."""
-
-
-def _check_limits(max_frame_size: int, max_message_size: int) -> None:
-    if not (0 <= max_frame_size <= 2**32 - 1 and 0 <= max_message_size <= 2**32 - 1):
-        raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
-    if 0 < max_frame_size < MIN_FRAME_SIZE:
-        raise InvalidMessage(
-            "max_frame_size", f"must be 0 (none announced) or at least {MIN_FRAME_SIZE} bytes"
-        )
+        check_limits(self.max_frame_size, self.max_message_size)
 
 
 # --- level-based object state (hub -> edge) ---------------------------------------------------
