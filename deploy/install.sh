@@ -282,9 +282,15 @@ check_wheelhouse() {
     [ -f "$WHEELHOUSE/SHA256SUMS" ] ||
         die "--wheelhouse $WHEELHOUSE has no SHA256SUMS: make it with deploy/build-wheelhouse.sh (or: cd $WHEELHOUSE && sha256sum *.whl >SHA256SUMS)"
     local bad="" wheel
-    for wheel in "$WHEELHOUSE"/*.whl; do
-        [ -e "$wheel" ] || die "--wheelhouse $WHEELHOUSE holds no wheels"
-        grep -qF "  $(basename "$wheel")" "$WHEELHOUSE/SHA256SUMS" || bad="$bad $(basename "$wheel")"
+    [ -n "$(find "$WHEELHOUSE" -maxdepth 1 -name '*.whl' -print -quit)" ] ||
+        die "--wheelhouse $WHEELHOUSE holds no wheels"
+    # every file pip's --find-links would take: wheels, and source archives (whose build
+    # would run their setup.py: pip is also given --only-binary :all:)
+    for wheel in "$WHEELHOUSE"/*.whl "$WHEELHOUSE"/*.tar.gz "$WHEELHOUSE"/*.zip; do
+        [ -e "$wheel" ] || continue
+        # the whole name, as sha256sum -c reads it ("<digest>  name", or " *name")
+        awk -v name="$(basename "$wheel")" '{ f = substr($0, 67) } f == name { found = 1 }
+            END { exit !found }' "$WHEELHOUSE/SHA256SUMS" || bad="$bad $(basename "$wheel")"
     done
     [ -z "$bad" ] || die "--wheelhouse $WHEELHOUSE: not in its SHA256SUMS:$bad (an unchecked file; rebuild the wheelhouse)"
     if ! bad=$(cd "$WHEELHOUSE" && sha256sum --quiet --strict -c SHA256SUMS 2>&1); then
@@ -484,7 +490,7 @@ pip_into() {
     outside_pip "$dir"
     local pip=("${PIP[@]}")
     local args=(--no-compile)
-    if [ -n "$WHEELHOUSE" ]; then args+=(--no-index --find-links "$WHEELHOUSE"); fi
+    if [ -n "$WHEELHOUSE" ]; then args+=(--no-index --only-binary :all: --find-links "$WHEELHOUSE"); fi
     if [ -n "$INDEX_URL" ]; then args+=(--index-url "$INDEX_URL"); fi
     if [ -n "$WHEEL" ] && [ "$SYSTEM_SITE" = 1 ] && [ -z "$WHEELHOUSE" ] && [ -z "$INDEX_URL" ]; then
         args+=(--no-index) # dependencies come from the system's packages

@@ -218,10 +218,13 @@ class SendQueue:
         taken = 0
         control = lanes[0]
         if control is not None:
-            out.extend(control)  # type: ignore[arg-type]  # control frames are never chunked
-            taken = sum(map(len, out))
+            # All of it, chunks included: a control payload over the chunk size (an exec's
+            # stream_open with a long command line) is chunked like any other.
+            while control:
+                frame = self._take(control)
+                out.append(frame)
+                taken += len(frame)
             lanes[0] = None
-        self.bytes -= taken
         budget = None if max_bytes is None else max_bytes - taken
         others = lanes[1:]
         while budget is None or budget > 0:

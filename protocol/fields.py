@@ -14,7 +14,7 @@ from typing import Any
 from protocol.errors import CloseCode, DecodeError, ErrorCode, InvalidMessage
 from protocol.objectref import MISSING, REF_SETTERS, ObjectRef
 
-__all__ = ["MAX_SEQ", "compile_message"]
+__all__ = ["MAX_SEQ", "MIN_FRAME_SIZE", "check_limits", "compile_message"]
 
 MAX_SEQ = 2**64 - 1
 """The largest sequence number (msgpack's unsigned 64-bit range)."""
@@ -209,3 +209,21 @@ def compile_message(cls: type[Any], *, has_rules: bool) -> None:
     cls._to_body = env["_to_body"]  # type: ignore[method-assign]
     cls._from_body = staticmethod(env["_from_body"])  # type: ignore[method-assign,assignment]
     cls._expected = expected
+
+
+MIN_FRAME_SIZE = 1024
+"""The smallest frame limit (bytes) a hello or welcome may announce (0: none announced).
+Below it control messages (pongs, acks, a stream's open) would not fit a frame, or every
+message would be cut into chunks of a few bytes."""
+
+
+def check_limits(max_frame_size: int, max_message_size: int) -> None:
+    """The frame and message limits a hello or welcome announces (bytes); raises
+    ``InvalidMessage`` unless each is in 0..2**32-1 and the frame limit is 0 or at least
+    :data:`MIN_FRAME_SIZE`."""
+    if not (0 <= max_frame_size <= 2**32 - 1 and 0 <= max_message_size <= 2**32 - 1):
+        raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
+    if 0 < max_frame_size < MIN_FRAME_SIZE:
+        raise InvalidMessage(
+            "max_frame_size", f"must be 0 (none announced) or at least {MIN_FRAME_SIZE} bytes"
+        )

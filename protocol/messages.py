@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from protocol.errors import CloseCode, ErrorCode, InvalidMessage
-from protocol.fields import MAX_SEQ, compile_message
+from protocol.fields import MAX_SEQ, check_limits, compile_message
 from protocol.objectref import ObjectRef
 from protocol.priority import Priority
 
@@ -184,8 +184,7 @@ class Hello(Message):
                 "node_name",
                 f"{self.node_name!r} is not an RFC 1123 subdomain (a Kubernetes Node name)",
             )
-        if not (0 <= self.max_frame_size <= 2**32 - 1 and 0 <= self.max_message_size <= 2**32 - 1):
-            raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
+        check_limits(self.max_frame_size, self.max_message_size)
 
 
 @_register
@@ -223,8 +222,7 @@ class Welcome(Message):
             raise InvalidMessage("received_up_to", "must be >= 0")
         if not (self.heartbeat_interval > 0):
             raise InvalidMessage("heartbeat_interval", "must be > 0 seconds")
-        if not (0 <= self.max_frame_size <= 2**32 - 1 and 0 <= self.max_message_size <= 2**32 - 1):
-            raise InvalidMessage("max_frame_size", "limits must be in 0..2**32-1 bytes")
+        check_limits(self.max_frame_size, self.max_message_size)
 
 
 # --- level-based object state (hub -> edge) ---------------------------------------------------

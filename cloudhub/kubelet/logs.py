@@ -37,6 +37,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _TRUE = ("true", "1", "True")
+_INT64_MAX = 2**63 - 1
 
 
 class LogRequestError(HubError):
@@ -53,6 +54,8 @@ def _int(query: Mapping[str, str], name: str) -> int | None:
         raise LogRequestError(f"{name}: {text!r} is not an integer") from None
     if value < 0:
         raise LogRequestError(f"{name}: must be >= 0")
+    if value > _INT64_MAX:  # Kubernetes' int64; beyond it the stream_open would not encode
+        raise LogRequestError(f"{name}: must be at most {_INT64_MAX}")
     return value
 
 

@@ -55,7 +55,7 @@ def decode(message: bytes | str, *, b64: bool) -> tuple[int, bytes]:
         raise ChannelError("an empty message has no channel")
     if b64:
         text = message if isinstance(message, str) else message.decode("ascii", "replace")
-        if not text[0].isdigit():
+        if text[0] not in "0123456789":  # ASCII: "²".isdigit() is true, int("²") fails
             raise ChannelError(f"channel {text[0]!r} is not a digit")
         channel = int(text[0])
         try:

@@ -16,6 +16,7 @@ failed or refused, 2 bad usage.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
 import shlex
 import sys
@@ -39,7 +40,10 @@ from protocol import pki
 
 __all__ = ["EMBEDDED_KUBECONFIGS", "cli", "node", "parse_duration", "token"]
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
+MAX_DURATION = 100 * 365 * 86400
+"""The longest duration taken (seconds, 100 years): beyond it an expiry does not fit a
+``time_t`` date (400 nines and ``s`` was infinite, ``token create`` an OverflowError)."""
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -47,7 +51,7 @@ def parse_duration(text: str) -> float | None:
     """Seconds in ``90s``, ``30m``, ``24h``, ``7d``, ``1h30m``; ``0`` means "never" (None).
 
     Raises:
-        ValueError: not a duration.
+        ValueError: not a duration, or over :data:`MAX_DURATION`.
     """
     text = text.strip().lower()
     if text in ("0", "0s"):
@@ -60,6 +64,8 @@ def parse_duration(text: str) -> float | None:
         pos = match.end()
     if pos != len(text) or not text:
         raise ValueError(f"{text!r} is not a duration such as 90s, 30m, 24h or 7d")
+    if total > MAX_DURATION:
+        raise ValueError(f"{text!r} is over 100 years; use 0 for a token that never expires")
     return total
 
 
@@ -69,6 +75,38 @@ class _Duration(click.ParamType):
     def convert(self, value: Any, param: Any, ctx: Any) -> float | None:
         try:
             return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_HUB_ADDRESS = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def check_hub_address(text: str) -> str:
+    """``text`` if it is a join address an agent can dial: ``host``, ``host:port``, ``v6``,
+    ``[v6]`` or ``[v6]:port`` (port 1..65535), as ``edgeagent join --hub`` parses it.
+
+    Raises:
+        ValueError: anything else, naming the form.
+    """
+    try:
+        if ipaddress.ip_address(text).version == 6:
+            return text  # a bare IPv6 address: the agent's default port
+    except ValueError:
+        pass
+    match = _HUB_ADDRESS.fullmatch(text)
+    port = match["port"] if match else None
+    if match is None or (port is not None and not 0 < int(port) <= 65535):
+        raise ValueError(f"{text!r} is not host[:port] (port 1-65535; IPv6 as [addr]:port)")
+    return text
+
+
+class _HubAddress(click.ParamType):
+    name = "host[:port]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        try:
+            return check_hub_address(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -175,6 +213,7 @@ def token() -> None:
 @click.option(
     "--hub",
     "hub_address",
+    type=_HubAddress(),
     default=None,
     help="Address nodes join (host or host:port); default: what the hub published.",
 )

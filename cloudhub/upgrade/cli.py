@@ -79,6 +79,12 @@ async def _get(kubeconfig: str | None, name: str) -> dict[str, Any]:
         await client.close()
 
 
+def _finite(value: float) -> float:
+    if value != value:  # NaN passes FloatRange's comparisons
+        raise click.BadParameter("must be a number of seconds (0.1 to 3600)")
+    return value
+
+
 @click.group()
 def upgrade() -> None:
     """Staged agent upgrades over the fleet (EdgeUpgrade, docs/upgrade.md)."""
@@ -89,7 +95,12 @@ def upgrade() -> None:
 @click.option("--kubeconfig", default=None, help="Kubeconfig (default $KUBECONFIG).")
 @click.option("--once", is_flag=True, help="Print the progress once and exit.")
 @click.option(
-    "--interval", default=2.0, show_default=True, help="Seconds between refreshes (live view)."
+    "--interval",
+    type=click.FloatRange(min=0.1, max=3600.0),
+    callback=lambda ctx, param, value: _finite(value),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes (live view).",
 )
 def status(name: str, kubeconfig: str | None, once: bool, interval: float) -> None:
     """Show an EdgeUpgrade's progress, live until it completes (or once with --once)."""

@@ -25,6 +25,7 @@ again when the order reaches it.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,7 +244,7 @@ def _batching(raw: object) -> Batching:
         if raw < 1:
             raise InvalidUpgrade(path, f"must be at least 1, got {raw}")
         return Batching(raw, percent=False)
-    if isinstance(raw, str) and raw.endswith("%") and raw[:-1].isdigit():
+    if isinstance(raw, str) and re.fullmatch(r"[0-9]{1,3}%", raw):  # ASCII: "²".isdigit()
         value = int(raw[:-1])
         if not 0 < value <= 100:
             raise InvalidUpgrade(path, f"a percentage must be 1%..100%, got {raw!r}")

@@ -71,7 +71,9 @@ class HubAddress:
         rest = rest.rstrip("/")
         port = DEFAULT_JOIN_PORT
         if rest.startswith("["):
-            host, _, tail = rest[1:].partition("]")
+            host, bracket, tail = rest[1:].partition("]")
+            if not bracket:
+                raise ValueError(f"{text!r} is not host[:port]: no closing ']'")
             if tail:
                 if not tail.startswith(":"):
                     raise ValueError(f"{text!r} is not host[:port]")

@@ -11,6 +11,7 @@ The client's FIN on the data stream ends its direction; the server ends its own 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from protocol.spdy.connection import (
@@ -25,6 +26,8 @@ from protocol.spdy.connection import (
 __all__ = ["PROTOCOL", "Closed", "Data", "Ended", "Pair", "PortForwardServer"]
 
 PROTOCOL = "portforward.k8s.io"
+
+_PORT = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() takes "²", int() not
 
 #: Connections (pairs) one port-forward connection may hold at once.
 MAX_PAIRS = 128
@@ -98,7 +101,7 @@ class PortForwardServer:
         kind = (headers.get("streamtype") or [""])[0]
         request_id = (headers.get("requestid") or [""])[0]
         port_text = (headers.get("port") or [""])[0]
-        if kind not in ("error", "data") or not request_id or not port_text.isdigit():
+        if kind not in ("error", "data") or not request_id or not _PORT.fullmatch(port_text):
             self.spdy.closed = True
             raise SpdyProtocolError("a port-forward stream needs streamtype, requestID and port")
         port = int(port_text)

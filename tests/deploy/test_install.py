@@ -475,3 +475,56 @@ async def test_wheelhouse_url_is_fetched_and_checked(tmp_path: pathlib.Path) -> 
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+async def test_a_wheel_listed_only_as_part_of_another_name_is_unlisted(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Regression (break1): the manifest check was a substring ``grep -F "  NAME"``, so a
+    wheel whose name began another listed file's (``x.whl`` beside ``x.whl.orig``) passed
+    as listed, and ``sha256sum -c`` then checked only the other file."""
+    house = small_house(tmp_path / "house")
+    listed = house / "extra-1.0-py3-none-any.whl.orig"
+    listed.write_bytes(b"the listed one")
+    manifest = house / "SHA256SUMS"  # lists the .orig, not the wheel below
+    digest = hashlib.sha256(listed.read_bytes()).hexdigest()
+    manifest.write_text(manifest.read_text() + f"{digest}  {listed.name}\n")
+    (house / "extra-1.0-py3-none-any.whl").write_bytes(b"smuggled in")
+    root = tmp_path / "root"
+    root.mkdir()
+    result = await install(
+        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
+    )
+    assert result.returncode == 1, result.stderr
+    assert "not in its SHA256SUMS: extra-1.0-py3-none-any.whl" in result.stderr
+    assert list(root.iterdir()) == []
+
+
+async def test_a_wheelhouse_and_root_with_spaces_in_their_paths(tmp_path: pathlib.Path) -> None:
+    house = small_house(tmp_path / "my wheel house")
+    (house / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"altered")
+    root = tmp_path / "a root"
+    root.mkdir()
+    result = await install(
+        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
+    )
+    assert result.returncode == 1
+    assert "checksum mismatch, nothing was installed" in result.stderr, result.stderr
+    assert list(root.iterdir()) == []
+
+
+async def test_an_unlisted_source_archive_in_the_wheelhouse_is_refused(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Regression (break1): only ``*.whl`` were checked against SHA256SUMS, but pip's
+    ``--find-links`` also takes source archives (and runs their setup.py)."""
+    house = small_house(tmp_path / "house")
+    (house / "msgpack-9.9.9.tar.gz").write_bytes(b"a setup.py that runs as root")
+    root = tmp_path / "root"
+    root.mkdir()
+    result = await install(
+        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
+    )
+    assert result.returncode == 1, result.stderr
+    assert "not in its SHA256SUMS: msgpack-9.9.9.tar.gz" in result.stderr
+    assert list(root.iterdir()) == []

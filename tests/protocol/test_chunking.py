@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,6 +45,7 @@ from protocol.chunking import (
 )
 from protocol.codec import FrameDecoder
 from protocol.errors import DecodeError
+from protocol.messages import StreamOpen
 from tests.protocol.helpers import POD, ConnectionPair, hello, status
 
 MIB = 1024 * 1024
@@ -65,6 +67,15 @@ def open_pair(**kwargs) -> ConnectionPair:
     pair.take(pair.client)
     pair.take(pair.server)
     return pair
+
+
+def frames(data: bytes) -> list[bytes]:
+    out = []
+    while data:
+        size = int.from_bytes(data[:4], "big")
+        out.append(data[: 4 + size])
+        data = data[4 + size :]
+    return out
 
 
 def kinds(data: bytes) -> list[str]:
@@ -345,3 +356,52 @@ def test_random_bytes_after_chunks_never_raise_out_of_the_session(noise, cut) ->
         pair.client.receive_data(data[start : start + cut], pair.now)
     events = pair.client.events_received()
     assert all(isinstance(e, (MessageReceived, Closed, PeerError)) for e in events)
+
+
+def test_a_control_message_over_the_chunk_size_is_chunked_and_arrives() -> None:
+    """Regression (break1): an exec's stream_open (CONTROL) with a 20 KB command line was
+    chunked into the CONTROL lane and ``pull()`` failed with a TypeError on the chunk."""
+    pair = open_pair()
+    command = ["sh", "-c", "echo " + "x" * (CHUNK_SIZE + 4000)]
+    opened = StreamOpen(1, "exec", "default", "web-0", "c", 256 * 1024, {"command": command})
+    pair.server.send(opened, pair.now)
+    pair.server.send(configmap(3 * CHUNK_SIZE), pair.now)  # bulk queued behind it, chunked too
+    data = pair.server.data_to_send(0)  # control only: the whole stream_open, in chunks
+    assert set(kinds(data)) == {"chunk"}
+    pair.client.receive_data(data, pair.now)
+    assert pair.client.events_received() == [MessageReceived(None, opened)]
+    pair.client.receive_data(pair.server.data_to_send(), pair.now)
+    [received] = pair.client.events_received()
+    assert received.message == configmap(3 * CHUNK_SIZE)
+
+
+@pytest.mark.parametrize("frame_limit", [1, 97, 100, 1023])
+def test_a_hello_announcing_a_tiny_frame_limit_closes_the_session(frame_limit: int) -> None:
+    """Regression (break1): a hello announcing ``max_frame_size`` 1 was accepted and every
+    hub message then failed with MessageTooLarge; at 100 bytes chunks were 4 bytes and a
+    pong was chunked into the control lane (TypeError in ``data_to_send``)."""
+    with pytest.raises(ValueError, match="at least 1024 bytes"):
+        replace(hello(), max_frame_size=frame_limit)
+    body = msgpack.unpackb(encode(replace(hello(), max_frame_size=4096))[4:])
+    body["b"]["max_frame_size"] = frame_limit
+    payload = msgpack.packb(body)
+    server = Session(Role.SERVER, now=0.0)
+    server.receive_data(len(payload).to_bytes(4, "big") + payload, 0.0)
+    [closed] = server.events_received()
+    assert isinstance(closed, Closed) and closed.code is CloseCode.PROTOCOL_ERROR
+    assert "max_frame_size" in closed.reason
+    assert kinds(server.data_to_send()) == ["close"]
+
+
+def test_the_smallest_frame_limit_still_carries_control_messages_and_chunks() -> None:
+    pair = open_pair(
+        client_config=SessionConfig(max_frame_size=1024),
+        server_config=SessionConfig(max_frame_size=1024),
+    )
+    command = ["sh", "-c", "x" * 3000]
+    opened = StreamOpen(1, "exec", "default", "web-0", "c", 256 * 1024, {"command": command})
+    pair.server.send(opened, pair.now)
+    data = pair.server.data_to_send()
+    assert max(len(frame) for frame in frames(data)) <= 1024 + 4
+    pair.client.receive_data(data, pair.now)
+    assert pair.client.events_received() == [MessageReceived(None, opened)]

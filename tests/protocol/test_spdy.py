@@ -220,6 +220,12 @@ def test_port_forward_pairs_data_and_errors() -> None:
         {"streamtype": ["data"], "port": ["http"], "requestid": ["1"]},
         {"streamtype": ["data"], "port": ["70000"], "requestid": ["1"]},
         {"streamtype": ["stdin"], "port": ["80"], "requestid": ["1"]},
+        # Regression (break1): str.isdigit() is true for "²" and other Unicode digits,
+        # and int("²") raised ValueError out of the sans-I/O server.
+        {"streamtype": ["data"], "port": ["8²"], "requestid": ["1"]},
+        {"streamtype": ["data"], "port": ["\u0668\u0660"], "requestid": ["1"]},  # Arabic-Indic 80
+        {"streamtype": ["data"], "port": ["0"], "requestid": ["1"]},
+        {"streamtype": ["data"], "port": ["9" * 5000], "requestid": ["1"]},
     ],
 )
 def test_port_forward_refuses_bad_streams(headers) -> None:

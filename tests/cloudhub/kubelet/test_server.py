@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+import tracemalloc
 
 from cloudhub.kubelet.server import KubeletServer
 from protocol import pki
@@ -89,4 +90,52 @@ async def test_callers_are_checked_and_the_certificate_follows(pki_ca, tmp_path)
         _, cert = await _get(port, good, "/healthz")
         assert cert == served[1].chain[0].public_bytes(pki.serialization.Encoding.DER)
     finally:
+        await server.aclose()
+
+
+async def test_idle_connections_cost_little_and_are_closed(pki_ca, monkeypatch) -> None:
+    """Regression (break1): the kubelet API used asyncio's TLS layer, which allocates a
+    256 KiB read buffer per accepted connection: 2,000 TCP connections that never sent a
+    ClientHello held 600 MiB of the hub. Now 50 of them cost under 64 KiB each (Python
+    allocations, traced) and each is closed after the handshake timeout."""
+    import psutil
+
+    from cloudhub.kubelet import server as kubelet_server
+    from tests.edgeagent.hublink.fleet import eventually
+
+    monkeypatch.setattr(kubelet_server, "TLS_HANDSHAKE_S", 1.0)
+    server = KubeletServer(
+        _NoStreams(),  # type: ignore[arg-type]
+        lambda ns, name: None,
+        lambda: _server_creds(pki_ca.ca),
+        pki.dump_certificate_pem(pki_ca.ca.certificate),
+        host="127.0.0.1",
+        port=0,
+    )
+    port = await server.start()
+    me = psutil.Process()
+
+    def accepted() -> int:
+        return sum(
+            1
+            for c in me.net_connections("tcp4")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        )
+
+    tracemalloc.start()
+    writers = []
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(50):
+            writers.append(await asyncio.open_connection("127.0.0.1", port))
+        await eventually(lambda: accepted() == 50, "the server accepted the 50 connections")
+        await asyncio.sleep(0)  # one loop turn: each accepted connection has its protocol
+        grown = tracemalloc.get_traced_memory()[0] - before
+        assert grown < 50 * 64 * 1024, f"{grown / 50 / 1024:.0f} KiB per idle connection"
+        for reader, _ in writers:  # nothing sent: the server ends each after the timeout
+            assert await asyncio.wait_for(reader.read(), 10.0) == b""
+    finally:
+        tracemalloc.stop()
+        for _, writer in writers:
+            writer.close()
         await server.aclose()

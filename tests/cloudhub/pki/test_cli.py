@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from cloudhub.kube import NAMESPACES
 from cloudhub.pki import TokenDeleted, TokenStore
-from cloudhub.pki.cli import cli, parse_duration
+from cloudhub.pki.cli import check_hub_address, cli, parse_duration
 from tests.cloudhub.pki.conftest import NAMESPACE, PYTHON, Cluster, join_address, python_env
 from tests.cloudhub.pki.test_join import Node
 
@@ -179,7 +179,33 @@ def test_parse_duration(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "h", "5", "5x", "1h 30m", "-1h"])
+@pytest.mark.parametrize("text", ["", "h", "5", "5x", "1h 30m", "-1h", "\u0665s"])
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["9" * 400 + "s", "99999999999999999999d", "36501d"])
+def test_parse_duration_refuses_what_no_date_can_hold(text: str) -> None:
+    """Regression (break1): ``--ttl 999…9s`` was infinite and ``token create`` failed
+    with an OverflowError traceback formatting the expiry."""
+    with pytest.raises(ValueError, match="over 100 years"):
+        parse_duration(text)
+    assert parse_duration("36500d") == 36500 * 86400
+
+
+@pytest.mark.parametrize(
+    "text", ["hub.example", "hub.example:7444", "10.0.0.1:1", "[fd00::1]", "[::1]:65535", "::1"]
+)
+def test_hub_addresses_an_agent_can_dial(text: str) -> None:
+    assert check_hub_address(text) == text
+
+
+@pytest.mark.parametrize(
+    "text", ["host:99999", "host:0", "[::1", "1::2::3", "host:", "a b", "h/x:1", "host:\u0665"]
+)
+def test_hub_addresses_that_no_agent_can_dial_are_refused(text: str) -> None:
+    """Regression (break1): ``token create --hub host:99999`` (or ``'[::1'``) made a token
+    and printed a join command that could not work."""
+    with pytest.raises(ValueError, match="is not host"):
+        check_hub_address(text)

@@ -115,6 +115,12 @@ BAD = [
     ({"maxUnavailable": "150%"}, "spec.maxUnavailable"),
     ({"maxUnavailable": "ten"}, "spec.maxUnavailable"),
     ({"maxUnavailable": True}, "spec.maxUnavailable"),
+    # Regression (break1): "²".isdigit() is true and int("²") raised ValueError, as did
+    # a 5000-digit percentage (int's digit limit), instead of InvalidUpgrade.
+    ({"maxUnavailable": "²%"}, "spec.maxUnavailable"),
+    ({"maxUnavailable": "9" * 5000 + "%"}, "spec.maxUnavailable"),
+    ({"maxUnavailable": "\u0665\u0660%"}, "spec.maxUnavailable"),  # Arabic-Indic 50
+    ({"version": "$(reboot)"}, "spec.version"),
     ({"healthGate": {"soakSeconds": -1}}, "spec.healthGate.soakSeconds"),
     ({"healthGate": {"soakSeconds": 60, "timeoutSeconds": 60}}, "spec.healthGate.soakSeconds"),
     ({"healthGate": {"timeoutSeconds": 0}}, "spec.healthGate.timeoutSeconds"),

@@ -121,7 +121,9 @@ def test_hub_address(text: str, host: str, port: int) -> None:
     assert (address.host, address.port) == (host, port)
 
 
-@pytest.mark.parametrize("text", ["", "hub:port", "hub:70000", "[fd00::1]x", "a b"])
+@pytest.mark.parametrize(
+    "text", ["", "hub:port", "hub:70000", "[fd00::1]x", "a b", "[fd00::1", "[fd00::1:8443"]
+)  # break1: "[fd00::1" (no closing bracket) was taken as the host fd00::1
 def test_bad_hub_address(text: str) -> None:
     with pytest.raises(ValueError):
         HubAddress.parse(text)
