@@ -241,11 +241,19 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     key_before = key.read_bytes()
 
     # --upgrade: the new version is installed beside, checked, swapped in; old -> new printed.
+    # A config from before the agent had upgrades: --upgrade adds the group.
+    config_file = etc / "config.yaml"
+    lines = config_file.read_text().splitlines(keepends=True)
+    at = lines.index("upgrade:\n")
+    config_file.write_text("".join(lines[:at] + lines[at + 2 :]))
+    assert "upgrade" not in yaml.safe_load(config_file.read_text())
     newer = await asyncio.to_thread(build_wheel, tmp_path / "newer", version="0.1.1")
     base = ["--root", str(root), "--wheelhouse", str(wheelhouse), "--python", sys.executable]
     up = await install(*base, "--upgrade", "--wheel", str(newer))
     assert up.returncode == 0, up.stdout + up.stderr
     assert "upgraded edgefleet 0.1.0 -> 0.1.1" in up.stdout
+    assert "enabled agent upgrades from the hub" in up.stdout
+    assert yaml.safe_load(config_file.read_text())["upgrade"] == {"enabled": True}
     assert version_in(venv) == "0.1.1"
     previous = root / "opt" / "edgeagent.previous"
     assert version_in(previous) == "0.1.0"

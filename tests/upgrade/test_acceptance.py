@@ -27,12 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import pathlib
-import re
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -44,101 +40,17 @@ from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
 from cloudhub.upgrade.settings import UpgradeSettings as HubUpgradeSettings
 from edgeagent.upgrade import Layout
-from tests.deploy.wheels import REPO, build_wheel, make_wheelhouse
-from tests.edgeagent.hublink.fleet import AgentProcess, HubRunner, eventually, free_port
+from tests.deploy.wheels import build_wheel
+from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port
 from tests.edgeagent.hublink.objects import container_status, get_pod, is_running, pod
 from tests.environment import missing
+from tests.upgrade.installed import Unit, bumped, current_version, install_roots
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = REPO / "deploy" / "install.sh"
 NODES = ("edge-up-a", "edge-up-b", "edge-up-c")
 BAD = "edge-up-b"  # its new version exits at start
 OFFLINE = "edge-up-c"  # offline when its batch comes
-
-
-def bumped(version: str) -> str:
-    """``0.1.0`` -> ``0.1.1``: the next version, built from this tree."""
-    major, minor, patch = re.match(r"(\d+)\.(\d+)\.(\d+)", version).groups()
-    return f"{major}.{minor}.{int(patch) + 1}"
-
-
-def current_version() -> str:
-    return re.search(r'(?m)^version = "(.*)"$', (REPO / "pyproject.toml").read_text()).group(1)
-
-
-class Unit(AgentProcess):
-    """The systemd unit's stand-in for the agent installed under ``root``."""
-
-    def __init__(self, root: pathlib.Path, node: str, hub_url: str, ca, *, bad_version: str = ""):
-        super().__init__(root / "run", node, "process", hub_url, ca)
-        self.install_root = root
-        self.prefix = root / "opt" / "edgeagent"
-        self.state = root / "var" / "lib" / "edgeagent"
-        self.config = root / "etc" / "edgeagent" / "config.yaml"
-        self.bad_version = bad_version
-        self.starts: list[str] = []  # the version each start ran
-        self.guard_outputs: list[str] = []
-        self._stopping = False
-        self._task: asyncio.Task | None = None
-        from tests.edgeagent.hublink.fleet import write_node_pki
-
-        write_node_pki(self.state / "pki", ca, node)  # what 'edgeagent join' leaves
-
-    def args(self) -> list[str]:
-        args = super().args()
-        args[0] = str(self.prefix / "bin" / "python")
-        if self.bad_version and Layout(self.prefix).version() == self.bad_version:
-            args[args.index("--config") + 1] = str(self.config) + ".missing"
-        return args
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NOTIFY_SOCKET")}
-        self.starts.append(Layout(self.prefix).version())
-        with open(self.log_path, "a") as log:
-            log.write(f"--- start {self.starts[-1]} ---\n")
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.args(), env=env, stdout=log, stderr=log, cwd=self.root, start_new_session=True
-            )
-
-    def _exec_start_pre(self) -> None:
-        base = getattr(sys, "_base_executable", sys.executable)
-        script = self.state / "upgrade" / "guard.py"
-        done = subprocess.run(
-            [base, "-I", str(script), str(self.state)], capture_output=True, text=True, timeout=60
-        )
-        self.guard_outputs.append(done.stderr)
-
-    async def _supervise(self) -> None:
-        while not self._stopping:
-            await asyncio.to_thread(self._exec_start_pre)
-            self.start()
-            proc = self.proc
-            await asyncio.to_thread(proc.wait)
-            if not self._stopping:
-                await asyncio.sleep(0.2)  # RestartSec (shortened)
-
-    def up(self) -> None:
-        self._stopping = False
-        self._task = asyncio.create_task(self._supervise(), name=f"unit-{self.node}")
-
-    async def down(self) -> None:
-        self._stopping = True
-        await self.stop()
-        if self._task is not None:
-            await asyncio.wait_for(self._task, 60)
-            self._task = None
-
-
-async def install(root: pathlib.Path, *args: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = await asyncio.create_subprocess_exec(
-        "bash", str(SCRIPT), "--root", str(root), *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 600)
-    assert proc.returncode == 0, out.decode() + err.decode()
 
 
 @pytest.fixture
@@ -170,23 +82,13 @@ async def test_three_installed_agents_upgrade_one_rolls_back_one_returns_late(
     if shutil.which("systemctl") is None:
         missing("systemctl", "install.sh --root enables the unit with systemctl --root")
     old, new = current_version(), bumped(current_version())
-    wheel = await asyncio.to_thread(build_wheel, tmp_path / "wheel")
-    house = tmp_path / "house"
-    house.mkdir()
-    await asyncio.to_thread(make_wheelhouse, wheel, house, "agent")
+    roots = await install_roots(tmp_path, NODES)
     artifacts = tmp_path / "artifacts"
     next_wheel = await asyncio.to_thread(build_wheel, tmp_path / "next", version=new)
     artifacts.mkdir()
     served = artifacts / next_wheel.name
     served.write_bytes(next_wheel.read_bytes())
     digest = hashlib.sha256(served.read_bytes()).hexdigest()
-
-    roots = {node: tmp_path / node for node in NODES}
-    for root in roots.values():
-        root.mkdir()
-    common = ["--wheel", str(wheel), "--wheelhouse", str(house), "--python", sys.executable]
-    for root in roots.values():  # one at a time: two cores shared with the other tests
-        await install(root, *common, "--runtime", "process")
 
     await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
     hub = HubRunner(
