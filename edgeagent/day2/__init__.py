@@ -34,7 +34,7 @@ class Day2:
     """The agent's side of day-2 streams (an ``AgentService``).
 
     Args:
-        hub: the hub link (``edgeagent.hublink.HubLink``): ``register``,
+        hub: the hub link (``edgeagent.uplink.session.HubLink``): ``register``,
             ``add_session_task``, ``capabilities`` and ``link`` are used.
         window: bytes of the hub's data (stdin) buffered per stream.
     """

@@ -1,7 +1,7 @@
 """The upgrade manager on the agent's hub link: orders in, chunks fetched, progress out.
 
 :class:`UpgradeService` is an agent service (``Agent(services=[link, upgrades])``). Made
-before the link runs, it registers on the :class:`~edgeagent.hublink.HubLink`:
+before the link runs, it registers on the :class:`~edgeagent.uplink.session.HubLink`:
 
 - ``upgrade_order`` and ``upgrade_rollback``: carried out by the
   :class:`~edgeagent.upgrade.manager.UpgradeManager` in tasks the service owns (one at a
@@ -37,7 +37,7 @@ from protocol.upgrade import (
 )
 
 if TYPE_CHECKING:
-    from edgeagent.hublink import HubLink
+    from edgeagent.uplink.session import HubLink
 
 __all__ = ["UpgradeService"]
 

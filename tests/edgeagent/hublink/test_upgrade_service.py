@@ -18,7 +18,7 @@ from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
 from cloudhub.upgrade.settings import UpgradeSettings as HubUpgradeSettings
 from edgeagent.agent import Agent
-from edgeagent.hublink import HubLink
+from edgeagent.uplink.session import HubLink
 from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings, HubSettings, RuntimeSettings, StoreSettings
 from edgeagent.upgrade import CHUNK_BYTES, Layout, guard
