@@ -18,12 +18,12 @@ from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
 from cloudhub.upgrade.settings import UpgradeSettings as HubUpgradeSettings
 from edgeagent.agent import Agent
-from edgeagent.uplink.session import HubLink
 from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings, HubSettings, RuntimeSettings, StoreSettings
 from edgeagent.upgrade import CHUNK_BYTES, Layout, guard
 from edgeagent.upgrade.service import upgrade_service
 from edgeagent.upgrade.settings import UpgradeSettings
+from edgeagent.uplink.session import HubLink
 from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port, write_node_pki
 from tests.edgeagent.upgrade.wheels import copy_venv, make_venv, make_wheel, sha256
 
