@@ -11,7 +11,9 @@
 # nothing comes from a package index. Golden images: --root DIR with --token writes no
 # identity into the image, only /etc/edgeagent/join-token: each device joins on its first
 # boot (edgeagent-first-boot) and makes its own key. --upgrade keeps the previous venv as
-# /opt/edgeagent.previous and goes back to it when the new agent does not start.
+# /opt/edgeagent.previous and goes back to it when the new agent does not start; the
+# layout and its moves are the agent's own (edgeagent/upgrade/guard.py, docs/upgrade.md),
+# the ones an EdgeUpgrade from the hub makes.
 #
 # Idempotent: a second run with the same arguments changes nothing. Run with --help for
 # every option. Exit codes: 0 done, 1 a check or a step failed, 2 bad usage.
@@ -76,7 +78,9 @@ What to install:
                            the previous venv in /opt/edgeagent.previous and goes back to
                            it if the new agent does not report ready in time)
   --upgrade-timeout SECS   how long the new agent has to report ready (default: 120)
-  --rollback               go back to /opt/edgeagent.previous (the last --upgrade's)
+  --rollback               go back to /opt/edgeagent.previous (the last upgrade's, by
+                           --upgrade or by an EdgeUpgrade); the venv it replaces is
+                           kept as /opt/edgeagent.failed
   --python PATH            Python >= 3.10 to build the venv with (default: python3)
   --system-site-packages   let the venv use the system's Python packages (apt's
                            python3-cryptography and the like)
@@ -161,6 +165,10 @@ fi
 VENV=$ROOT$PREFIX
 STAGING=$ROOT$PREFIX.new
 PREVIOUS=$ROOT$PREFIX.previous
+FAILED=$ROOT$PREFIX.failed
+# The agent's upgrade start guard, run by the unit's ExecStartPre; install.sh makes its
+# switch and rollback with it too (one mechanism for both upgrade paths).
+GUARD=$ROOT$STATE_DIR/upgrade/guard.py
 FETCHED=""
 cleanup() { [ -z "$FETCHED" ] || rm -rf "$FETCHED"; }
 trap cleanup EXIT
@@ -367,7 +375,7 @@ uninstall() {
         did=1
     fi
     local dir
-    for dir in "$VENV" "$PREVIOUS" "$STAGING"; do
+    for dir in "$VENV" "$PREVIOUS" "$STAGING" "$FAILED"; do
         if [ -d "$dir" ]; then
             run rm -rf "$dir"
             did=1
@@ -534,11 +542,23 @@ smoke_test() {
     "$1/bin/python" -I -m edgeagent run --help >/dev/null 2>"$1.smoke.log"
 }
 
-# swap_in DIR: DIR becomes $PREFIX, the current venv $PREFIX.previous.
-swap_in() {
-    rm -rf "$PREVIOUS"
-    mv "$VENV" "$PREVIOUS"
-    mv "$1" "$VENV"
+# install_guard DIR: the venv DIR's start guard becomes the unit's ($GUARD).
+install_guard() {
+    local source
+    if [ "$DRY_RUN" = 1 ] && [ ! -x "$1/bin/python" ]; then
+        say "would install the upgrade guard $GUARD"
+        return 0
+    fi
+    source=$("$1/bin/python" -I -c 'import edgeagent.upgrade.guard as g; print(g.__file__)' 2>/dev/null) ||
+        die "the agent in $1 has no upgrade guard (edgeagent.upgrade.guard)"
+    write_file "$GUARD" 0644 <"$source"
+}
+
+# layout_step --switch|--rollback: the agent's own move of the venvs (guard.py):
+# --switch: $PREFIX.new -> $PREFIX, $PREFIX -> $PREFIX.previous; --rollback:
+# $PREFIX.previous -> $PREFIX, $PREFIX -> $PREFIX.failed.
+layout_step() {
+    "$PYTHON" -I "$GUARD" "$1" "$VENV"
 }
 
 # wait_ready: restart the agent and wait for its READY=1 (Type=notify: systemctl blocks
@@ -567,8 +587,11 @@ upgrade() {
         say "would build the new agent in $STAGING, keep $PREFIX as $PREFIX.previous and restart"
         return 0
     fi
+    # The new venv is a copy of the running one with the new agent installed into it, as
+    # the agent builds it for an EdgeUpgrade; install.sh also brings new dependencies
+    # (from the wheelhouse or the index). A new Python needs install.sh without --upgrade.
     rm -rf "$STAGING"
-    new_venv "$STAGING"
+    cp -a "$VENV" "$STAGING"
     pip_into "$STAGING" --upgrade || {
         rm -rf "$STAGING"
         die "the upgrade's install failed (see above); edgefleet $old is unchanged and keeps running"
@@ -589,8 +612,11 @@ upgrade() {
     fi
     rm -f "$STAGING.smoke.log"
     say "upgrading edgefleet $old -> $new (the previous venv stays as $PREFIX.previous)"
-    swap_in "$STAGING"
-    [ -z "$digest" ] || printf '%s\n' "$digest" >"$stamp"
+    # The new agent's guard makes the switch and guards its starts.
+    install_guard "$STAGING"
+    if [ -n "$digest" ]; then printf '%s\n' "$digest" >"$STAGING/.edgefleet-wheel.sha256"; fi
+    layout_step --switch || die "switching to the new agent failed (see above)"
+    enable_upgrades
     install_unit
     if wait_ready; then
         rm -f "$VENV.smoke.log"
@@ -598,9 +624,7 @@ upgrade() {
         return 0
     fi
     say "the new agent (edgefleet $new) did not report ready within $UPGRADE_TIMEOUT s: going back to edgefleet $old"
-    rm -rf "$VENV.failed"
-    mv "$VENV" "$VENV.failed"
-    mv "$PREVIOUS" "$VENV"
+    layout_step --rollback || die "going back to edgefleet $old failed (see above)"
     install_unit
     if [ -z "$ROOT" ] && joined; then
         systemctl daemon-reload && systemctl restart "$UNIT" || true
@@ -617,15 +641,14 @@ rollback() {
         say "would go back from edgefleet $old to $new"
         return 0
     fi
-    rm -rf "$STAGING"
-    mv "$PREVIOUS" "$STAGING"
-    swap_in "$STAGING"
+    [ -f "$GUARD" ] || install_guard "$VENV"
+    layout_step --rollback || die "--rollback failed (see above)"
     install_unit
     if [ -z "$ROOT" ] && joined; then
         systemctl daemon-reload
         systemctl restart "$UNIT"
     fi
-    say "rolled back edgefleet $old -> $new"
+    say "rolled back edgefleet $old -> $new (edgefleet $old is kept in $PREFIX.failed)"
 }
 
 write_config() {
@@ -641,7 +664,26 @@ runtime:
   kind: $RUNTIME
   docker:
     url: $DOCKER_URL
+# Carry out the EdgeUpgrades the hub orders (docs/upgrade.md): the venvs are this
+# script's (/opt/edgeagent, .new, .previous, .failed).
+upgrade:
+  enabled: true
 EOF
+}
+
+# enable_upgrades: a config written before the agent had upgrades gets the group (an
+# existing 'upgrade:' group is the site's and is left alone).
+enable_upgrades() {
+    local config=$ROOT$CONFIG_DIR/config.yaml
+    [ -f "$config" ] || return 0
+    grep -q '^upgrade:' "$config" && return 0
+    if [ "$DRY_RUN" = 1 ]; then
+        say "would add 'upgrade: {enabled: true}' to $config"
+        return 0
+    fi
+    printf '%s\n' "# Added by deploy/install.sh --upgrade: carry out the hub's EdgeUpgrades." \
+        "upgrade:" "  enabled: true" >>"$config"
+    say "enabled agent upgrades from the hub in $config"
 }
 
 link_command() {
@@ -799,6 +841,7 @@ main() {
     fi
     make_venv
     pip_install
+    install_guard "$VENV"
     if [ "$DRY_RUN" = 0 ]; then
         smoke_test "$VENV" || die "the installed agent does not start: $(tail -n 3 "$VENV.smoke.log")"
         rm -f "$VENV.smoke.log"

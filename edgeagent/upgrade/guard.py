@@ -41,6 +41,7 @@ __all__ = [
     "read_result",
     "roll_back",
     "swap_back",
+    "switch_in",
     "write_probation",
     "write_result",
 ]
@@ -89,6 +90,26 @@ def swap_back(prefix: pathlib.Path) -> None:
     if prefix.exists():
         os.rename(prefix, failed)
     os.rename(previous, prefix)
+
+
+def switch_in(prefix: pathlib.Path) -> None:
+    """``<prefix>.new`` -> ``<prefix>``, the current one -> ``<prefix>.previous`` (an
+    older ``.previous`` is deleted). Between the two renames there is no ``<prefix>``:
+    ``Layout.recover`` finishes a switch a power cut interrupted.
+
+    Raises:
+        FileNotFoundError: there is no ``<prefix>.new`` (with a ``bin``).
+        OSError: a rename failed.
+    """
+    prefix = pathlib.Path(prefix)
+    staging = prefix.with_name(prefix.name + ".new")
+    previous = prefix.with_name(prefix.name + ".previous")
+    if not (staging / "bin").is_dir():
+        raise FileNotFoundError(f"no {staging} to switch to")
+    shutil.rmtree(previous, ignore_errors=True)
+    if prefix.exists():
+        os.rename(prefix, previous)
+    os.rename(staging, prefix)
 
 
 def write_result(state_dir: pathlib.Path, result: dict) -> None:
@@ -189,11 +210,29 @@ def read_result(state_dir: pathlib.Path, *, consume: bool = False) -> dict | Non
     return found
 
 
+_USAGE = "usage: guard.py STATE_DIR | guard.py --switch PREFIX | guard.py --rollback PREFIX"
+
+
+def _layout_step(step: str, prefix: str) -> int:
+    """``--switch`` / ``--rollback`` (deploy/install.sh's steps): exit 0 done, 1 failed."""
+    try:
+        (switch_in if step == "--switch" else swap_back)(pathlib.Path(prefix))
+    except OSError as exc:
+        print(f"edgeagent upgrade guard: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """``guard.py STATE_DIR``: exit 0 always (a guard must never keep the agent down)."""
-    if len(argv) != 2:
-        print("usage: guard.py STATE_DIR", file=sys.stderr)
-        return 0
+    """``guard.py STATE_DIR``, the start guard: exit 0 always (a guard must never keep
+    the agent down). ``guard.py --switch PREFIX`` / ``--rollback PREFIX``: the layout's
+    two moves (``switch_in``, ``swap_back``), the ones install.sh makes; exit 0 done,
+    1 failed (the message on stderr), 2 bad usage."""
+    if len(argv) == 3 and argv[1] in ("--switch", "--rollback"):
+        return _layout_step(argv[1], argv[2])
+    if len(argv) != 2 or argv[1].startswith("-"):
+        print(_USAGE, file=sys.stderr)
+        return 2 if len(argv) > 1 and argv[1].startswith("-") else 0
     try:
         outcome = on_start(pathlib.Path(argv[1]), time.time())
     except OSError as exc:

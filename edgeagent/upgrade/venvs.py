@@ -171,9 +171,7 @@ class Layout:
         if not (self.staging / STAMP).is_file():
             raise InstallFailed(f"{self.staging} was not staged")
         try:
-            shutil.rmtree(self.previous, ignore_errors=True)
-            os.rename(self.prefix, self.previous)
-            os.rename(self.staging, self.prefix)
+            guard.switch_in(self.prefix)
         except OSError as exc:
             self.recover()
             raise InstallFailed(f"switching to {self.staging} failed: {exc}") from exc

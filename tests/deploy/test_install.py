@@ -110,6 +110,10 @@ def no_pip(venv: pathlib.Path) -> list[str]:
 _VERSION = "import importlib.metadata as m; print(m.version('edgefleet'))"
 
 
+def sha256_of(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def version_in(venv: pathlib.Path) -> str:
     out = subprocess.run(
         [venv / "bin" / "python", "-I", "-c", _VERSION],  # -I: not the tree's egg-info
@@ -211,6 +215,9 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     assert (dropins / "10-restart-backoff.conf").exists() == (systemd_version() >= 254)
     assert (dropins / "20-process-runtime.conf").exists()  # --runtime process
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    # The unit's ExecStartPre start guard is the installed agent's own.
+    guard_file = state / "upgrade" / "guard.py"
+    assert guard_file.read_bytes() == (REPO / "edgeagent" / "upgrade" / "guard.py").read_bytes()
 
     before = snapshot(root)
     second = await install(*args)
@@ -221,6 +228,7 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     # The installed unit, its drop-ins and its real ExecStart pass systemd-analyze verify.
     assert await asyncio.to_thread(verify_tree, root) == ""
     await asyncio.to_thread(shutil.rmtree, root / "usr" / "lib")  # verify_tree's copy
+    (root / "usr" / "bin" / "python3").unlink()  # and its stand-in interpreter
 
     # A device boots without its token file: a clear message, no identity, retried later.
     lost = await first_boot(root, token_file=etc / "no-such-token")
@@ -238,6 +246,7 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     assert config["node_name"] == "pi-installed"
     assert config["hub"]["url"] == f"quic://localhost:{hub.settings.session_port}"
     assert config["runtime"]["kind"] == "process"
+    assert config["upgrade"] == {"enabled": True}  # the hub's EdgeUpgrades are carried out
     key = state / "pki" / "node.key"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     cert = pki.load_certificate_pem((state / "pki" / "node.crt").read_bytes())
@@ -247,14 +256,25 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     key_before = key.read_bytes()
 
     # --upgrade: the new version is installed beside, checked, swapped in; old -> new printed.
+    # A config from before the agent had upgrades: --upgrade adds the group.
+    config_file = etc / "config.yaml"
+    lines = config_file.read_text().splitlines(keepends=True)
+    at = lines.index("upgrade:\n")
+    config_file.write_text("".join(lines[:at] + lines[at + 2 :]))
+    assert "upgrade" not in yaml.safe_load(config_file.read_text())
     newer = await asyncio.to_thread(build_wheel, tmp_path / "newer", version="0.1.1")
     base = ["--root", str(root), "--wheelhouse", str(wheelhouse), "--python", sys.executable]
     up = await install(*base, "--upgrade", "--wheel", str(newer))
     assert up.returncode == 0, up.stdout + up.stderr
     assert "upgraded edgefleet 0.1.0 -> 0.1.1" in up.stdout
+    assert "enabled agent upgrades from the hub" in up.stdout
+    assert yaml.safe_load(config_file.read_text())["upgrade"] == {"enabled": True}
     assert version_in(venv) == "0.1.1"
     previous = root / "opt" / "edgeagent.previous"
     assert version_in(previous) == "0.1.0"
+    # The new venv was built as the agent builds it: a copy of the running one.
+    assert (venv / "pyvenv.cfg").read_bytes() == (previous / "pyvenv.cfg").read_bytes()
+    assert (venv / ".edgefleet-wheel.sha256").read_text().strip() == sha256_of(newer)
     assert host_paths(venv, root) == []
     assert no_pip(venv) == []  # the upgrade, too, ran a pip from outside the venv
     same = await install(*base, "--upgrade", "--wheel", str(newer))
@@ -278,6 +298,12 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
     back = await install("--root", str(root), "--rollback")
     assert back.returncode == 0, back.stdout + back.stderr
     assert "rolled back edgefleet 0.1.1 -> 0.1.0" in back.stdout
+    # The agent's rule (guard.swap_back): .previous comes back, the replaced one is .failed.
+    assert version_in(venv) == "0.1.0"
+    failed = root / "opt" / "edgeagent.failed"
+    assert version_in(failed) == "0.1.1" and not previous.exists()
+    twice = await install("--root", str(root), "--rollback")
+    assert twice.returncode == 1 and "there is no /opt/edgeagent.previous" in twice.stderr
     assert version_in(venv) == "0.1.0"
 
     dry = await install("--root", str(root), "--uninstall", "--dry-run")
@@ -286,7 +312,7 @@ async def test_image_first_boot_upgrade_rollback_and_uninstall(
 
     removed = await install("--root", str(root), "--uninstall")
     assert removed.returncode == 0, removed.stderr
-    assert not venv.exists() and not previous.exists()
+    assert not venv.exists() and not previous.exists() and not failed.exists()
     assert not unit.exists() and not wants.exists()
     assert not link.exists() and not link.is_symlink()
     assert key.exists() and "kept" in removed.stdout  # identity and store stay

@@ -37,6 +37,12 @@ def verify_tree(root: pathlib.Path) -> str:
     system = root / "usr/lib/systemd/system"
     if not system.exists():
         shutil.copytree(SYSTEM_UNITS, system, symlinks=True)
+    # The start guard's interpreter (ExecStartPre=-/usr/bin/python3 ...), as on a device.
+    python = root / "usr/bin/python3"
+    if not python.exists():
+        python.parent.mkdir(parents=True, exist_ok=True)
+        python.write_text("#!/bin/sh\n")
+        python.chmod(0o755)
     result = subprocess.run(
         ["systemd-analyze", "verify", f"--root={root}", "edgeagent.service"],
         capture_output=True,

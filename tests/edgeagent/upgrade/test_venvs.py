@@ -200,3 +200,35 @@ def test_a_venv_with_no_pip_at_all_fails_the_stage_and_changes_nothing(
     with pytest.raises(InstallFailed, match="pip"):
         layout.stage(wheel, sha256(wheel))
     assert not layout.staging.exists() and layout.version() == "0.4.0"
+
+
+def test_the_guard_script_makes_install_shs_switch_and_rollback(
+    prefix: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """install.sh moves the venvs with ``guard.py --switch|--rollback PREFIX``: the same
+    functions the agent uses, run as a script by the system's Python."""
+    layout = Layout(prefix)
+    script = tmp_path / "guard.py"
+    shutil.copyfile(guard.__file__, script)
+    base = getattr(sys, "_base_executable", sys.executable)
+
+    def move(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([base, "-I", str(script), *args], capture_output=True, text=True)
+
+    nothing = move("--switch", str(prefix))  # no .new staged
+    assert nothing.returncode == 1 and "no " in nothing.stderr and ".new" in nothing.stderr
+    assert layout.version() == "0.4.0"
+    none_back = move("--rollback", str(prefix))  # no .previous yet
+    assert none_back.returncode == 1 and ".previous" in none_back.stderr
+    assert layout.version() == "0.4.0"
+    bad = move("--upgrade", str(prefix))
+    assert bad.returncode == 2 and "usage" in bad.stderr
+
+    wheel = make_wheel(tmp_path, "0.5.0")
+    layout.stage(wheel, sha256(wheel))
+    assert move("--switch", str(prefix)).returncode == 0
+    assert layout.version() == "0.5.0" and layout.version(layout.previous) == "0.4.0"
+    assert agent_says(prefix) == "edgeagent 0.5.0"
+    assert move("--rollback", str(prefix)).returncode == 0
+    assert layout.version() == "0.4.0" and layout.version(layout.failed) == "0.5.0"
+    assert not layout.previous.exists()
