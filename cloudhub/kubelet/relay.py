@@ -42,7 +42,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from cloudhub.ha.peers import is_peer_certificate
 from cloudhub.kubelet.errors import NodeOffline, RelayRefused, StreamUnavailable
 from protocol.errors import ErrorCode
-from protocol.messages import StreamOpen
+from protocol.stream_messages import StreamOpen
 from protocol.streams import DataReceived, StreamEnded
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import client_ssl_context, server_ssl_context

@@ -45,7 +45,7 @@ from protocol.chunking import (
 )
 from protocol.codec import FrameDecoder
 from protocol.errors import DecodeError
-from protocol.messages import StreamOpen
+from protocol.stream_messages import StreamOpen
 from tests.protocol.helpers import POD, ConnectionPair, hello, status
 
 MIB = 1024 * 1024

@@ -28,7 +28,7 @@ from cloudhub.kubelet import NodeOffline, StreamUnavailable
 from cloudhub.kubelet.extension import kubelet_extension
 from protocol import pki
 from protocol.errors import ErrorCode
-from protocol.messages import StreamClose, StreamData, StreamOpen, StreamReset, StreamWindow
+from protocol.stream_messages import StreamClose, StreamData, StreamOpen, StreamReset, StreamWindow
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import client_ssl_context
 from tests.clock import ManualClock

@@ -7,7 +7,7 @@ import pytest
 
 from cloudhub.kubelet.logs import LogRequestError, log_params
 from protocol import encode
-from protocol.messages import StreamOpen
+from protocol.stream_messages import StreamOpen
 
 
 def test_good_values_become_stream_open_params() -> None:

@@ -10,14 +10,8 @@ import pytest
 from protocol.config import SessionConfig
 from protocol.errors import MessageTooLarge
 from protocol.events import Acked, Closed, MessageReceived, PeerError
-from protocol.messages import (
-    KubeEvent,
-    ObjectRef,
-    ObjectUpsert,
-    PodStatus,
-    Priority,
-    StreamData,
-)
+from protocol.messages import KubeEvent, ObjectRef, ObjectUpsert, PodStatus, Priority
+from protocol.stream_messages import StreamData
 from protocol.transport import Link, connect_quic, connect_websocket
 from tests.protocol.transport.conftest import TRANSPORTS, hello, welcome
 from tests.slowlink import SlowLink
