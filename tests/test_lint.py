@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ast
+import json
 import pathlib
 import shutil
 import subprocess
@@ -170,20 +170,36 @@ LONG_FUNCTIONS = {
 
 
 def _sizes() -> tuple[dict[str, int], dict[str, int]]:
-    files: dict[str, int] = {}
-    functions: dict[str, int] = {}
-    for top in ("protocol", "cloudhub", "edgeagent"):
-        for path in sorted((ROOT / top).rglob("*.py")):
-            text = path.read_text()
-            name = path.relative_to(ROOT).as_posix()
-            files[name] = text.count("\n")
-            for node in ast.walk(ast.parse(text)):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    assert node.end_lineno is not None
-                    length = node.end_lineno - node.lineno + 1
-                    key = f"{name}:{node.name}"
-                    functions[key] = max(functions.get(key, 0), length)
+    """Lines per product file and per function, measured in a fresh interpreter: CPython
+    3.11.2 (Debian 12's) can raise ``SystemError: AST constructor recursion depth
+    mismatch`` from ``ast.parse`` when it runs after tests that changed the recursion
+    limit (hypothesis does; cpython gh-106905, fixed in 3.11.5)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _SIZES_SCRIPT, str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    files, functions = json.loads(out)
     return files, functions
+
+
+_SIZES_SCRIPT = """
+import ast, json, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+files, functions = {}, {}
+for top in ("protocol", "cloudhub", "edgeagent"):
+    for path in sorted((root / top).rglob("*.py")):
+        text = path.read_text()
+        name = path.relative_to(root).as_posix()
+        files[name] = text.count("\\n")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                key = name + ":" + node.name
+                length = node.end_lineno - node.lineno + 1
+                functions[key] = max(functions.get(key, 0), length)
+json.dump([files, functions], sys.stdout)
+"""
 
 
 def test_product_files_and_functions_stay_small() -> None:

@@ -16,7 +16,7 @@ class NodeOffline(StreamUnavailable):
     """The pod's node has no session with this hub (nor with any other replica)."""
 
 
-class RelayRefused(Exception):
+class RelayRefused(HubError):
     """The replica serving the node refused the relayed open; ``offline`` when it no longer
     has the node's session."""
 

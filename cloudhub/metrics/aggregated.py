@@ -32,7 +32,7 @@ from aiohttp import web
 from cryptography import x509
 
 from cloudhub.aggregation import AggregatedAPI, AggregatedRequest, AggregatedResource
-from cloudhub.errors import ConfigError, KubeNotFound
+from cloudhub.errors import ConfigError, HubError, KubeNotFound
 from cloudhub.kube import KubeClient, ResourceType
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import server_ssl_context
@@ -138,7 +138,7 @@ async def publish_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) -> bool:
     return True
 
 
-class SelectorError(ValueError):
+class SelectorError(HubError, ValueError):
     """A ``labelSelector`` this server does not parse (answered ``400``)."""
 
 
