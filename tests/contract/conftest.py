@@ -35,6 +35,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
+from tests.waiting import eventually
 
 #: Changes the embedded backend keeps for watches; tests that need an expired
 #: resourceVersion write more than this many changes.
@@ -216,15 +217,8 @@ class Kube:
     async def eventually(
         self, check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = DEADLINE_S
     ) -> None:
-        """Wait until ``check()`` is true, polling; fail naming ``what`` after the deadline."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        delay = 0.02
-        while not await check():
-            if loop.time() > deadline:
-                pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+        """Wait until ``check()`` is true (:func:`tests.waiting.eventually`)."""
+        await eventually(check, what, timeout_s)
 
     async def _teardown(self) -> None:
         for delete in reversed(self._cleanups):

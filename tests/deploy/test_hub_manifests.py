@@ -22,6 +22,7 @@ from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from protocol.messages import KubeEvent, ObjectRef
 from tests.deploy.apicalls import RecordingKubeClient, Request, static_calls
 from tests.deploy.hubflows import exercise
+from tests.waiting import eventually
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HUB = REPO / "deploy" / "hub"
@@ -367,7 +368,7 @@ async def run_hub_as(
                 await admin.create(PODS, _pod("outside", outside, node))
             pod = await admin.create(PODS, _pod("app", namespace, node))
             ref = ObjectRef("Pod", namespace, "app", pod["metadata"]["uid"])
-            await asyncio.wait_for(_until(lambda: any(p.ref.uid == ref.uid for p in pods)), 30)
+            await eventually(lambda: any(p.ref.uid == ref.uid for p in pods), "the pod sent", 30)
             await edge.link.send(
                 PodStatus(ref, {"phase": "Running", "podIP": "10.0.0.9"}, time.time())
             )
@@ -379,7 +380,7 @@ async def run_hub_as(
                 current = await admin.get(PODS, "app", namespace)
                 return (current.get("status") or {}).get("phase") == "Running"
 
-            await asyncio.wait_for(_until_async(written), 30)
+            await eventually(written, "the status written", 30)
             await admin.delete(PODS, "app", namespace, grace_period_seconds=30)
 
             def terminating() -> bool:  # the hub sends the pod again, marked for deletion
@@ -389,7 +390,7 @@ async def run_hub_as(
                     for p in pods
                 )
 
-            await asyncio.wait_for(_until(terminating), 30)
+            await eventually(terminating, "the pod sent again, terminating", 30)
             await edge.link.send(PodDeleted(ref))
 
             async def gone() -> bool:
@@ -399,7 +400,7 @@ async def run_hub_as(
                     return exc.status == 404
                 return False
 
-            await asyncio.wait_for(_until_async(gone), 30)
+            await eventually(gone, "the pod gone", 30)
             node = await admin.get(NODES, node)
             assert node["status"]["conditions"]  # registered with its status
             if outside is not None:
@@ -448,13 +449,3 @@ async def _ensure_namespace(admin: KubeClient, name: str) -> None:
     except KubeAPIError as exc:
         if exc.status != 409:  # there already (an overlay made it, or an earlier test)
             raise
-
-
-async def _until(predicate) -> None:
-    while not predicate():  # noqa: ASYNC110 - fed by the reader task
-        await asyncio.sleep(0.05)
-
-
-async def _until_async(predicate) -> None:
-    while not await predicate():  # noqa: ASYNC110 - polling the API
-        await asyncio.sleep(0.1)

@@ -19,7 +19,6 @@ import shlex
 import signal
 import socket
 import sys
-import time
 import urllib.request
 import uuid
 
@@ -30,6 +29,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from tests.deploy.conftest import IMAGE_TAG
 from tests.deploy.wheels import REPO
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.kubeapiserver]
 
@@ -57,18 +57,6 @@ def free_port() -> int:
                 except OSError:
                     continue
                 return port
-
-
-async def until(what: str, predicate, timeout: float = 120, interval: float = 0.5):
-    """Poll ``predicate`` (async) until it returns a true value; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 async def service_account_token(kubeconfig: str) -> str:
@@ -180,7 +168,7 @@ async def test_image_runs_the_fleet_in_the_reference_cluster(
 
             return await asyncio.to_thread(probe)
 
-        await until("the hub's /readyz", ready, timeout=180)
+        await eventually(ready, "the hub's /readyz", 180)
 
         # The join command, as an operator gets it: from inside the hub's container.
         code, out, err = await run("podman", "exec", name, "cloudhub", "token", "create")
@@ -209,7 +197,7 @@ async def test_image_runs_the_fleet_in_the_reference_cluster(
             conditions = json.loads(out)["status"].get("conditions", [])
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-        await until(f"kubectl get nodes to show {node} Ready", node_ready)
+        await eventually(node_ready, f"kubectl get nodes to show {node} Ready", 120)
 
         pod = {
             "apiVersion": "v1",
@@ -229,7 +217,7 @@ async def test_image_runs_the_fleet_in_the_reference_cluster(
             code, out, _ = await run(*k, "get", "pod", "hello", "-n", "default", "-o", "json")
             return code == 0 and json.loads(out)["status"].get("phase") == "Running"
 
-        await until("kubectl get pods to show the pod Running", running)
+        await eventually(running, "kubectl get pods to show the pod Running", 120)
         code, out, _ = await run(*k, "get", "pods", "-n", "default", "-o", "wide")
         assert "hello" in out and "Running" in out and node in out
     finally:

@@ -25,6 +25,7 @@ from tests.deploy.test_hub_manifests import (
     service_account_kubeconfig,
 )
 from tests.deploy.wheels import REPO
+from tests.waiting import eventually
 
 OVERLAY = REPO / "deploy" / "overlays" / "namespaced"
 SA = "system:serviceaccount:edgefleet:cloudhub"
@@ -123,11 +124,8 @@ async def _scoped_informers_see_only_their_namespaces(client: KubeClient, tag: s
         for ns in [*watched, outside]:
             await client.create(PODS, _pod("p", ns, f"{tag}-node"))
 
-        async def both_seen() -> None:
-            while len({ns for _, ns in events}) < 2:  # noqa: ASYNC110 - fed by the watches
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(both_seen(), 30)
+        # fed by the watches
+        await eventually(lambda: len({ns for _, ns in events}) >= 2, "both namespaces seen", 30)
         assert sorted(o["metadata"]["namespace"] for o in view.items()) == watched
         assert view.get("p", watched[1]) is not None
         assert view.get("p", outside) is None  # not watched: no informer for it
@@ -135,11 +133,7 @@ async def _scoped_informers_see_only_their_namespaces(client: KubeClient, tag: s
         # events would have been too (one client, one apiserver, ordered resourceVersions).
         await client.create(PODS, _pod("q", watched[0], f"{tag}-node"))
 
-        async def q_seen() -> None:
-            while view.get("q", watched[0]) is None:  # noqa: ASYNC110 - fed by the watches
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(q_seen(), 30)
+        await eventually(lambda: view.get("q", watched[0]) is not None, "pod q seen", 30)
         assert outside not in {ns for _, ns in events}
         by_node = view.by_index(BY_NODE, f"{tag}-node")
         assert sorted(o["metadata"]["namespace"] for o in by_node) == sorted([*watched, watched[0]])

@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import os
 import pathlib
-import time
 import uuid
 
 import pytest
@@ -29,6 +28,7 @@ from tests.edgeagent.podman_engine import (
     stop_engine,
 )
 from tests.environment import missing
+from tests.waiting import eventually
 
 __all__ = ["BUSYBOX_IMAGE", "PodmanEngine", "docker_settings"]
 
@@ -61,20 +61,6 @@ def python_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
-
-
-async def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = ""):
-    """Await until ``predicate()`` (sync or async) is truthy; return its value or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(interval)
 
 
 # --- an in-process agent core: store + runtime + reconciler -----------------------------
@@ -199,7 +185,7 @@ class Harness:
         ]
 
     async def wait_phase(self, pod: dict, phase: str, timeout: float = 30.0) -> dict:
-        await wait_until(
+        await eventually(
             lambda: self.status(pod).get("phase") == phase,
             timeout=timeout,
             what=f"{pod['metadata']['name']} {phase} (now {self.status(pod)})",
@@ -211,7 +197,7 @@ class Harness:
             conds = {c["type"]: c["status"] for c in self.status(pod).get("conditions") or []}
             return conds.get("Ready") == "True"
 
-        await wait_until(ready, timeout=timeout, what=f"{pod['metadata']['name']} Ready")
+        await eventually(ready, timeout=timeout, what=f"{pod['metadata']['name']} Ready")
         return self.status(pod)
 
     async def logs(self, pod: dict, name: str) -> str:
@@ -254,18 +240,21 @@ class Harness:
             from edgeagent.errors import ContainerRuntimeError
             from edgeagent.runtime import Labels
 
-            for attempt in range(3):
+            errors: list[ContainerRuntimeError] = []
+
+            async def removed() -> bool:
                 try:
                     infos = await self.runtime.list()
                     for info in sorted(
                         infos, key=lambda i: i.labels.get(Labels.CONTAINER_TYPE) == "sandbox"
                     ):
                         await self.runtime.remove(info.id)
-                    break
-                except ContainerRuntimeError:
-                    if attempt == 2:
-                        raise
-                    await asyncio.sleep(0.5)  # the engine is still busy stopping one
+                except ContainerRuntimeError as exc:  # the engine is still busy stopping one
+                    errors.append(exc)
+                    return False
+                return True
+
+            await eventually(removed, "every container removed", 30, state=lambda: errors[-1:])
         await self.runtime.close()
         self.store.close()
 

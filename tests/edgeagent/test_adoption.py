@@ -10,7 +10,8 @@ import pytest
 
 from edgeagent.runtime import ContainerState, Labels
 from edgeagent.store import Store
-from tests.edgeagent.conftest import Harness, container, make_pod, wait_until
+from tests.edgeagent.conftest import Harness, container, make_pod
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.podman
 
@@ -52,7 +53,7 @@ async def test_a_recovered_store_adopts_running_pods_until_the_hubs_full_sync(ha
     await harness.start()  # offline: no hub to ask
 
     uids = sorted(p["metadata"]["uid"] for p in (kept, gone))
-    adoption = await wait_until(
+    adoption = await eventually(
         lambda: (
             (store.get_state("pods.adoption") or {}).get("state") == "adopting"
             and store.get_state("pods.adoption")
@@ -81,11 +82,11 @@ async def test_a_recovered_store_adopts_running_pods_until_the_hubs_full_sync(ha
     async def gone_removed() -> bool:
         return await harness.runtime.list({Labels.POD_UID: gone["metadata"]["uid"]}) == []
 
-    await wait_until(gone_removed, timeout=30, what="the unassigned pod's containers removed")
+    await eventually(gone_removed, timeout=30, what="the unassigned pod's containers removed")
     assert await _running_ids(harness, kept) == kept_ids  # adopted, never restarted
     await harness.wait_phase(kept, "Running")
     assert harness.container_status(kept, "c")["restartCount"] == 0
-    ended = await wait_until(
+    ended = await eventually(
         lambda: (
             (store.get_state("pods.adoption") or {}).get("state") == "ended"
             and store.get_state("pods.adoption")
@@ -116,7 +117,7 @@ async def test_a_store_in_sync_removes_what_it_no_longer_holds_at_start(harness:
     async def removed() -> bool:
         return await harness.runtime.list({Labels.POD_UID: pod["metadata"]["uid"]}) == []
 
-    await wait_until(removed, timeout=30, what="the deleted pod's containers removed at start")
+    await eventually(removed, timeout=30, what="the deleted pod's containers removed at start")
     assert harness.store.get_state("pods.adoption") is None
 
 
@@ -133,7 +134,7 @@ async def test_a_fresh_store_adopts_without_calling_it_a_recovery(harness: Harne
     store = harness.store = Store.open(harness.settings.store_path, harness.settings.store)
     assert store.recovered_from is None and not store.synced_before()
     await harness.start()
-    adoption = await wait_until(
+    adoption = await eventually(
         lambda: store.get_state("pods.adoption"), what="the reconciler's start-up scan"
     )
     assert adoption["reason"] == "NeverSynced" and adoption["pods"] == [pod["metadata"]["uid"]]

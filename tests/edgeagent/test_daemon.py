@@ -23,8 +23,8 @@ from tests.edgeagent.conftest import (
     docker_settings,
     make_pod,
     make_runtime_for,
-    wait_until,
 )
+from tests.waiting import eventually, eventually_sync
 
 pytestmark = pytest.mark.podman
 
@@ -190,7 +190,7 @@ async def test_systemd_notify_and_sigterm_leaves_pods_running(
         )
         # the pod runs; SIGTERM stops the agent, not the pod
         uid = pod["metadata"]["uid"]
-        await wait_until(lambda: running_now("process", state, None, {uid}), what="pod running")
+        await eventually(lambda: running_now("process", state, None, {uid}), what="pod running")
         assert stop_agent(proc) == 0
         while True:
             try:
@@ -229,9 +229,9 @@ async def test_offline_reboot_recovery_within_5s(
         async def first_run() -> bool:
             return proc.poll() is not None or await running_now(kind, state, engine, uids) == uids
 
-        await wait_until(first_run, timeout=60, what="10 pods running the first time")
+        await eventually(first_run, timeout=60, what="10 pods running the first time")
         assert proc.poll() is None
-        await wait_until(
+        await eventually(
             lambda: all_reported_running(state, uids),
             timeout=20,
             what="the agent reported them Running",
@@ -247,7 +247,7 @@ async def test_offline_reboot_recovery_within_5s(
         async def all_running() -> bool:
             return await running_now(kind, state, engine, uids) == uids
 
-        await wait_until(all_running, timeout=30, interval=0.1, what="all 10 pods running again")
+        await eventually(all_running, timeout=30, interval=0.1, what="all 10 pods running again")
         elapsed = time.monotonic() - t0
         bound = recovery_bound()
         print(f"offline recovery of 10 pods ({kind}): {elapsed:.2f}s (bound {bound:.1f}s)")
@@ -255,7 +255,7 @@ async def test_offline_reboot_recovery_within_5s(
         # restart counts carried on from the stored status
         store = Store.open_readonly(state / "store.db")
         try:
-            await wait_until(
+            await eventually(
                 lambda: all(
                     (store.pod_status(u) or {}).get("phase") == "Running"
                     and store.pod_status(u)["containerStatuses"][0]["restartCount"] == 1
@@ -395,7 +395,8 @@ def test_second_agent_on_the_same_state_dir_exits_1(tmp_path: pathlib.Path, pyth
     state = tmp_path / "state"
     first = start_agent(agent_args(state, "process", None), python_env)
     try:
-        assert (wait := _wait_locked(state / "store.db.lock", first.pid, 20))
+        lock = state / "store.db.lock"
+        wait = eventually_sync(lambda: _locked(lock, first.pid), "the agent holding its flock", 20)
         second = subprocess.run(
             agent_args(state, "process", None),
             capture_output=True,
@@ -409,23 +410,19 @@ def test_second_agent_on_the_same_state_dir_exits_1(tmp_path: pathlib.Path, pyth
         stop_agent(first)
 
 
-def _wait_locked(path: pathlib.Path, pid: int, timeout: float) -> bool:
-    """Wait until process ``pid`` holds the flock on ``path``, as /proc/locks shows it
+def _locked(path: pathlib.Path, pid: int) -> bool:
+    """Whether process ``pid`` holds the flock on ``path``, as /proc/locks shows it
     (looking does not touch the lock, so the agent's own attempt is never disturbed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            inode = path.stat().st_ino
-        except FileNotFoundError:
-            inode = None
-        if inode is not None:
-            for line in pathlib.Path("/proc/locks").read_text().splitlines():
-                fields = line.split()
-                # "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"
-                if "FLOCK" in fields and str(pid) in fields:
-                    if fields[fields.index(str(pid)) + 1].endswith(f":{inode}"):
-                        return True
-        time.sleep(0.05)  # polling a condition another process owns
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return False
+    for line in pathlib.Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"
+        if "FLOCK" in fields and str(pid) in fields:
+            if fields[fields.index(str(pid)) + 1].endswith(f":{inode}"):
+                return True
     return False
 
 

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,6 +20,7 @@ from edgeagent.logsetup import configure_logging, journald_stream
 from edgeagent.store import Store
 from tests.edgeagent.conftest import Ref
 from tests.edgeagent.devices.helpers import THERMOSTAT_MODEL, device
+from tests.waiting import eventually_sync
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) \S+: ")
@@ -42,11 +42,12 @@ def _run_until_ready(state: pathlib.Path, log: pathlib.Path, env: dict) -> subpr
     args += ["--runtime", "process", "--node-name", "edge-1", "--set", "node_ip=127.0.0.1"]
     with open(log, "w") as out:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=out, cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while "device API on" not in log.read_text():  # wait on the condition: it listens
-        if proc.poll() is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    eventually_sync(
+        lambda: "device API on" in log.read_text() or proc.poll() is not None,
+        "the agent's device API listening",
+        60,
+        state=log.read_text,
+    )
     assert proc.poll() is None, log.read_text()
     return proc
 

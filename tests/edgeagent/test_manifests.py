@@ -10,7 +10,8 @@ import pytest
 from edgeagent.pods import check_pod
 from edgeagent.runtime import Labels
 from tests.edgeagent import manifests
-from tests.edgeagent.conftest import BUSYBOX_IMAGE, Harness, wait_until
+from tests.edgeagent.conftest import BUSYBOX_IMAGE, Harness
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.podman
 
@@ -101,7 +102,7 @@ async def test_real_manifests(podman, tmp_path: pathlib.Path):
                     return False
             return True
 
-        await wait_until(
+        await eventually(
             settled,
             timeout=60,
             interval=0.2,

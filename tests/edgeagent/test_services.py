@@ -27,7 +27,8 @@ from edgeagent.settings import (
 from edgeagent.store import Store
 from protocol.messages import TwinDesired
 from protocol.metrics_codec import Metric, container_key, decode_sample
-from tests.edgeagent.conftest import Ref, wait_until
+from tests.edgeagent.conftest import Ref
+from tests.waiting import eventually
 
 
 def test_settings_groups_devices_and_metrics(tmp_path: pathlib.Path) -> None:
@@ -115,7 +116,7 @@ async def test_node_and_pod_metrics_are_sampled_into_the_store(tmp_path: pathlib
     task = asyncio.create_task(agent.run(stop))
     key = (Metric.CONTAINER_MEMORY_WORKING_SET_KIB, container_key("shop", "web", "main"))
     try:
-        await wait_until(lambda: agent.context is not None, what="agent ready")
+        await eventually(lambda: agent.context is not None, what="agent ready")
         assert agent.context.twins is None and not settings.device_socket_path().exists()
         metrics = agent.context.store.metrics()
 
@@ -126,7 +127,7 @@ async def test_node_and_pod_metrics_are_sampled_into_the_store(tmp_path: pathlib
                     return sample
             return None
 
-        sample = await wait_until(sampled, timeout=30, what="a sample with the pod's container")
+        sample = await eventually(sampled, timeout=30, what="a sample with the pod's container")
         assert sample.values[key] > 0  # KiB of `sleep`'s RSS
         assert (Metric.NODE_FS_STATE_CAPACITY_KIB, None) in sample.values  # the state dir's fs
         assert (Metric.NODE_MEMORY_CAPACITY_KIB, None) in sample.values
@@ -158,11 +159,11 @@ async def test_a_device_api_that_cannot_listen_leaves_the_agent_running(
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:
-        await wait_until(lambda: "service device-api failed" in caplog.text, what="the error")
+        await eventually(lambda: "service device-api failed" in caplog.text, what="the error")
         assert "devices.sock exists and is not a socket" in caplog.text
         assert (state / "devices.sock").read_text() == "not a socket"  # left alone
         metrics = agent.context.store.metrics()
-        await wait_until(lambda: metrics.samples(), what="metrics sampled all the same")
+        await eventually(lambda: metrics.samples(), what="metrics sampled all the same")
         assert not task.done()
     finally:
         stop.set()

@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -39,6 +38,7 @@ from tests.k8s.kube_apiserver import (
     build_script,
     start,
 )
+from tests.waiting import eventually, eventually_sync
 
 pytestmark = pytest.mark.kubeapiserver
 
@@ -58,18 +58,6 @@ async def _raw(coro: Any) -> dict[str, Any]:
         return json.loads(await response.read())
     finally:
         response.release()
-
-
-async def _eventually(probe: Any, timeout: float, what: str) -> Any:
-    """Call the async ``probe`` until it returns a truthy value, or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout} s")
-        await asyncio.sleep(0.1)
 
 
 async def test_serves_version_1_20(kube_client: client.ApiClient) -> None:
@@ -175,7 +163,7 @@ async def test_crd_serves_custom_resources_with_a_status_subresource(
             conditions = got.get("status", {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-        await _eventually(established, 30, f"CRD {crd_name} Established")
+        await eventually(established, f"CRD {crd_name} Established", 30)
 
         args = (group, "v1", namespace, plural)
         obj = {
@@ -496,10 +484,7 @@ def test_servers_die_with_a_test_process_killed_by_sigkill(tmp_path: Path) -> No
         parent.stdin.write(b"go\n")
         parent.stdin.flush()
         assert parent.wait(60) == -9
-        deadline = time.monotonic() + 60
-        while _processes_using(tmp_path) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _processes_using(tmp_path) == []
+        eventually_sync(lambda: _processes_using(tmp_path) == [], "the servers gone", 60)
     finally:
         if parent.poll() is None:
             parent.kill()

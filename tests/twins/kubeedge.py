@@ -5,7 +5,6 @@ reads of the Device status.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import pathlib
 from typing import Any
@@ -15,6 +14,7 @@ import yaml
 from cloudhub.errors import KubeConflict, KubeNotFound
 from cloudhub.kube import CRDS, DEVICEMODELS, DEVICES, KubeClient
 from tests.data import MANIFESTS
+from tests.waiting import eventually
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = MANIFESTS / "kubeedge" / "examples"
@@ -35,17 +35,16 @@ async def install_device_crds(kube: KubeClient, timeout: float = 30.0) -> None:
             await kube.create(CRDS, yaml.safe_load(path.read_text()))
         except KubeConflict:
             pass
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+
+    async def served() -> bool:
         try:
             await kube.list(DEVICES, limit=1)
             await kube.list(DEVICEMODELS, limit=1)
-            return
         except KubeNotFound:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.05)
+            return False
+        return True
+
+    await eventually(served, "the Device and DeviceModel resources served", timeout)
 
 
 def load(path: pathlib.Path) -> dict:

@@ -38,6 +38,7 @@ from protocol.messages import (
 )
 from protocol.session import Role, Session
 from protocol.transport import Link
+from tests.waiting import eventually
 
 CONFIG = SessionConfig(manual_ack=True, ack_delay=0.01, close_timeout=0.2)
 
@@ -181,19 +182,18 @@ async def test_dispatch_unsupported_failing_and_async_handlers() -> None:
     dispatcher.dispatch(Inbound(session, 2, msg))
     assert refused[-1] is ErrorCode.INTERNAL
 
-    finished = asyncio.Event()
+    started, finished = asyncio.Event(), asyncio.Event()
 
     async def slow(inbound: Inbound) -> None:
+        started.set()
         await finished.wait()
 
     dispatcher.register(PodStatus, slow)
     dispatcher.dispatch(Inbound(session, 3, msg))
-    await asyncio.sleep(0)
+    await asyncio.wait_for(started.wait(), 5)
     assert link.session.acked_up_to == 2  # 3 in progress
     finished.set()
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert link.session.acked_up_to == 3
+    await eventually(lambda: link.session.acked_up_to == 3, "3 acked once its handler ended", 5)
     await session.outbox.drained()
     errors = [m for m in sent(link) if isinstance(m, Error)]
     assert [(e.code, e.in_reply_to) for e in errors] == [

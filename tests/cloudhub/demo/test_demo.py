@@ -34,6 +34,7 @@ from cloudhub.devtools.fleet import Child
 from cloudhub.kube import NODES, KubeClient
 from tests.environment import in_ci, missing
 from tests.k8s.kube_apiserver import kubectl_path
+from tests.waiting import eventually
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -106,11 +107,7 @@ async def test_cleanup_ends_every_process_and_removes_the_directory() -> None:
         demo.root / "sleeper.log",
     )
     child.start()
-    for _ in range(100):
-        if len(_processes_under(str(demo.root))) >= 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(_processes_under(str(demo.root))) >= 2
+    await eventually(lambda: len(_processes_under(str(demo.root))) >= 2, "both sleepers", 10)
     await demo.cleanup()
     assert child.proc is not None and child.proc.poll() is not None
     assert _processes_under(str(demo.root)) == []

@@ -6,7 +6,6 @@ Talks to the API only through kubernetes_asyncio (as the hub will).
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,6 +26,7 @@ from cloudhub.devices.twin import desired_version
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from protocol.devices import ReportedValue
 from tests.crds import crd_documents
+from tests.waiting import eventually
 
 from .test_shared_manifests import PAIRS
 
@@ -52,17 +52,16 @@ async def install_crds(api_client: client.ApiClient) -> None:
     for crd in crd_documents():
         await ext.create_custom_resource_definition(crd)
     custom = client.CustomObjectsApi(api_client)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while True:  # wait until both resources are served
+
+    async def served() -> bool:
         try:
             await custom.list_namespaced_custom_object(GROUP, VERSION, "default", "devices")
             await custom.list_namespaced_custom_object(GROUP, VERSION, "default", "devicemodels")
-            return
         except ApiException:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.05)
+            return False
+        return True
+
+    await eventually(served, "both resources served", DEADLINE_S)
 
 
 async def create(custom: client.CustomObjectsApi, doc: dict[str, Any]) -> dict[str, Any]:

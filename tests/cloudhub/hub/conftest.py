@@ -16,7 +16,7 @@ import dataclasses
 import pathlib
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -28,6 +28,7 @@ from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from tests.k8s.fixtures import kube_apiserver  # noqa: F401  (session fixture)
 from tests.sim import SimAgent, node_credentials
 from tests.testpki import TestPKI
+from tests.waiting import eventually as eventually  # re-exported: the one polling helper
 
 EMBEDDED = "embedded"
 KUBE_APISERVER = "kube-apiserver"
@@ -204,21 +205,6 @@ async def hubs(cluster: Cluster, pki_ca: TestPKI) -> AsyncIterator[Hubs]:
         yield h
     finally:
         await h.close()
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], what: str, timeout: float = DEADLINE
-) -> None:
-    """Poll an API condition until it holds (the API offers no change notification we
-    could wait on here without writing a watch per check)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    delay = 0.02
-    while not await check():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.25)
 
 
 def pod(name: str, namespace: str, node: str, **spec: Any) -> dict:

@@ -24,7 +24,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import urllib.request
 
 import psutil
@@ -34,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from protocol import pki
 from tests.edgeagent.hublink.fleet import free_port
 from tests.testpki import make_test_pki
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -142,10 +142,8 @@ class HubProcess:
 
 
 async def until(check, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not await asyncio.to_thread(check):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
+    """Poll a blocking ``check`` (an HTTP scrape, a /proc read) in a thread."""
+    await eventually(lambda: asyncio.to_thread(check), what, DEADLINE)
 
 
 async def wave(hub: HubProcess, n: int, baseline_fds: int) -> float:

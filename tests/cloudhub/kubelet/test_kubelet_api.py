@@ -92,10 +92,7 @@ async def test_logs_and_exec_through_the_hub(
 
         last: list = []
 
-        try:
-            done = await eventually(logs, "kubectl logs")
-        except AssertionError:
-            raise AssertionError(f"kubectl logs: {last[-1].stderr if last else ''}") from None
+        done = await eventually(logs, "kubectl logs", state=lambda: last[-1].stderr if last else "")
         assert done.stdout == "hello\n"
         done = await asyncio.to_thread(
             run,

@@ -167,10 +167,7 @@ async def top_through_the_hub(
         return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
 
     last: list = []
-    try:
-        await eventually(available, "APIService Available")
-    except AssertionError:
-        raise AssertionError(f"APIService conditions: {last[-1:]}") from None
+    await eventually(available, "APIService Available", state=lambda: last[-1:])
 
     async def proxied():  # the aggregator's proxy handler is registered separately
         try:

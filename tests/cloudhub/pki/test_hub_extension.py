@@ -26,6 +26,7 @@ from tests.cloudhub.hub.conftest import TEST_SETTINGS
 from tests.cloudhub.pki.conftest import NAMESPACE, Cluster
 from tests.cloudhub.pki.test_join import Node
 from tests.sim.agent import default_node_info
+from tests.waiting import eventually
 
 CONNECT = {"quic": connect_quic, "websocket": connect_websocket}
 
@@ -148,11 +149,10 @@ async def test_rotation_over_the_hub_keeps_sessions_and_loses_nothing(
         stop.set()
         await asyncio.gather(*tasks[1::3])  # senders done
 
-        async def all_acked() -> None:  # acks come as the hub writes the Events
-            while any(e.link.session.unacked() for e in edges):  # noqa: ASYNC110
-                await asyncio.sleep(0.1)
-
-        await asyncio.wait_for(all_acked(), 30)
+        # acks come as the hub writes the Events
+        await eventually(
+            lambda: not any(e.link.session.unacked() for e in edges), "every Event acked", 30
+        )
         for edge in edges:
             assert edge.closed is None and not edge.link.closed  # never dropped
         items, _ = await cluster.client.list(EVENTS, "default")
@@ -209,16 +209,15 @@ async def test_revocation_closes_the_hub_session_within_a_second(
 
             # The old certificate is refused from now on (the Node deletion revokes too,
             # through the hub's own Node informer).
-            async def refused() -> SessionRejected:
-                while True:
-                    try:
-                        link = await edge.dial("quic")
-                    except SessionRejected as exc:
-                        return exc
-                    await link.close()  # the revocation is still on its way: try again
-                    await asyncio.sleep(0.05)
+            async def refused() -> SessionRejected | None:
+                try:
+                    link = await edge.dial("quic")
+                except SessionRejected as exc:
+                    return exc
+                await link.close()  # the revocation is still on its way: try again
+                return None
 
-            rejected = await asyncio.wait_for(refused(), 10)
+            rejected = await eventually(refused, "the old certificate refused", 10)
             assert "revoked" in rejected.reason
             # A new token gives a certificate that is accepted.
             token, _ = await ext.pki.tokens.create(ttl=3600)
@@ -280,21 +279,30 @@ async def test_a_revoked_node_is_told_by_warnings_on_its_node(
     assert await CertificateRegistry(cluster.client, NAMESPACE).revoke("pi-revoked", "stolen")
     await asyncio.wait_for(reader, 10)
     await edge.link.close()
-    with pytest.raises(SessionRejected, match="revoked"):
-        while True:  # the revocation reaches the peer check within a moment
+
+    async def refused() -> SessionRejected | None:
+        try:
             link = await edge.dial("quic")
-            await link.close()
-            await asyncio.sleep(0.05)
+        except SessionRejected as exc:
+            return exc
+        await link.close()  # the revocation reaches the peer check within a moment
+        return None
+
+    assert "revoked" in (await eventually(refused, "the revoked node refused", 20)).reason
 
     async def node_events() -> dict[str, dict]:
         items, _ = await cluster.client.list(EVENTS, "default")
         return {e["reason"]: e for e in items if e["involvedObject"]["name"] == "pi-revoked"}
 
-    deadline = time.monotonic() + 20
     wanted = {"CertificateRevoked", "EdgeDisconnected", "SessionRefused"}
-    while not wanted <= (events := await node_events()).keys():
-        assert time.monotonic() < deadline, sorted(events)
-        await asyncio.sleep(0.1)
+    seen: dict[str, dict] = {}
+
+    async def all_written() -> bool:
+        seen.update(await node_events())
+        return wanted <= seen.keys()
+
+    await eventually(all_written, f"the Events {sorted(wanted)}", 20, state=lambda: sorted(seen))
+    events = seen
     assert events["CertificateRevoked"]["type"] == "Warning"
     assert "joins again with a new bootstrap token" in events["CertificateRevoked"]["message"]
     disconnected = events["EdgeDisconnected"]

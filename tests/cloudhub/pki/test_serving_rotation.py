@@ -36,6 +36,7 @@ from tests.cloudhub.pki.conftest import NAMESPACE, Cluster
 from tests.sim import node_credentials
 from tests.sim.agent import default_node_info
 from tests.testpki import TestPKI, make_test_pki
+from tests.waiting import eventually
 
 DEADLINE = 30.0
 CONNECT = {"quic": connect_quic, "websocket": connect_websocket}
@@ -96,16 +97,6 @@ async def served(port: int, context: ssl.SSLContext) -> x509.Certificate:
         del reader
 
 
-async def until(check: Any, what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def test_the_hub_ca_s_reissued_certificate_reaches_every_listener(
     hubs: list[Hub], cluster: Cluster, tmp_path: pathlib.Path
 ) -> None:
@@ -140,7 +131,7 @@ async def test_the_hub_ca_s_reissued_certificate_reaches_every_listener(
         done = now > first.not_valid_after_utc.timestamp() + 1
         return current if done and current.serial_number != first.serial_number else None
 
-    second = await until(expired_and_replaced, "the first certificate expired and replaced")
+    second = await eventually(expired_and_replaced, "the first certificate expired and replaced")
     assert second.not_valid_after_utc > first.not_valid_after_utc
     # Agents dialling now get the new certificate on both transports, and the join port.
     for transport in ("quic", "websocket"):
@@ -204,13 +195,13 @@ async def test_tls_files_rotated_on_disk_are_picked_up(
         current = await served(hub.websocket_port or 0, client)
         return current.serial_number == second.serial_number
 
-    await until(rotated, "the rotated files served")
+    await eventually(rotated, "the rotated files served")
 
     # Once the first certificate has expired, both transports still accept agents.
     async def first_expired() -> bool:
         return time.time() > first.not_valid_after_utc.timestamp() + 1
 
-    await until(first_expired, "the first certificate's expiry")
+    await eventually(first_expired, "the first certificate's expiry")
     for transport in ("quic", "websocket"):
         await dial(hub, transport, credentials, "pi-files")
 
@@ -230,5 +221,5 @@ async def test_tls_files_rotated_on_disk_are_picked_up(
     async def third() -> bool:
         return (await served(hub.websocket_port or 0, client)).serial_number == cert.serial_number
 
-    await until(third, "the completed in-place rotation served")
+    await eventually(third, "the completed in-place rotation served")
     await dial(hub, "quic", credentials, "pi-files")

@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pathlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from cloudhub.settings import load_hub_settings
 from tests.k8s.fixtures import kube_apiserver  # noqa: F401  (session fixture)
 from tests.sim import SimAgent, default_node_info, node_credentials
 from tests.testpki import TestPKI
+from tests.waiting import eventually as eventually  # re-exported: the one polling helper
 
 #: Generous deadline for a condition on a loaded 2-core machine (seconds).
 DEADLINE_S = 45.0
@@ -46,24 +46,6 @@ HUB_SETTINGS: dict[str, Any] = {
     "placement.settle": 0.01,
     "placement.resync": 0.5,
 }
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], what: str, state: Callable[[], object] | None = None
-) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after the deadline (with
-    ``state()`` in the message: what was seen last)."""
-    deadline = time.monotonic() + DEADLINE_S
-    delay = 0.02
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            seen = f"; last seen: {state()}" if state is not None else ""
-            pytest.fail(f"timed out after {DEADLINE_S} s waiting for {what}{seen}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.2)
 
 
 class PlacementHub:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,23 +25,10 @@ from cloudhub.placement.controller import (
 )
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from tests.cloudhub.placement.fleet import stamp, template
+from tests.waiting import eventually
 
 DEADLINE_S = 30.0
 NS = "default"
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    delay = 0.02
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {DEADLINE_S} s waiting for {what}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.3)
 
 
 KUBECONFIG: list[str] = []

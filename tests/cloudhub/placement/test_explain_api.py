@@ -180,6 +180,6 @@ async def test_explain_reads_connectivity_and_readiness_from_the_api(
         last["output"] = await explain(namespace, kubeconfig=None, env_kubeconfig=kubeconfig)
         return "(within the tolerance: kept)" in line_of(last["output"], lost)
 
-    await eventually(offline, f"explain to see {lost} offline", lambda: last.get("output"))
+    await eventually(offline, f"explain to see {lost} offline", state=lambda: last.get("output"))
     assert "offline for" in line_of(last["output"], lost)
     assert "1 of 2 replicas ready" in last["output"]

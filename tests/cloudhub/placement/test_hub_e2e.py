@@ -139,7 +139,7 @@ async def wait_running(h: PlacementHub, namespace: str, count: int) -> list[dict
             return None
         return pods
 
-    return await eventually(running, f"{count} pods Running on their agents", lambda: last)
+    return await eventually(running, f"{count} pods Running on their agents", state=lambda: last)
 
 
 async def test_imported_policy_runs_on_agents_and_fails_over(placement_hub: PlacementHub) -> None:
@@ -256,7 +256,7 @@ async def test_hub_restart_moves_nothing_and_counts_the_absent_from_the_start(
         last[:] = [(p["spec"]["nodeName"], is_ready(p)) for p in pods]
         return pods if len(pods) == 7 else None
 
-    after = await eventually(replaced, "the absent node's replica replaced", lambda: last)
+    after = await eventually(replaced, "the absent node's replica replaced", state=lambda: last)
     elapsed = time.monotonic() - began
     # The new hub never saw member2-n0: offline since it started, so no failover before
     # the 3 s tolerance has passed since the restart (its last contact is unknown).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -10,17 +9,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.cloudhub.standalone.conftest import running, settings
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 20
-) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await check():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+from tests.waiting import eventually
 
 
 async def missing(read: Callable[[], Awaitable[object]]) -> bool:

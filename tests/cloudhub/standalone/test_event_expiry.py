@@ -16,6 +16,7 @@ from cloudhub.errors import KubeNotFound
 from cloudhub.kube import EVENTS, KubeClient
 from cloudhub.kube.times import rfc3339
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer, StandaloneError
+from tests.waiting import eventually
 
 DEADLINE = 30.0
 
@@ -36,16 +37,17 @@ def event(name: str, *, at: float | None = None) -> dict:
     }
 
 
-async def gone(kube: KubeClient, name: str) -> float:
-    """Seconds until GET says 404 (fails after the deadline)."""
-    started = time.monotonic()
-    while True:
+async def gone(kube: KubeClient, name: str) -> None:
+    """Wait until GET of the Event says 404 (fails after the deadline)."""
+
+    async def not_found() -> bool:
         try:
             await kube.get(EVENTS, name, "default")
         except KubeNotFound:
-            return time.monotonic() - started
-        assert time.monotonic() - started < DEADLINE, f"Event {name} never expired"
-        await asyncio.sleep(0.05)
+            return True
+        return False
+
+    await eventually(not_found, f"Event {name} to expire", DEADLINE)
 
 
 async def test_an_event_expires_a_ttl_after_its_last_write() -> None:
@@ -77,9 +79,12 @@ async def test_an_event_expires_a_ttl_after_its_last_write() -> None:
                 assert (await kube.get(EVENTS, "repeated", "default"))["count"] == 4
                 await gone(kube, "repeated")
                 assert time.monotonic() - last_write >= ttl
-                while deleted != ["once", "repeated"]:  # watchers see them go
-                    assert time.monotonic() - created < DEADLINE, deleted
-                    await asyncio.sleep(0.05)
+                await eventually(  # watchers see them go
+                    lambda: deleted == ["once", "repeated"],
+                    "both deletions watched",
+                    DEADLINE,
+                    state=lambda: deleted,
+                )
             finally:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)

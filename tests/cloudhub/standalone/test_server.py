@@ -13,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import Callable
 
 import aiohttp
 import psutil
@@ -24,6 +23,7 @@ from cloudhub.standalone import APIServerSettings, ConfigurationError, EmbeddedA
 from tests.cloudhub.standalone.conftest import running, settings
 from tests.environment import missing
 from tests.k8s.kube_apiserver import kubectl_path
+from tests.waiting import eventually
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -143,15 +143,6 @@ async def _stalled_watch(api: EmbeddedAPIServer, query: str) -> tuple[asyncio.St
     return writer, sock.getsockname()[1]
 
 
-async def _eventually(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not check():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def _write_big_configmaps(core: client.CoreV1Api, count: int, size: int) -> None:
     for i in range(count):
         await core.create_namespaced_config_map(
@@ -167,20 +158,20 @@ async def test_a_client_that_stops_reading_is_cut_off_when_its_watch_overflows()
     in a write the client will never read, is closed: nothing stays pinned for it."""
     async with running(settings(watch_queue_events=20)) as (api, c):
         writer, peer = await _stalled_watch(api, "timeoutSeconds=3600")
-        await _eventually(lambda: _served(api.port, peer), "the watch to open")
+        await eventually(lambda: _served(api.port, peer), "the watch to open")
         # 12 MB for a client that reads none: more than every buffer on the way holds.
         await _write_big_configmaps(client.CoreV1Api(c), 200, 60_000)
-        await _eventually(lambda: not _served(api.port, peer), "the stalled watch to be closed")
+        await eventually(lambda: not _served(api.port, peer), "the stalled watch to be closed")
         writer.close()
 
 
 async def test_a_stalled_watch_is_cut_off_at_its_timeout() -> None:
     async with running(settings()) as (api, c):
         writer, peer = await _stalled_watch(api, "timeoutSeconds=2")
-        await _eventually(lambda: _served(api.port, peer), "the watch to open")
+        await eventually(lambda: _served(api.port, peer), "the watch to open")
         # 12 MB the client never reads: the server is stuck writing when the time is up.
         await _write_big_configmaps(client.CoreV1Api(c), 200, 60_000)
-        await _eventually(lambda: not _served(api.port, peer), "the watch to end at its timeout")
+        await eventually(lambda: not _served(api.port, peer), "the watch to end at its timeout")
         writer.close()
 
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from cloudhub.devtools.fleet import (
@@ -31,6 +31,7 @@ from cloudhub.devtools.fleet import (
     free_port,  # noqa: F401  re-exported for the tests
 )
 from protocol import pki
+from tests.waiting import eventually as eventually  # re-exported: the one polling helper
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -53,29 +54,6 @@ HUB_TEST_SETTINGS: dict[str, Any] = {
 #: Agent settings for tests: the fleet's quick back-offs and commits (the demo's too), and
 #: 10 s of silence before the hub is declared dead on a loaded machine.
 AGENT_TEST_SETS = (*FAST_AGENT_SETS, "hub.liveness_timeout=10")
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any] | Any], what: str, timeout: float = 60.0
-) -> Any:
-    """Poll ``check()`` (sync or async) until it returns something truthy; return it.
-
-    Raises:
-        AssertionError: not within ``timeout`` seconds (the message names ``what``).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    delay = 0.02
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.2)
 
 
 class HubRunner:

@@ -151,8 +151,12 @@ def test_credentials_reload_when_the_files_change(tmp_path: pathlib.Path, pki_ca
     creds = FileCredentials(settings)
     first = creds()
     assert creds() is first  # not re-read
-    time.sleep(0.01)
+    cert = settings.state_dir / "pki" / "node.crt"
+    before = cert.stat().st_mtime_ns
     write_node_pki(settings.state_dir / "pki", pki_ca.ca, "edge-1")  # a renewal
+    # as written a second later: within one tick of the file system's clock the stamp
+    # (inode, mtime, size) of a file rewritten in place may not change
+    os.utime(cert, ns=(before + 10**9, before + 10**9))
     second = creds()
     assert second is not first and second.cert_pem != first.cert_pem
     assert creds.not_after > time.time()

@@ -24,7 +24,8 @@ from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings, RuntimeSettings, StoreSettings
 from edgeagent.store import Store
 from protocol.messages import ObjectRef, TwinDesired
-from tests.edgeagent.conftest import Ref, wait_until
+from tests.edgeagent.conftest import Ref
+from tests.waiting import eventually
 
 from ..devices.helpers import THERMOSTAT_MODEL, device, wait_for
 from .test_thermal import THERMAL_MODEL, make_sysfs, set_temp
@@ -92,7 +93,7 @@ async def test_shipped_mappers_against_a_running_agent(tmp_path: pathlib.Path, p
     task = asyncio.create_task(agent.run(stop))
     mappers: list[subprocess.Popen] = []
     try:
-        await wait_until(lambda: agent.context is not None, what="agent ready")
+        await eventually(lambda: agent.context is not None, what="agent ready")
         ctx = agent.context
         assert ctx.twins is not None and TwinDesired in ctx.handlers
         on_desired = ctx.handlers[TwinDesired]
@@ -107,7 +108,7 @@ async def test_shipped_mappers_against_a_running_agent(tmp_path: pathlib.Path, p
             put(store, copy.deepcopy(obj))
         on_desired(desired(2, setpoint=23.5))
         socket = settings.device_socket_path()
-        await wait_until(socket.exists, what="the device API socket")
+        await eventually(socket.exists, what="the device API socket")
         mappers.append(mapper("simulated", socket, python_env, "--tick", "0.05"))
         mappers.append(
             mapper(

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.edgeagent.conftest import Harness, container, damage_store, make_pod, wait_until
+from tests.edgeagent.conftest import Harness, container, damage_store, make_pod
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.podman
 
@@ -138,7 +139,7 @@ async def test_env_and_volumes_from_configmap_and_secret(harness: Harness, tmp_p
     async def updated():
         return (await harness.exec(pod, "main", f"cat {p('/etc/app/greeting')}")) == "bonjour"
 
-    await wait_until(updated, timeout=20, what="configmap update visible in the volume")
+    await eventually(updated, timeout=20, what="configmap update visible in the volume")
     after = harness.container_status(pod, "main")
     assert after["containerID"] == before["containerID"] and after["restartCount"] == 0
     # ... and env stays what it was at start (Kubernetes semantics).
@@ -188,7 +189,7 @@ async def test_a_configmap_used_only_through_a_projected_volume_updates_the_pod(
         async def updated():
             return (await harness.exec(pod, "main", f"cat {greeting}")) == "bonjour"
 
-        await wait_until(updated, timeout=20, what="projected configmap update in the volume")
+        await eventually(updated, timeout=20, what="projected configmap update in the volume")
     finally:
         await harness.close()
 
@@ -217,7 +218,7 @@ async def test_missing_configmap_waits_then_runs(harness: Harness):
         state = harness.container_status(pod, "main").get("state", {})
         return state.get("waiting", {}).get("reason") == "CreateContainerConfigError"
 
-    await wait_until(config_error, what="CreateContainerConfigError")
+    await eventually(config_error, what="CreateContainerConfigError")
     assert (
         'configmap "late" not found'
         in harness.container_status(pod, "main")["state"]["waiting"]["message"]
@@ -249,11 +250,11 @@ async def test_restart_policies(harness: Harness):
     await harness.wait_phase(never_bad, "Failed")
     term = harness.container_status(never_bad, "c")["state"]["terminated"]
     assert term["exitCode"] == 2 and term["reason"] == "Error"
-    await wait_until(
+    await eventually(
         lambda: harness.container_status(always, "c").get("restartCount", 0) >= 2,
         what="Always restarts a container that exits 0",
     )
-    await wait_until(
+    await eventually(
         lambda: harness.container_status(on_failure_bad, "c").get("restartCount", 0) >= 2,
         what="OnFailure restarts a failing container",
     )
@@ -278,7 +279,7 @@ async def test_crash_loop_backoff_grows(harness: Harness):
             messages.add(waiting["message"])
         return count >= 4 and running is None
 
-    await wait_until(observe, timeout=40, interval=0.02, what="four restarts")
+    await eventually(observe, timeout=40, interval=0.02, what="four restarts")
     gaps = [b[1] - a[1] for a, b in itertools.pairwise(starts)]
     # back-off 0.4 s doubling: restarts 2, 3 and 4 wait ~0.4, ~0.8, ~1.6 s
     assert gaps[-1] > gaps[-2] * 1.3 and gaps[-1] >= 1.4, gaps
@@ -333,12 +334,12 @@ async def test_liveness_failure_restarts_and_readiness_flips(harness: Harness):
     await harness.wait_ready(pod)
     assert harness.container_status(pod, "c")["ready"] is True
     await harness.exec(pod, "c", f"rm {p('/scratch/ready')}")
-    await wait_until(
+    await eventually(
         lambda: not harness.container_status(pod, "c").get("ready"), what="readiness back to false"
     )
     # liveness: make it fail; the container is killed and restarted
     await harness.exec(pod, "c", f"touch {p('/scratch/dead')}")
-    await wait_until(
+    await eventually(
         lambda: harness.container_status(pod, "c").get("restartCount", 0) >= 1,
         timeout=30,
         what="liveness restart",
@@ -399,7 +400,7 @@ async def test_graceful_termination_then_kill(harness: Harness):
     await harness.wait_phase(polite, "Running")
     await harness.wait_phase(stubborn, "Running")
     for pod in (polite, stubborn):  # each shell has installed its trap
-        await wait_until(lambda pod=pod: _has(harness.logs(pod, "c"), "armed"), what="trap")
+        await eventually(lambda pod=pod: _has(harness.logs(pod, "c"), "armed"), what="trap")
     t0 = time.monotonic()
     for pod in (polite, stubborn):
         pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
@@ -411,9 +412,9 @@ async def test_graceful_termination_then_kill(harness: Harness):
             for e in harness.store.outbox_pending()
         )
 
-    await wait_until(lambda: deleted(polite), timeout=20, what="polite pod deleted")
+    await eventually(lambda: deleted(polite), timeout=20, what="polite pod deleted")
     polite_s = time.monotonic() - t0
-    await wait_until(lambda: deleted(stubborn), timeout=20, what="stubborn pod deleted")
+    await eventually(lambda: deleted(stubborn), timeout=20, what="stubborn pod deleted")
     stubborn_s = time.monotonic() - t0
     assert polite_s < 1.9, polite_s  # SIGTERM honoured: no wait for the grace
     assert 1.9 <= stubborn_s < 12, stubborn_s  # SIGKILL after its 2 s grace
@@ -574,7 +575,7 @@ async def test_recreated_empty_store_keeps_containers_until_resynced(harness: Ha
 
     with caplog.at_level(logging.WARNING, logger="edgeagent.pods.reconciler"):
         await harness.start()
-        await wait_until(
+        await eventually(
             lambda: "until the hub's first full sync" in caplog.text,
             timeout=20,
             what="orphan removal deferred",
@@ -588,7 +589,7 @@ async def test_recreated_empty_store_keeps_containers_until_resynced(harness: Ha
     async def gone_removed() -> bool:
         return await containers(gone) == []
 
-    await wait_until(gone_removed, timeout=20, what="containers of the unassigned pod removed")
+    await eventually(gone_removed, timeout=20, what="containers of the unassigned pod removed")
     after = harness.container_status(kept, "c")
     assert after["containerID"] == before["containerID"]
     assert after["restartCount"] == 0
@@ -607,7 +608,7 @@ async def test_pod_removed_from_store_is_torn_down(harness: Harness):
     async def removed():
         return await harness.runtime.list({Labels.POD_UID: pod["metadata"]["uid"]}) == []
 
-    await wait_until(removed, timeout=20, what="containers removed")
+    await eventually(removed, timeout=20, what="containers removed")
 
 
 async def test_image_pull_errors_show_in_status(podman, tmp_path: pathlib.Path):
@@ -635,7 +636,7 @@ async def test_image_pull_errors_show_in_status(podman, tmp_path: pathlib.Path):
             seen.add(state.get("waiting", {}).get("reason", ""))
             return {"ErrImagePull", "ImagePullBackOff"} <= seen
 
-        await wait_until(
+        await eventually(
             reasons, timeout=30, interval=0.02, what="ErrImagePull then ImagePullBackOff"
         )
         print(seen)

@@ -21,7 +21,8 @@ import sys
 import pytest
 
 from edgeagent.runtime import ContainerState, Labels
-from tests.edgeagent.conftest import make_pod, wait_until
+from tests.edgeagent.conftest import make_pod
+from tests.waiting import eventually, eventually_sync
 
 pytestmark = pytest.mark.podman
 
@@ -117,7 +118,7 @@ async def test_container_stats_agree_with_the_engine_and_the_kernel(harness, req
             return result.exit_code == 0
         return any(harness.state_dir.rglob("ready"))
 
-    await wait_until(ready, timeout=60, what="the workload to hold its memory")
+    await eventually(ready, timeout=60, what="the workload to hold its memory")
     stats = await harness.runtime.container_stats()
     ours = {s.container: s for s in stats if s.pod == "stats"}
     assert set(ours) == {"work", "idle"}  # the sandbox is not a container of the pod spec
@@ -205,15 +206,15 @@ class Cgroup:
         raise AssertionError("no usage_usec")
 
     def remove(self) -> None:
-        for d in self.dirs:
-            for _ in range(100):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    import time
+        def removed(d: pathlib.Path) -> bool:
+            try:
+                d.rmdir()
+            except OSError:  # the killed processes are still leaving
+                return False
+            return True
 
-                    time.sleep(0.05)  # the killed processes are still leaving
+        for d in self.dirs:
+            eventually_sync(lambda d=d: removed(d), f"{d} removed", 10)
 
 
 async def test_process_container_in_a_cgroup_of_its_own_is_read_from_it(tmp_path) -> None:
@@ -248,11 +249,11 @@ async def test_process_container_in_a_cgroup_of_its_own_is_read_from_it(tmp_path
             ids[name] = await rt.create(config)
             await rt.start(ids[name])
         work_dir = tmp_path / "rt" / ids["work"] / "root"
-        await wait_until(lambda: (work_dir / "pid").exists(), timeout=60, what="work started")
+        await eventually(lambda: (work_dir / "pid").exists(), timeout=60, what="work started")
         pid = int((work_dir / "pid").read_text())
         group.add(pid)
         (work_dir / "go").write_text("")
-        await wait_until(lambda: (work_dir / "ready").exists(), timeout=60, what="work ready")
+        await eventually(lambda: (work_dir / "ready").exists(), timeout=60, what="work ready")
         stats = {s.container: s for s in await rt.container_stats()}
         work = stats["work"]
         cgroup_cpu = group.cpu_ns()
@@ -265,7 +266,7 @@ async def test_process_container_in_a_cgroup_of_its_own_is_read_from_it(tmp_path
         assert stats["idle"].cpu_usage_core_ns < 0.1e9  # idle is read from its process tree
         # A cgroup two containers share says nothing about either: both go by process tree.
         idle_file = tmp_path / "rt" / ids["idle"] / "root" / "pid"
-        await wait_until(lambda: idle_file.exists() and idle_file.read_text(), what="idle pid")
+        await eventually(lambda: idle_file.exists() and idle_file.read_text(), what="idle pid")
         idle_pid = int(idle_file.read_text())
         group.add(idle_pid)
         shared = {s.container: s for s in await rt.container_stats()}["work"]
@@ -303,11 +304,11 @@ async def test_removing_a_container_whose_start_was_cancelled_ends_its_processes
         start.cancel()
         await asyncio.gather(start, return_exceptions=True)
         pid_file = tmp_path / "rt" / cid / "root" / "mypid"
-        await wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid")
+        await eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid")
         pid = int(pid_file.read_text())
         assert proc_start_time(pid) is not None
         await rt.remove(cid)
-        await wait_until(lambda: proc_start_time(pid) is None, what="the command to end")
+        await eventually(lambda: proc_start_time(pid) is None, what="the command to end")
     finally:
         for info in await rt.list():
             await rt.remove(info.id)

@@ -21,7 +21,8 @@ from edgeagent.runtime import (
 )
 from edgeagent.runtime.process import ProcessRuntime
 from edgeagent.settings import ProcessSettings
-from tests.edgeagent.conftest import docker_settings, wait_until
+from tests.edgeagent.conftest import docker_settings
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.podman
 
@@ -114,7 +115,7 @@ async def test_stop_kills_after_grace(runtime: ContainerRuntime):
         _config(runtime, "trap '' TERM; echo armed; while true; do sleep 0.1; done")
     )
     await runtime.start(cid)
-    await wait_until(lambda: _logged(runtime, cid, "armed"), what="the trap installed")
+    await eventually(lambda: _logged(runtime, cid, "armed"), what="the trap installed")
     t0 = time.monotonic()
     await runtime.stop(cid, grace=1)
     elapsed = time.monotonic() - t0
@@ -125,17 +126,20 @@ async def test_stop_kills_after_grace(runtime: ContainerRuntime):
 
 async def test_watch_reports_exit(runtime: ContainerRuntime):
     seen: list[str] = []
+    canaries: list[str] = []
     watcher = asyncio.create_task(runtime.watch(lambda cid, labels: seen.append(cid)))
     try:
-        await wait_until(lambda: _seen_one(runtime, seen), what="the event stream connected")
+        await eventually(lambda: _stream_up(runtime, seen, canaries), "the event stream up")
+        for canary in canaries:
+            await runtime.remove(canary)
         cid = await runtime.create(_config(runtime, "sleep 0.5; exit 4"))
         await runtime.start(cid)
 
         async def exited():
             return (await runtime.inspect(cid)).state is ContainerState.EXITED
 
-        await wait_until(exited, what="container exit")
-        await wait_until(lambda: seen.count(cid) >= 2, what="start and exit events")
+        await eventually(exited, what="container exit")
+        await eventually(lambda: seen.count(cid) >= 2, what="start and exit events")
         assert (await runtime.inspect(cid)).exit_code == 4
     finally:
         watcher.cancel()
@@ -208,7 +212,7 @@ async def test_docker_sandbox_shares_network(podman):
             r = await rt.exec(client, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/passwd"], 5)
             return r.exit_code == 0 and b"root:" in r.output
 
-        await wait_until(served, timeout=20, interval=0.2, what="localhost shared in the pod")
+        await eventually(served, timeout=20, interval=0.2, what="localhost shared in the pod")
         assert (await rt.inspect(server)).ip == sb_info.ip
     finally:
         for info in await rt.list():
@@ -234,7 +238,7 @@ async def test_process_runtime_adopts_after_restart(tmp_path: pathlib.Path):
         async def exited():
             return (await again.inspect(cid)).state is ContainerState.EXITED
 
-        await wait_until(exited, what="adopted process to exit")
+        await eventually(exited, what="adopted process to exit")
         # The exit code of a process this agent life did not spawn is still known.
         assert (await again.inspect(cid)).exit_code == 5
     finally:
@@ -280,14 +284,11 @@ async def _logged(runtime: ContainerRuntime, cid: str, text: str) -> bool:
         return False
 
 
-async def _seen_one(runtime: ContainerRuntime, seen: list[str]) -> bool:
-    """Run a short container; True once the watcher reported it (the stream is up)."""
-    canary = await runtime.create(_config(runtime, "exit 0"))
-    await runtime.start(canary)
-    try:
-        deadline = time.monotonic() + 5  # its events follow its exit closely
-        while canary not in seen and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        return canary in seen
-    finally:
-        await runtime.remove(canary)
+async def _stream_up(runtime: ContainerRuntime, seen: list[str], canaries: list[str]) -> bool:
+    """True once the watcher reported one of ``canaries`` (the event stream is up); else
+    run one more short container (one that ran before the stream was up is never seen)."""
+    if any(c in seen for c in canaries):
+        return True
+    canaries.append(await runtime.create(_config(runtime, "exit 0")))
+    await runtime.start(canaries[-1])
+    return False

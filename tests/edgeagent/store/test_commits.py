@@ -16,6 +16,7 @@ from edgeagent.store import Store
 from protocol.devices import ReportedValue
 from tests.bench.bench_metrics import typical_node_samples
 from tests.disk import fill
+from tests.waiting import eventually
 
 NOW = 1_700_000_000.0
 
@@ -94,8 +95,7 @@ async def test_wait_committed_brings_background_writes_forward(tmp_path: pathlib
         s.twins().mark_reported_delivered("u", "p", 1)
         assert s.flush_due() == 400.0
         waiter = asyncio.ensure_future(s.wait_committed())
-        await asyncio.sleep(0)
-        assert s.flush_due() == 101.0
+        await eventually(lambda: s.flush_due() == 101.0, "the waiter bringing the commit forward")
         s.flush()
         await asyncio.wait_for(waiter, 5)
 

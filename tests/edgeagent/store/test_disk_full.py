@@ -11,7 +11,8 @@ from edgeagent.agent import Agent
 from edgeagent.sdnotify import Notifier
 from edgeagent.store import Store
 from tests.disk import fill
-from tests.edgeagent.conftest import Ref, agent_settings, container, make_pod, wait_until
+from tests.edgeagent.conftest import Ref, agent_settings, container, make_pod
+from tests.waiting import eventually
 
 
 def _phase(state: pathlib.Path, uid: str) -> str | None:
@@ -54,7 +55,7 @@ async def test_full_disk_keeps_pods_running(small_fs: pathlib.Path, caplog):
     agent = Agent(settings, notifier=Notifier(None))
     task = asyncio.create_task(agent.run(stop))
     try:
-        await wait_until(
+        await eventually(
             lambda: (
                 _phase(small_fs, steady["metadata"]["uid"]) == "Running"
                 and _phase(small_fs, finisher["metadata"]["uid"]) == "Running"
@@ -65,7 +66,7 @@ async def test_full_disk_keeps_pods_running(small_fs: pathlib.Path, caplog):
         with caplog.at_level(logging.ERROR):
             filler = fill(small_fs)
             # the finisher exits: its status change cannot be saved
-            await wait_until(
+            await eventually(
                 lambda: "disk full" in caplog.text, timeout=20, what="a clear disk-full error"
             )
         assert "running pods are unaffected" in caplog.text
@@ -73,7 +74,7 @@ async def test_full_disk_keeps_pods_running(small_fs: pathlib.Path, caplog):
         assert _phase(small_fs, finisher["metadata"]["uid"]) == "Running"  # not saved
         assert await _running(small_fs, steady["metadata"]["uid"])
         filler.unlink()
-        await wait_until(
+        await eventually(
             lambda: _phase(small_fs, finisher["metadata"]["uid"]) == "Succeeded",
             timeout=20,
             what="status saved once space is back",
@@ -121,14 +122,14 @@ async def test_a_service_failing_on_a_full_disk_says_so_in_one_line(small_fs: pa
         task = asyncio.create_task(agent.run(stop))
         filler = small_fs / "filler"
         try:
-            await wait_until(lambda: agent.context is not None, timeout=20, what="ready")
+            await eventually(lambda: agent.context is not None, timeout=20, what="ready")
             filler = fill(small_fs)
             service.go.set()
-            await wait_until(
+            await eventually(
                 lambda: "service writer" in caplog.text, timeout=20, what="the service failure"
             )
             filler.unlink()
-            await wait_until(lambda: service.starts >= 2, timeout=20, what="the restart")
+            await eventually(lambda: service.starts >= 2, timeout=20, what="the restart")
         finally:
             filler.unlink(missing_ok=True)
             stop.set()

@@ -26,6 +26,7 @@ from protocol.messages import KubeEvent, ObjectRef
 from protocol.transport import Link, connect_quic, connect_websocket
 from tests import netns
 from tests.protocol.transport.conftest import TRANSPORTS, hello
+from tests.waiting import eventually
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PING, LIVENESS = 0.5, 2.0
@@ -173,10 +174,7 @@ async def test_close_is_bounded_with_a_ping_in_flight_and_a_stuck_send(
     stuck = asyncio.ensure_future(link.send(event(3)))
     # Wait until the client has pinged into the cut, so that a ping is in flight...
     pings = link.session.pings_sent
-    deadline = loop.time() + PING * 3
-    while link.session.pings_sent == pings:
-        assert loop.time() < deadline, "no ping sent within 3 ping intervals"
-        await asyncio.sleep(0.02)
+    await eventually(lambda: link.session.pings_sent != pings, "a ping into the cut", PING * 3)
     assert not stuck.done() and not link.closed
     started = loop.time()
     await asyncio.wait_for(link.close(), link.close_bound + 1.0)
