@@ -71,8 +71,8 @@ async def test_run_inspect_exec_stop_remove(runtime: ContainerRuntime, tmp_path:
     vol_path = "/etc/vol" if runtime.kind == "docker" else "etc/vol"
     config = _config(
         runtime,
-        f"echo started $GREETING; cat {vol_path}/greeting; trap 'echo bye; exit 7' TERM; "
-        "while true; do sleep 0.1; done",
+        f"trap 'echo bye; exit 7' TERM; echo started $GREETING; cat {vol_path}/greeting; "
+        "echo armed; while true; do sleep 0.1; done",
         env=(("GREETING", "hi"),),
         mounts=(Mount(str(vol), "/etc/vol", read_only=True),),
         labels=labels,
@@ -94,6 +94,8 @@ async def test_run_inspect_exec_stop_remove(runtime: ContainerRuntime, tmp_path:
     assert [c.id for c in found] == [cid]
     assert await runtime.list({Labels.POD_UID: "nope"}) == []
 
+    # the TERM trap is set before "armed" is printed: a stop before it would kill the shell
+    await eventually(lambda: _logged(runtime, cid, "armed"), "the TERM trap installed", 30)
     t0 = time.monotonic()
     await runtime.stop(cid, grace=10)
     assert time.monotonic() - t0 < 8  # it honoured SIGTERM, no SIGKILL wait
