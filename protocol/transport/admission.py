@@ -1,4 +1,5 @@
-"""Admission of new TCP connections: a bound on handshakes pending per source address.
+"""Admission of new connections: a bound on handshakes pending per source address, and
+what both listeners do with a connection once its transport handshake is done.
 
 A TLS handshake that never completes holds a connection, an OpenSSL object and its buffers
 (~57 KiB measured on the hub while pending) until the hello deadline drops it; a peer that
@@ -8,14 +9,84 @@ source address, the connections still in TLS or the upgrade, and refuses more th
 leaves the count once its upgrade is done or it ends. Legitimate handshakes take
 milliseconds, so the bound only bites on connections left half-open (or on a site whose
 whole fleet, behind one NAT address, dials in the same instant: they retry with back-off).
+
+Once TLS (QUIC's, or the WebSocket upgrade's) is done, both listeners make the server
+side of a session with :func:`server_link` and hand it to :func:`serve_link`: wait for the
+hello, run the hub's handler, close the link if the handler failed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["PendingLimit"]
+from protocol.config import SessionConfig
+from protocol.errors import CloseCode
+from protocol.session import Role, Session
+from protocol.transport.link import Link
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+__all__ = ["PendingLimit", "serve_link", "server_link"]
+
+
+def server_link(
+    transport: str,
+    config: SessionConfig,
+    *,
+    peer_node_name: str | None,
+    peer_certificate: x509.Certificate | None,
+) -> Link:
+    """The hub's side of a new session on a connection whose TLS handshake is done.
+
+    Args:
+        transport: ``"quic"`` or ``"websocket"`` (:attr:`Link.transport`).
+        config: the session settings.
+        peer_node_name: the node name of the client certificate.
+        peer_certificate: the client certificate.
+
+    Returns:
+        A link in the session's first state (waiting for the hello); the caller attaches
+        it to its connection, then calls :func:`serve_link`.
+    """
+    now = asyncio.get_running_loop().time()
+    session = Session(role=Role.SERVER, config=config, now=now, next_seq=1)
+    return Link(
+        transport, session, peer_node_name=peer_node_name, peer_certificate=peer_certificate
+    )
+
+
+async def serve_link(
+    link: Link,
+    handler: Callable[[Link], Awaitable[None]],
+    hello_timeout: float,
+    log: logging.Logger,
+) -> None:
+    """Wait for the hello, then run ``handler(link)``.
+
+    Returns without calling the handler when no hello came within ``hello_timeout``
+    seconds or the link closed first. A handler that raises is logged on ``log`` and the
+    link is closed with ``INTERNAL_ERROR``. The caller closes the link in any case.
+    """
+    try:
+        opened = await link.wait_opened(hello_timeout)
+    except asyncio.TimeoutError:
+        return
+    if opened is None or link.closed:
+        return
+    try:
+        await handler(link)
+    except Exception:
+        log.exception(
+            "%s link handler failed (node %s)", _NAMES[link.transport], link.peer_node_name
+        )
+        await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
+
+
+_NAMES = {"quic": "QUIC", "websocket": "WebSocket"}
 
 
 class PendingLimit:

@@ -56,6 +56,7 @@ from protocol.config import SessionConfig
 from protocol.errors import CloseCode
 from protocol.events import Established
 from protocol.session import Role, Session
+from protocol.transport.admission import serve_link, server_link
 from protocol.transport.errors import CertificateRejected, ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
 from protocol.transport.link import handshake_failure as _rejection
@@ -655,32 +656,21 @@ class QuicServer(asyncio.DatagramProtocol):
 
     async def _serve(self, endpoint: _QuicEndpoint) -> None:
         """One connection: handshake, hello, handler, close (owned by the server)."""
-        loop = asyncio.get_running_loop()
         link: Link | None = None
         try:
             try:
                 await asyncio.wait_for(asyncio.shield(endpoint.handshake), self._hello_timeout)
             except (asyncio.TimeoutError, ConnectFailed):
                 return
-            link = Link(
+            link = server_link(
                 "quic",
-                Session(role=Role.SERVER, config=self._config, now=loop.time(), next_seq=1),
+                self._config,
                 peer_node_name=endpoint.peer_node_name,
                 peer_certificate=endpoint.peer_certificate,
             )
             endpoint.attach(link)
             self._links.add(link)
-            try:
-                opened = await link.wait_opened(self._hello_timeout)
-            except asyncio.TimeoutError:
-                return
-            if opened is None or link.closed:
-                return
-            try:
-                await self._handler(link)
-            except Exception:
-                logger.exception("QUIC link handler failed (node %s)", link.peer_node_name)
-                await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
+            await serve_link(link, self._handler, self._hello_timeout, logger)
         finally:
             if link is not None:
                 self._links.discard(link)

@@ -15,8 +15,7 @@ from websockets.server import ServerProtocol
 
 from protocol.config import SessionConfig
 from protocol.errors import CloseCode
-from protocol.session import Role, Session
-from protocol.transport.admission import PendingLimit
+from protocol.transport.admission import PendingLimit, serve_link, server_link
 from protocol.transport.errors import TransportError
 from protocol.transport.link import Link
 from protocol.transport.tls import TLSCredentials, server_ssl_context
@@ -138,33 +137,22 @@ class WebSocketServer:
         if self._closing:
             conn.abort()
             return
-        loop = asyncio.get_running_loop()
-        link = Link(
+        link = server_link(
             "websocket",
-            Session(role=Role.SERVER, config=self._config, now=loop.time(), next_seq=1),
+            self._config,
             peer_node_name=conn.peer_node_name,
             peer_certificate=conn.peer_certificate,
         )
         conn.attach(link)
         self._links.add(link)
-        task = loop.create_task(self._serve(link), name="ws-conn")
+        task = asyncio.get_running_loop().create_task(self._serve(link), name="ws-conn")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, link: Link) -> None:
         """One link: hello, handler, close (owned by the server)."""
         try:
-            try:
-                opened = await link.wait_opened(self._hello_timeout)
-            except asyncio.TimeoutError:
-                return
-            if opened is None or link.closed:
-                return
-            try:
-                await self._handler(link)
-            except Exception:
-                logger.exception("WebSocket link handler failed (node %s)", link.peer_node_name)
-                await link.close(CloseCode.INTERNAL_ERROR, "handler failed")
+            await serve_link(link, self._handler, self._hello_timeout, logger)
         finally:
             self._links.discard(link)
             await link.close()

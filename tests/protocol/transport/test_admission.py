@@ -1,10 +1,17 @@
-"""The per-source bound on pending handshakes, on its own."""
+"""Admission: the per-source bound on pending handshakes, on its own; what both listeners
+do with a link once its handshake is done."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from protocol.errors import CloseCode
+from protocol.events import Closed
+from protocol.transport import connect_quic, connect_websocket, serve_quic, serve_websocket
 from protocol.transport.admission import PendingLimit
+from tests.protocol.transport.conftest import hello, welcome
 
 
 def test_a_source_gets_its_limit_and_its_slots_back() -> None:
@@ -28,3 +35,51 @@ def test_a_source_gets_its_limit_and_its_slots_back() -> None:
 def test_the_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match=">= 1"):
         PendingLimit(0)
+
+
+@pytest.mark.parametrize("transport", ["quic", "websocket"])
+async def test_a_failing_handler_closes_its_link_internal_error_on_both_listeners(
+    transport: str, pki_ca, caplog: pytest.LogCaptureFixture
+) -> None:
+    """serve_link, shared by both listeners: a handler that raises after accepting is
+    logged and its link closed with INTERNAL_ERROR; the listener keeps serving."""
+    calls: list[str] = []
+
+    async def handler(link) -> None:
+        calls.append(link.transport)
+        link.accept(welcome(link))
+        raise RuntimeError("bug in the hub")
+
+    serve = serve_quic if transport == "quic" else serve_websocket
+    connect = connect_quic if transport == "quic" else connect_websocket
+    server = await serve(handler, "127.0.0.1", 0, credentials=pki_ca.server)
+    try:
+        for _ in range(2):  # the second: the listener is still serving
+            link = await connect(
+                "127.0.0.1",
+                server.port,
+                credentials=pki_ca.client,
+                hello=hello(),
+                server_name="localhost",
+            )
+
+            async def closed(link=link) -> Closed:
+                async for event in link:
+                    if isinstance(event, Closed):
+                        return event
+                raise AssertionError(f"no Closed event: {link.close_event}")
+
+            event = await asyncio.wait_for(closed(), 10)
+            assert (event.code, event.reason, event.by_peer) == (
+                CloseCode.INTERNAL_ERROR,
+                "handler failed",
+                True,
+            )
+            await link.close()
+    finally:
+        await asyncio.wait_for(server.aclose(), 10)
+    assert calls == [transport, transport]
+    name = "QUIC" if transport == "quic" else "WebSocket"
+    failures = [r for r in caplog.records if "link handler failed (node edge-1)" in r.message]
+    assert [r.message.split()[0] for r in failures] == [name, name]
+    assert all(r.exc_info and isinstance(r.exc_info[1], RuntimeError) for r in failures)
