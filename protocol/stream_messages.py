@@ -32,9 +32,22 @@ MAX_STREAM_CHUNK = 16 * 1024
 _STREAM_OPERATIONS = ("logs", "exec", "attach", "portforward")
 
 
+def _check_range(field_name: str, value: int, low: int, high: int, unit: str = "") -> None:
+    """Raise InvalidMessage naming ``field_name`` unless ``low <= value <= high``."""
+    if not (low <= value <= high):
+        raise InvalidMessage(field_name, f"must be in {_bound(low)}..{_bound(high)}{unit}")
+
+
+def _bound(n: int) -> str:
+    """``n`` as the rules are written: 2**32-1 rather than 4294967295."""
+    for power in (31, 32):
+        if n == 2**power - 1:
+            return f"2**{power}-1"
+    return str(n)
+
+
 def _check_stream_id(stream_id: int) -> None:
-    if not (1 <= stream_id <= 2**32 - 1):
-        raise InvalidMessage("stream_id", "must be in 1..2**32-1")
+    _check_range("stream_id", stream_id, 1, 2**32 - 1)
 
 
 @_register
@@ -70,8 +83,7 @@ class StreamOpen(Message):
         _check_stream_id(self.stream_id)
         if self.operation not in _STREAM_OPERATIONS:
             raise InvalidMessage("operation", f"must be one of {', '.join(_STREAM_OPERATIONS)}")
-        if not (0 <= self.window <= 2**31 - 1):
-            raise InvalidMessage("window", "must be in 0..2**31-1 bytes")
+        _check_range("window", self.window, 0, 2**31 - 1, " bytes")
         if not self.namespace or not self.pod:
             raise InvalidMessage("pod", "namespace and pod must not be empty")
 
@@ -98,8 +110,7 @@ class StreamData(Message):
 
     def _check(self) -> None:
         _check_stream_id(self.stream_id)
-        if not (0 <= self.channel <= 255):
-            raise InvalidMessage("channel", "must be in 0..255")
+        _check_range("channel", self.channel, 0, 255)
         if len(self.data) > MAX_STREAM_CHUNK:
             raise InvalidMessage("data", f"must be at most {MAX_STREAM_CHUNK} bytes")
 
@@ -121,8 +132,7 @@ class StreamWindow(Message):
 
     def _check(self) -> None:
         _check_stream_id(self.stream_id)
-        if not (1 <= self.credit <= 2**31 - 1):
-            raise InvalidMessage("credit", "must be in 1..2**31-1 bytes")
+        _check_range("credit", self.credit, 1, 2**31 - 1, " bytes")
 
 
 @_register
@@ -143,8 +153,8 @@ class StreamResize(Message):
 
     def _check(self) -> None:
         _check_stream_id(self.stream_id)
-        if not (1 <= self.width <= 65535 and 1 <= self.height <= 65535):
-            raise InvalidMessage("width", "width and height must be in 1..65535")
+        _check_range("width", self.width, 1, 65535)
+        _check_range("height", self.height, 1, 65535)
 
 
 @_register

@@ -43,7 +43,7 @@ from protocol.spdy.remotecommand import (
 from protocol.streams import DataReceived
 from protocol.transport.streams import Stream
 
-__all__ = ["serve_exec"]
+__all__ = ["SpdyFeeder", "offered_protocols", "serve_exec", "upgrade_to_spdy"]
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ _TRUE = ("true", "1", "True")
 READ_PAUSE_BYTES = 256 * 1024
 
 
-class _Feeder:
+class SpdyFeeder:
     """aiohttp's payload parser slot after the upgrade: the connection's bytes, queued."""
 
     def __init__(self, transport: Any) -> None:
@@ -100,9 +100,36 @@ def _flags(query: Any) -> dict[str, Any]:
     return flags
 
 
-def _offered(request: web.BaseRequest) -> list[str]:
+def offered_protocols(request: web.BaseRequest) -> list[str]:
+    """The subprotocols a client offers in its ``X-Stream-Protocol-Version`` headers (one
+    header each, or comma-separated), in its order of preference."""
     values = request.headers.getall("X-Stream-Protocol-Version", [])
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+async def upgrade_to_spdy(
+    request: web.BaseRequest, protocol: str
+) -> tuple[web.StreamResponse, SpdyFeeder]:
+    """Answer ``101 Switching Protocols`` to SPDY/3.1 with the stream subprotocol
+    ``protocol``, then take the connection over from aiohttp's HTTP parser.
+
+    Returns:
+        The response sent (the handler returns it once the session is over), and the
+        feeder the connection's bytes now go to. The caller closes ``request.transport``
+        when the session ends.
+    """
+    response = web.StreamResponse(
+        status=101,
+        headers={
+            "Connection": "Upgrade",
+            "Upgrade": "SPDY/3.1",
+            "X-Stream-Protocol-Version": protocol,
+        },
+    )
+    await response.prepare(request)  # type: ignore[arg-type]
+    feeder = SpdyFeeder(request.transport)
+    request.protocol.set_parser(feeder)  # type: ignore[attr-defined]
+    return response, feeder
 
 
 async def serve_exec(
@@ -121,12 +148,12 @@ async def serve_exec(
     upgrade = request.headers.get("Upgrade", "").lower()
     if upgrade not in ("spdy/3.1", "websocket"):
         return error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
-    protocol = negotiate(_offered(request)) if upgrade == "spdy/3.1" else "websocket"
+    protocol = negotiate(offered_protocols(request)) if upgrade == "spdy/3.1" else "websocket"
     if protocol is None:
         return error(
             403,
             f"unable to upgrade: unable to negotiate protocol: client supports "
-            f"{_offered(request)}, server supports {list(PROTOCOLS)}",
+            f"{offered_protocols(request)}, server supports {list(PROTOCOLS)}",
         )
     pod = find_pod(namespace, pod_name)
     if pod is None:
@@ -148,18 +175,8 @@ async def serve_exec(
 
         where = (node, namespace, pod_name, container)
         return await serve_websocket(request, streams, where, flags, user, operation)
-    response = web.StreamResponse(
-        status=101,
-        headers={
-            "Connection": "Upgrade",
-            "Upgrade": "SPDY/3.1",
-            "X-Stream-Protocol-Version": protocol,
-        },
-    )
-    await response.prepare(request)  # type: ignore[arg-type]
+    response, feeder = await upgrade_to_spdy(request, protocol)
     transport = request.transport
-    feeder = _Feeder(transport)
-    request.protocol.set_parser(feeder)  # type: ignore[attr-defined]
     server = RemoteCommandServer(
         stdin=flags["stdin"],
         stdout=flags["stdout"],
@@ -181,7 +198,7 @@ class _ExecSession:
         self,
         request: web.BaseRequest,
         server: RemoteCommandServer,
-        feeder: _Feeder,
+        feeder: SpdyFeeder,
         streams: HubStreams,
         node: str,
         namespace: str,

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cloudhub.kubelet.exec import _Feeder, _offered
+from cloudhub.kubelet.exec import SpdyFeeder, offered_protocols, upgrade_to_spdy
 from cloudhub.kubelet.logs import plain_error
 from cloudhub.kubelet.streams import HubStreams, StreamUnavailable
 from protocol.errors import ErrorCode
@@ -43,7 +43,7 @@ async def serve_portforward(
     """Answer one port-forward request (see the module docstring)."""
     if request.headers.get("Upgrade", "").lower() != "spdy/3.1":
         return error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
-    if PROTOCOL not in _offered(request):
+    if PROTOCOL not in offered_protocols(request):
         return error(403, f"unable to upgrade: the client does not offer {PROTOCOL}")
     pod = find_pod(namespace, pod_name)
     if pod is None:
@@ -51,18 +51,8 @@ async def serve_portforward(
     node = (pod.get("spec") or {}).get("nodeName") or ""
     if not await streams.reachable(node):
         return error(503, streams.offline_message(node))
-    response = web.StreamResponse(
-        status=101,
-        headers={
-            "Connection": "Upgrade",
-            "Upgrade": "SPDY/3.1",
-            "X-Stream-Protocol-Version": PROTOCOL,
-        },
-    )
-    await response.prepare(request)  # type: ignore[arg-type]
+    response, feeder = await upgrade_to_spdy(request, PROTOCOL)
     transport = request.transport
-    feeder = _Feeder(transport)
-    request.protocol.set_parser(feeder)  # type: ignore[attr-defined]
     forward = _Forward(request, PortForwardServer(), streams, node, namespace, pod_name, user)
     try:
         await forward.run(feeder)
@@ -101,7 +91,7 @@ class _Forward:
                 transport.write(data)
                 await self.request.protocol._drain_helper()  # type: ignore[attr-defined]
 
-    async def run(self, feeder: _Feeder) -> None:
+    async def run(self, feeder: SpdyFeeder) -> None:
         while True:
             chunk = await feeder.next()
             if chunk is None:
