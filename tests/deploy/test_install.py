@@ -19,7 +19,13 @@ import yaml
 
 from protocol import pki
 from tests.deploy.test_systemd_unit import systemd_version, verify_tree
-from tests.deploy.wheels import REPO, build_wheel, make_wheelhouse, write_manifest
+from tests.deploy.wheels import (
+    REPO,
+    build_wheel,
+    make_wheelhouse,
+    wheelhouse_over_http,
+    write_manifest,
+)
 from tests.environment import missing
 
 SCRIPT = REPO / "deploy" / "install.sh"
@@ -422,22 +428,35 @@ async def test_usage_errors(args: list[str], message: str) -> None:
     assert message in result.stderr
 
 
-def small_house(where: pathlib.Path, content: bytes = b"not really a wheel") -> pathlib.Path:
-    """A one-wheel wheelhouse (a few bytes: the checks run before anything is installed)."""
+SMALL_WHEEL = "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl"
+
+
+def small_house(where: pathlib.Path, *, altered: bool = False) -> pathlib.Path:
+    """A one-wheel wheelhouse (a few bytes: the checks run before anything is installed);
+    ``altered``: its wheel changed after the manifest was written (a checksum mismatch)."""
     where.mkdir()
-    (where / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(content)
+    (where / SMALL_WHEEL).write_bytes(b"not really a wheel")
     write_manifest(where)
+    if altered:
+        (where / SMALL_WHEEL).write_bytes(b"altered")
     return where
 
 
-async def test_wheelhouse_with_a_wrong_checksum_is_refused(tmp_path: pathlib.Path) -> None:
-    house = small_house(tmp_path / "house")
-    (house / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"altered")
-    root = tmp_path / "root"
-    root.mkdir()
-    result = await install(
+async def install_from(
+    house: pathlib.Path | str, root: pathlib.Path
+) -> subprocess.CompletedProcess:
+    """install.sh into ``root`` (made if absent) from the wheelhouse ``house`` (a directory
+    or a URL), with this Python."""
+    await asyncio.to_thread(root.mkdir, exist_ok=True)
+    return await install(
         "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
     )
+
+
+async def test_wheelhouse_with_a_wrong_checksum_is_refused(tmp_path: pathlib.Path) -> None:
+    house = small_house(tmp_path / "house", altered=True)
+    root = tmp_path / "root"
+    result = await install_from(house, root)
     assert result.returncode == 1
     assert "checksum mismatch, nothing was installed" in result.stderr, result.stderr
     assert "msgpack-1.0.8" in result.stderr
@@ -450,16 +469,11 @@ async def test_wheelhouse_without_a_manifest_or_with_an_unlisted_wheel_is_refuse
     house = small_house(tmp_path / "house")
     (house / "extra-1.0-py3-none-any.whl").write_bytes(b"smuggled in")
     root = tmp_path / "root"
-    root.mkdir()
-    unlisted = await install(
-        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
-    )
+    unlisted = await install_from(house, root)
     assert unlisted.returncode == 1
     assert "not in its SHA256SUMS: extra-1.0-py3-none-any.whl" in unlisted.stderr
     (house / "SHA256SUMS").unlink()
-    bare = await install(
-        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
-    )
+    bare = await install_from(house, root)
     assert bare.returncode == 1 and "has no SHA256SUMS" in bare.stderr
     assert list(root.iterdir()) == []
 
@@ -467,40 +481,16 @@ async def test_wheelhouse_without_a_manifest_or_with_an_unlisted_wheel_is_refuse
 async def test_wheelhouse_url_is_fetched_and_checked(tmp_path: pathlib.Path) -> None:
     """--wheelhouse https://…: the archive is fetched over HTTP (a real server on loopback)
     and its manifest checked; a wrong one stops the install before anything is changed."""
-    import functools
-    import http.server
-    import tarfile
-    import threading
-
-    house = small_house(tmp_path / "house")
-    (house / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"altered")
-    served = tmp_path / "served"
-    served.mkdir()
-    with tarfile.open(served / "house.tar.gz", "w:gz") as archive:
-        archive.add(house, arcname="wheelhouse")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    house = small_house(tmp_path / "house", altered=True)
+    with wheelhouse_over_http(house, "house.tar.gz", tmp_path / "served") as url:
         root = tmp_path / "root"
-        root.mkdir()
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        result = await install(
-            "--root", str(root), "--python", sys.executable, "--wheelhouse", f"{url}/house.tar.gz"
-        )
+        result = await install_from(f"{url}/house.tar.gz", root)
         assert result.returncode == 1
         assert "fetching the wheelhouse" in result.stdout
         assert "checksum mismatch" in result.stderr, result.stderr
-        gone = await install(
-            "--root", str(root), "--python", sys.executable, "--wheelhouse", f"{url}/nothing.tgz"
-        )
+        gone = await install_from(f"{url}/nothing.tgz", root)
         assert gone.returncode == 1 and "cannot fetch" in gone.stderr
         assert list(root.iterdir()) == []
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 async def test_a_wheel_listed_only_as_part_of_another_name_is_unlisted(
@@ -517,23 +507,16 @@ async def test_a_wheel_listed_only_as_part_of_another_name_is_unlisted(
     manifest.write_text(manifest.read_text() + f"{digest}  {listed.name}\n")
     (house / "extra-1.0-py3-none-any.whl").write_bytes(b"smuggled in")
     root = tmp_path / "root"
-    root.mkdir()
-    result = await install(
-        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
-    )
+    result = await install_from(house, root)
     assert result.returncode == 1, result.stderr
     assert "not in its SHA256SUMS: extra-1.0-py3-none-any.whl" in result.stderr
     assert list(root.iterdir()) == []
 
 
 async def test_a_wheelhouse_and_root_with_spaces_in_their_paths(tmp_path: pathlib.Path) -> None:
-    house = small_house(tmp_path / "my wheel house")
-    (house / "msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"altered")
+    house = small_house(tmp_path / "my wheel house", altered=True)
     root = tmp_path / "a root"
-    root.mkdir()
-    result = await install(
-        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
-    )
+    result = await install_from(house, root)
     assert result.returncode == 1
     assert "checksum mismatch, nothing was installed" in result.stderr, result.stderr
     assert list(root.iterdir()) == []
@@ -547,10 +530,7 @@ async def test_an_unlisted_source_archive_in_the_wheelhouse_is_refused(
     house = small_house(tmp_path / "house")
     (house / "msgpack-9.9.9.tar.gz").write_bytes(b"a setup.py that runs as root")
     root = tmp_path / "root"
-    root.mkdir()
-    result = await install(
-        "--root", str(root), "--python", sys.executable, "--wheelhouse", str(house)
-    )
+    result = await install_from(house, root)
     assert result.returncode == 1, result.stderr
     assert "not in its SHA256SUMS: msgpack-9.9.9.tar.gz" in result.stderr
     assert list(root.iterdir()) == []

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests.deploy.test_install import install
-from tests.deploy.wheels import REPO
+from tests.deploy.wheels import REPO, wheelhouse_over_http
 
 SCRIPT = REPO / "deploy" / "build-wheelhouse.sh"
 pytestmark = pytest.mark.slow
@@ -109,29 +109,16 @@ async def test_install_sh_installs_from_a_wheelhouse_url(
 ) -> None:
     """--wheelhouse https://…/wheelhouse.tar.gz (here plain HTTP on loopback, a real
     server): fetched, its manifest checked, the agent installed from it, no index."""
-    import functools
-    import http.server
-    import tarfile
-    import threading
-
-    served = tmp_path / "served"
-    served.mkdir()
-    with tarfile.open(served / "wheelhouse.tar.gz", "w:gz") as archive:
-        archive.add(house, arcname="wheelhouse")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with wheelhouse_over_http(house, "wheelhouse.tar.gz", tmp_path / "served") as url:
         root = tmp_path / "root"
         root.mkdir()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         scratch = tmp_path / "scratch"
         scratch.mkdir()
         environ |= {"PIP_CONFIG_FILE": os.devnull, "TMPDIR": str(scratch)}
-        url = f"http://127.0.0.1:{server.server_address[1]}/wheelhouse.tar.gz"
+        archive = f"{url}/wheelhouse.tar.gz"
         result = await install(
-            "--root", str(root), "--python", sys.executable, "--wheelhouse", url,
+            "--root", str(root), "--python", sys.executable, "--wheelhouse", archive,
             "--runtime", "process", environ=environ,
         )  # fmt: skip
         assert result.returncode == 0, result.stdout + result.stderr
@@ -139,7 +126,3 @@ async def test_install_sh_installs_from_a_wheelhouse_url(
         assert "installed edgefleet 0.1.0 (the agent) in /opt/edgeagent" in result.stdout
         # The fetched copy is gone again (a temporary directory, removed on exit).
         assert [p.name for p in scratch.iterdir()] == []
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

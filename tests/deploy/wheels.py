@@ -8,12 +8,18 @@ once filled /tmp that way).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import http.server
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import threading
+from collections.abc import Iterator
 
 __all__ = ["REPO", "build_wheel", "make_wheelhouse", "write_manifest"]
 
@@ -86,3 +92,26 @@ def make_wheelhouse(wheel: pathlib.Path, house: pathlib.Path, extra: str = "agen
         timeout=600,
     )
     write_manifest(house)
+
+
+@contextlib.contextmanager
+def wheelhouse_over_http(house: pathlib.Path, name: str, served: pathlib.Path) -> Iterator[str]:
+    """Serve ``house`` as the archive ``name`` (``wheelhouse/`` inside, as release.sh
+    packs it) from ``served`` over plain HTTP on loopback, a real server in a thread.
+
+    Yields:
+        The server's base URL (``http://127.0.0.1:PORT``); the archive is ``{url}/{name}``.
+    """
+    served.mkdir()
+    with tarfile.open(served / name, "w:gz") as archive:
+        archive.add(house, arcname="wheelhouse")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from cloudhub.devtools.engine import PodmanEngine
 from cloudhub.kube import KubeClient
 from tests.bench.bench_e2e import HubProcess
 from tests.edgeagent.hublink.fleet import AgentProcess
@@ -63,14 +64,17 @@ async def agent(
 ) -> AsyncIterator[Callable[..., AgentProcess]]:
     agents: list[AgentProcess] = []
 
-    def start(node: str, *sets: str) -> AgentProcess:
+    def start(
+        node: str, *sets: str, runtime: str = "process", engine: PodmanEngine | None = None
+    ) -> AgentProcess:
         process = AgentProcess(
             tmp_path / node,
             node,
-            "process",
+            runtime,
             f"quic://127.0.0.1:{hub.port}",
             pki_ca.ca,
             sets=sets,
+            engine=engine,
         )
         agents.append(process)
         process.start()

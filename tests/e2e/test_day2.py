@@ -6,30 +6,60 @@ the command fails at once with the offline message; back online, the next one wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
 from cloudhub.kube import NAMESPACES, NODES, PODS, KubeClient
 from cloudhub.nodes.model import TRANSPORT_ANNOTATION
 from tests.edgeagent.conftest import podman_engine  # noqa: F401  (session fixture)
-from tests.edgeagent.hublink.fleet import AgentProcess, eventually, unique
+from tests.edgeagent.hublink.fleet import eventually, unique
 from tests.edgeagent.hublink.objects import get_pod, is_running, pod
 
 pytestmark = pytest.mark.slow
 
 
+#: A container that prints ``tick 1``, ``tick 2``... five times a second.
+TICKER = "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"
+
+
 async def kubectl_run(
-    kubectl: str, hub, *args: str, timeout: float = 60
+    kubectl: str, hub, *args: str, timeout: float = 60, input: str | None = None
 ) -> subprocess.CompletedProcess:
+    """Run kubectl against the hub to its end (``input`` on its stdin); text out."""
     return await asyncio.to_thread(
         subprocess.run,
         [kubectl, "--kubeconfig", str(hub.kubeconfig), *args],
+        input=input,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+@contextlib.asynccontextmanager
+async def kubectl_running(
+    kubectl: str, hub, *args: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """kubectl against the hub as a process that streams (``logs -f``, ``attach``,
+    ``port-forward``), its stdout and stderr piped; killed at the end of the block."""
+    proc = await asyncio.create_subprocess_exec(
+        kubectl,
+        "--kubeconfig",
+        str(hub.kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc
+    finally:
+        proc.kill()
+        await proc.wait()
 
 
 async def running_pod(kube: KubeClient, namespace: str, body: dict) -> None:
@@ -42,7 +72,9 @@ async def running_pod(kube: KubeClient, namespace: str, body: dict) -> None:
     await eventually(running, f"pod {name} Running")
 
 
-async def namespace(kube: KubeClient) -> str:
+@pytest.fixture
+async def ns(kube: KubeClient) -> str:
+    """A namespace of the test's own."""
     name = unique("day2")
     await kube.create(
         NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
@@ -50,9 +82,8 @@ async def namespace(kube: KubeClient) -> str:
     return name
 
 
-async def test_kubectl_logs_tail_follow_limit_and_offline(hub, kube, agent, kubectl) -> None:
+async def test_kubectl_logs_tail_follow_limit_and_offline(hub, kube, ns, agent, kubectl) -> None:
     node = unique("edge-logs")
-    ns = await namespace(kube)
     edge = agent(node)
     await running_pod(
         kube, ns, pod("hello", ns, node, "echo one; echo two; echo three; exec sleep 3600")
@@ -84,31 +115,15 @@ async def test_kubectl_logs_tail_follow_limit_and_offline(hub, kube, agent, kube
     await running_pod(
         kube,
         ns,
-        pod("ticker", ns, node, "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+        pod("ticker", ns, node, TICKER),
     )
-    follow = await asyncio.create_subprocess_exec(
-        kubectl,
-        "--kubeconfig",
-        str(hub.kubeconfig),
-        "logs",
-        "-f",
-        "-n",
-        ns,
-        "ticker",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert follow.stdout is not None
+    async with kubectl_running(kubectl, hub, "logs", "-f", "-n", ns, "ticker") as follow:
         first = await asyncio.wait_for(follow.stdout.readline(), 30)
         assert first.startswith(b"tick ")
         later = b""
         for _ in range(10):
             later = await asyncio.wait_for(follow.stdout.readline(), 30)
         assert int(later.split()[1]) == int(first.split()[1]) + 10  # in order, none lost
-    finally:
-        follow.kill()
-        await follow.wait()
 
     # the link cut: kubectl fails fast with the offline message
     await edge.stop()
@@ -122,9 +137,8 @@ async def test_kubectl_logs_tail_follow_limit_and_offline(hub, kube, agent, kube
     await eventually(all_lines, "kubectl logs after the node is back")
 
 
-async def test_kubectl_exec_non_tty(hub, kube, agent, kubectl) -> None:
+async def test_kubectl_exec_non_tty(hub, kube, ns, agent, kubectl) -> None:
     node = unique("edge-exec")
-    ns = await namespace(kube)
     agent(node)
     await running_pod(kube, ns, pod("shell", ns, node, "echo hi > greeting; exec sleep 3600"))
     done = await kubectl_run(
@@ -162,13 +176,12 @@ async def test_kubectl_exec_non_tty(hub, kube, agent, kubectl) -> None:
 
 
 async def test_kubectl_exec_it_through_a_pty_type_read_back_and_resize(
-    hub, kube, agent, kubectl
+    hub, kube, ns, agent, kubectl
 ) -> None:
     """``kubectl exec -it POD -- sh`` with kubectl on a real pseudo-terminal: what is typed
     reaches the shell, its answer comes back, and a terminal resize reaches the shell's
     terminal (``stty size``)."""
     node = unique("edge-tty")
-    ns = await namespace(kube)
     agent(node)
     await running_pod(kube, ns, pod("term", ns, node, "exec sleep 3600"))
     await drive_tty(kubectl, hub, ns, "term")
@@ -250,11 +263,10 @@ async def drive_tty(kubectl: str, hub, ns: str, name: str) -> None:
         os.close(master)
 
 
-async def test_logs_previous_and_exec_over_websocket(hub, kube, agent, kubectl) -> None:
+async def test_logs_previous_and_exec_over_websocket(hub, kube, ns, agent, kubectl) -> None:
     """The agent on WebSocket only; a container that failed once: ``--previous`` shows the
     failed attempt's output, plain logs the current one's."""
     node = unique("edge-ws")
-    ns = await namespace(kube)
     agent(node, "hub.transports=websocket")
     script = (
         "if [ -e data/marker ]; then echo second; exec sleep 3600; "
@@ -295,110 +307,70 @@ async def test_logs_previous_and_exec_over_websocket(hub, kube, agent, kubectl) 
 async def test_logs_and_exec_on_the_docker_runtime(
     hub,
     kube,
+    ns,
+    agent,
     kubectl,
     podman_engine,  # noqa: F811 (the session fixture imported above)
-    pki_ca,
     tmp_path,
 ) -> None:
     """The same commands against podman's Docker API: the engine's logs (with
     ``--timestamps``, which the engine keeps) and its exec (stdin, stderr, exit code)."""
     node = unique("edge-docker")
-    ns = await namespace(kube)
-    edge = AgentProcess(
-        tmp_path / node,
-        node,
-        "docker",
-        f"quic://127.0.0.1:{hub.port}",
-        pki_ca.ca,
-        engine=podman_engine,
+    agent(node, runtime="docker", engine=podman_engine)
+    await running_pod(
+        kube, ns, pod("box", ns, node, "echo one; echo two; echo three; exec sleep 3600")
     )
-    edge.start()
-    try:
-        await running_pod(
-            kube, ns, pod("box", ns, node, "echo one; echo two; echo three; exec sleep 3600")
-        )
 
-        async def three_lines():
-            done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "box")
-            return done if done.returncode == 0 and done.stdout.count("\n") == 3 else None
+    async def three_lines():
+        done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "box")
+        return done if done.returncode == 0 and done.stdout.count("\n") == 3 else None
 
-        assert (await eventually(three_lines, "kubectl logs")).stdout == "one\ntwo\nthree\n"
-        done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "box", "--tail=1", "--timestamps")
-        assert done.returncode == 0, done.stderr
-        stamp, text = done.stdout.strip().split(" ", 1)
-        assert text == "three" and stamp[:2] == "20", done.stdout
-        proc = await asyncio.to_thread(
-            subprocess.run,
-            [
-                kubectl,
-                "--kubeconfig",
-                str(hub.kubeconfig),
-                "exec",
-                "-i",
-                "-n",
-                ns,
-                "box",
-                "--",
-                "sh",
-                "-c",
-                "read x; echo got $x; echo err >&2; exit 6",
-            ],
-            input="it\n",
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert (proc.returncode, proc.stdout) == (6, "got it\n"), proc.stderr
-        # the container's stderr, then kubectl's own line about the exit code
-        assert proc.stderr == "err\ncommand terminated with exit code 6\n"
+    assert (await eventually(three_lines, "kubectl logs")).stdout == "one\ntwo\nthree\n"
+    done = await kubectl_run(kubectl, hub, "logs", "-n", ns, "box", "--tail=1", "--timestamps")
+    assert done.returncode == 0, done.stderr
+    stamp, text = done.stdout.strip().split(" ", 1)
+    assert text == "three" and stamp[:2] == "20", done.stdout
+    proc = await kubectl_run(
+        kubectl,
+        hub,
+        *("exec", "-i", "-n", ns, "box", "--"),
+        *("sh", "-c", "read x; echo got $x; echo err >&2; exit 6"),
+        input="it\n",
+    )
+    assert (proc.returncode, proc.stdout) == (6, "got it\n"), proc.stderr
+    # the container's stderr, then kubectl's own line about the exit code
+    assert proc.stderr == "err\ncommand terminated with exit code 6\n"
 
-        # kubectl cp in and out (tar over exec: stdin to its end, then stdout)
-        local = tmp_path / "payload.txt"
-        local.write_text("copied through the hub\n" * 100)
-        done = await kubectl_run(kubectl, hub, "cp", str(local), f"{ns}/box:/tmp/payload.txt")
-        assert done.returncode == 0, done.stderr
-        back = tmp_path / "back.txt"
-        done = await kubectl_run(kubectl, hub, "cp", f"{ns}/box:/tmp/payload.txt", str(back))
-        assert done.returncode == 0, done.stderr
-        assert back.read_text() == local.read_text()
-    finally:
-        await edge.stop()
-        await edge.remove_everything()
+    # kubectl cp in and out (tar over exec: stdin to its end, then stdout)
+    local = tmp_path / "payload.txt"
+    local.write_text("copied through the hub\n" * 100)
+    done = await kubectl_run(kubectl, hub, "cp", str(local), f"{ns}/box:/tmp/payload.txt")
+    assert done.returncode == 0, done.stderr
+    back = tmp_path / "back.txt"
+    done = await kubectl_run(kubectl, hub, "cp", f"{ns}/box:/tmp/payload.txt", str(back))
+    assert done.returncode == 0, done.stderr
+    assert back.read_text() == local.read_text()
 
 
-async def test_kubectl_attach_streams_the_containers_output(hub, kube, agent, kubectl) -> None:
+async def test_kubectl_attach_streams_the_containers_output(hub, kube, ns, agent, kubectl) -> None:
     node = unique("edge-attach")
-    ns = await namespace(kube)
     agent(node)
     await running_pod(
         kube,
         ns,
-        pod("ticks", ns, node, "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+        pod("ticks", ns, node, TICKER),
     )
-    attach = await asyncio.create_subprocess_exec(
-        kubectl,
-        "--kubeconfig",
-        str(hub.kubeconfig),
-        "attach",
-        "-n",
-        ns,
-        "ticks",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert attach.stdout is not None
+    async with kubectl_running(kubectl, hub, "attach", "-n", ns, "ticks") as attach:
         first = await asyncio.wait_for(attach.stdout.readline(), 30)
         second = await asyncio.wait_for(attach.stdout.readline(), 30)
         assert first.startswith(b"tick ") and int(second.split()[1]) == int(first.split()[1]) + 1
-    finally:
-        attach.kill()
-        await attach.wait()
     done = await kubectl_run(kubectl, hub, "attach", "-i", "-n", ns, "ticks")
     assert done.returncode != 0 and "attach without -i" in done.stderr, done.stderr
 
 
-async def test_kubectl_port_forward_with_an_http_get(hub, kube, agent, kubectl, tmp_path) -> None:
+async def test_kubectl_port_forward_with_an_http_get(
+    hub, kube, ns, agent, kubectl, tmp_path
+) -> None:
     """A pod serving HTTP on a port of the node (process runtime: the host network);
     ``kubectl port-forward`` to a local port; an HTTP GET through it, twice (two
     connections)."""
@@ -408,7 +380,6 @@ async def test_kubectl_port_forward_with_an_http_get(hub, kube, agent, kubectl, 
     from tests.edgeagent.hublink.fleet import free_port
 
     node = unique("edge-pf")
-    ns = await namespace(kube)
     agent(node)
     pod_port, local_port = free_port(), free_port()
     (tmp_path / "site").mkdir()
@@ -417,20 +388,9 @@ async def test_kubectl_port_forward_with_an_http_get(hub, kube, agent, kubectl, 
         f"exec {sys.executable} -m http.server {pod_port} --bind 127.0.0.1 -d {tmp_path / 'site'}"
     )
     await running_pod(kube, ns, pod("web", ns, node, server))
-    forward = await asyncio.create_subprocess_exec(
-        kubectl,
-        "--kubeconfig",
-        str(hub.kubeconfig),
-        "port-forward",
-        "-n",
-        ns,
-        "pod/web",
-        f"{local_port}:{pod_port}",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert forward.stdout is not None
+    async with kubectl_running(
+        kubectl, hub, "port-forward", "-n", ns, "pod/web", f"{local_port}:{pod_port}"
+    ) as forward:
         line = await asyncio.wait_for(forward.stdout.readline(), 30)
         assert b"Forwarding from 127.0.0.1:" in line, line
 
@@ -449,13 +409,10 @@ async def test_kubectl_port_forward_with_an_http_get(hub, kube, agent, kubectl, 
             await eventually(served, "an HTTP GET through the port-forward") == "through the hub\n"
         )
         assert await asyncio.to_thread(get) == "through the hub\n"  # a second connection
-    finally:
-        forward.kill()
-        await forward.wait()
 
 
 async def test_malformed_spdy_is_refused_and_nothing_else_is_disturbed(
-    hub, kube, agent, kubectl
+    hub, kube, ns, agent, kubectl
 ) -> None:
     """After a real exec upgrade on the embedded API, garbage instead of SPDY frames: the
     hub answers GOAWAY(PROTOCOL_ERROR) and drops that connection; a kubectl exec at the
@@ -463,7 +420,6 @@ async def test_malformed_spdy_is_refused_and_nothing_else_is_disturbed(
     from tests.bench.bench_streams import API
 
     node = unique("edge-bad")
-    ns = await namespace(kube)
     agent(node)
     await running_pod(kube, ns, pod("calm", ns, node, "exec sleep 3600"))
     api = API(hub.kubeconfig)
@@ -493,7 +449,7 @@ async def test_malformed_spdy_is_refused_and_nothing_else_is_disturbed(
 
 
 @pytest.mark.parametrize("subprotocol", ["v4.channel.k8s.io", "v4.base64.channel.k8s.io"])
-async def test_exec_over_websocket_channels(hub, kube, agent, subprotocol) -> None:
+async def test_exec_over_websocket_channels(hub, kube, ns, agent, subprotocol) -> None:
     """A WebSocket client (the ``websockets`` library) execs with the channel protocols:
     stdin in, stdout and stderr out on their channels, the v4 status with the exit code on
     channel 3; a message on a channel a client may not write closes it with 1008."""
@@ -505,7 +461,6 @@ async def test_exec_over_websocket_channels(hub, kube, agent, subprotocol) -> No
     from tests.bench.bench_streams import API
 
     node = unique("edge-ws-exec")
-    ns = await namespace(kube)
     agent(node)
     await running_pod(kube, ns, pod("wsx", ns, node, "exec sleep 3600"))
     api = API(hub.kubeconfig)
@@ -555,33 +510,20 @@ async def test_exec_over_websocket_channels(hub, kube, agent, subprotocol) -> No
 async def test_kubectl_exec_it_on_the_docker_runtime(
     hub,
     kube,
+    ns,
+    agent,
     kubectl,
     podman_engine,  # noqa: F811 (the session fixture imported above)
-    pki_ca,
-    tmp_path,
 ) -> None:
     """``kubectl exec -it`` through the engine's exec with a tty: type, read back, resize."""
     node = unique("edge-docker-tty")
-    ns = await namespace(kube)
-    edge = AgentProcess(
-        tmp_path / node,
-        node,
-        "docker",
-        f"quic://127.0.0.1:{hub.port}",
-        pki_ca.ca,
-        engine=podman_engine,
-    )
-    edge.start()
-    try:
-        await running_pod(kube, ns, pod("term", ns, node, "exec sleep 3600"))
-        await drive_tty(kubectl, hub, ns, "term")
-    finally:
-        await edge.stop()
-        await edge.remove_everything()
+    agent(node, runtime="docker", engine=podman_engine)
+    await running_pod(kube, ns, pod("term", ns, node, "exec sleep 3600"))
+    await drive_tty(kubectl, hub, ns, "term")
 
 
 async def test_exec_attach_port_forward_fail_fast_offline_and_work_when_back(
-    hub, kube, agent, kubectl
+    hub, kube, ns, agent, kubectl
 ) -> None:
     """The node's link cut (its agent gone): ``kubectl exec``, ``attach`` and
     ``port-forward`` each fail within 5 s with the hub's offline message, no hang; when
@@ -589,7 +531,6 @@ async def test_exec_attach_port_forward_fail_fast_offline_and_work_when_back(
     from tests.edgeagent.hublink.fleet import free_port
 
     node = unique("edge-off")
-    ns = await namespace(kube)
     edge = agent(node)
     await running_pod(kube, ns, pod("ticks", ns, node, "while :; do echo tick; sleep 0.2; done"))
     done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "ticks", "--", "echo", "up")
