@@ -36,6 +36,39 @@ def event(node: str, reason: str, message: str) -> dict:
     }
 
 
+def queue_offline(agent, huge_bytes: int, node: str) -> None:
+    """What the agent queued while offline: a ``huge_bytes`` event first, ten behind it."""
+    store = Store.open(agent.state / "store.db")
+    try:
+        store.outbox_append("event", event(node, "Huge", "h" * huge_bytes))
+        for i in range(10):
+            store.outbox_append("event", event(node, f"Small{i}", f"small {i}"))
+    finally:
+        store.close()
+
+
+def node_events(kube: KubeClient, node: str, *reasons: str):
+    """A check for :func:`eventually`: the Node's Events once the ten small ones and
+    ``reasons`` are all there, else None."""
+    wanted = set(reasons) | {f"Small{i}" for i in range(10)}
+
+    async def check() -> list[dict] | None:
+        selector = f"involvedObject.kind=Node,involvedObject.name={node}"
+        mine, _ = await kube.list(EVENTS, "default", field_selector=selector)
+        return mine if wanted <= {e["reason"] for e in mine} else None
+
+    return check
+
+
+def sessions_opened(hub) -> float:
+    """Sessions the hub opened, both transports."""
+    sample = hub.metrics.registry.get_sample_value
+    return sum(
+        sample("edgefleet_hub_sessions_opened_total", {"transport": t}) or 0.0
+        for t in ("quic", "websocket")
+    )
+
+
 @pytest.mark.parametrize("transport", ["quic", "websocket"])
 async def test_an_event_over_the_hub_frame_limit_neither_blocks_nor_storms(
     fleet, kube: KubeClient, transport: str
@@ -44,34 +77,15 @@ async def test_an_event_over_the_hub_frame_limit_neither_blocks_nor_storms(
     hub = await fleet.hub.start(**{"session.max_frame_size": 1 * MIB})
     node = f"edge-big-{transport}"
     agent = fleet.agent(node, start=False, sets=(f"hub.transports={transport}",))
-    # What the agent had queued while offline: the big one first, ten behind it.
-    store = Store.open(agent.state / "store.db")
-    try:
-        store.outbox_append("event", event(node, "Huge", "h" * (2 * MIB)))
-        for i in range(10):
-            store.outbox_append("event", event(node, f"Small{i}", f"small {i}"))
-    finally:
-        store.close()
+    queue_offline(agent, 2 * MIB, node)
     agent.start()
-
-    async def delivered() -> list[dict] | None:
-        selector = f"involvedObject.kind=Node,involvedObject.name={node}"
-        mine, _ = await kube.list(EVENTS, "default", field_selector=selector)
-        reasons = {e["reason"] for e in mine}
-        wanted = {"Huge"} | {f"Small{i}" for i in range(10)}
-        return mine if wanted <= reasons else None
-
-    await eventually(delivered, "the big event and the 10 behind it as Events", timeout=60)
+    await eventually(
+        node_events(kube, node, "Huge"), "the big event and the 10 behind it as Events", 60
+    )
     await eventually(
         lambda: agent.read_store(lambda s: s.outbox_depth() == 0), "the outbox drained"
     )
-    opened = sum(
-        hub.metrics.registry.get_sample_value(
-            "edgefleet_hub_sessions_opened_total", {"transport": t}
-        )
-        or 0.0
-        for t in ("quic", "websocket")
-    )
+    opened = sessions_opened(hub)
     assert opened == 1.0, f"{opened} sessions: the agent reconnected"
 
 
@@ -145,23 +159,11 @@ async def test_an_event_over_the_message_limit_is_dead_lettered_and_the_session_
     agent = fleet.agent(
         node, start=False, sets=(f"hub.transports={transport}", "hub.dead_letter_attempts=1")
     )
-    store = Store.open(agent.state / "store.db")
-    try:
-        store.outbox_append("event", event(node, "Huge", "h" * (9 * MIB)))
-        for i in range(10):
-            store.outbox_append("event", event(node, f"Small{i}", f"small {i}"))
-    finally:
-        store.close()
+    queue_offline(agent, 9 * MIB, node)
     agent.start()
-
-    async def delivered() -> list[dict] | None:
-        selector = f"involvedObject.kind=Node,involvedObject.name={node}"
-        mine, _ = await kube.list(EVENTS, "default", field_selector=selector)
-        reasons = {e["reason"] for e in mine}
-        wanted = {"MessageTooLarge"} | {f"Small{i}" for i in range(10)}
-        return mine if wanted <= reasons else None
-
-    events = await eventually(delivered, "the 10 small events and the Warning", timeout=60)
+    events = await eventually(
+        node_events(kube, node, "MessageTooLarge"), "the 10 small events and the Warning", 60
+    )
     assert "Huge" not in {e["reason"] for e in events}
     (warning,) = [e for e in events if e["reason"] == "MessageTooLarge"]
     assert warning["type"] == "Warning"
@@ -172,11 +174,7 @@ async def test_an_event_over_the_message_limit_is_dead_lettered_and_the_session_
     dead = agent.read_store(lambda s: s.dead_letters())
     assert [(d.kind, d.body["reason"], d.attempts) for d in dead] == [("event", "Huge", 1)]
     assert dead[0].size > 9 * MIB and len(dead[0].body["message"]) == 9 * MIB
-    sample = fleet.hub.hub.metrics.registry.get_sample_value
-    opened = sum(
-        sample("edgefleet_hub_sessions_opened_total", {"transport": t}) or 0.0
-        for t in ("quic", "websocket")
-    )
+    opened = sessions_opened(fleet.hub.hub)
     assert opened == 1.0, f"{opened} sessions: the agent reconnected"
     assert "edge outbox failure" not in agent.log()
     shown = edgeagent_status(agent)
