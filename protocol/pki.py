@@ -57,6 +57,7 @@ __all__ = [
     "generate_ca",
     "generate_private_key",
     "issue_server_certificate",
+    "leaf_certificate_builder",
     "load_certificate_pem",
     "load_certificates_pem",
     "load_csr_pem",
@@ -141,7 +142,7 @@ def _key_usage(*, ca: bool) -> x509.KeyUsage:
     )
 
 
-def _leaf_builder(
+def leaf_certificate_builder(
     ca: CertificateAuthority,
     subject: x509.Name,
     public_key: ec.EllipticCurvePublicKey,
@@ -152,8 +153,20 @@ def _leaf_builder(
     """The part every leaf certificate shares: ``subject``'s key signed by ``ca``, valid
     from ``now - CLOCK_SKEW`` to ``now + lifetime`` (seconds since the epoch), not a CA,
     signature key usage, the one extended key usage ``eku`` (client or server auth) and
-    the subject and authority key identifiers. The caller adds what is specific (SANs)
-    and signs with ``ca.private_key``."""
+    the subject and authority key identifiers.
+
+    Args:
+        ca: the issuing CA (its certificate names the issuer).
+        subject: the leaf's subject name, any.
+        public_key: the leaf's P-256 public key.
+        lifetime: seconds of validity from ``now``.
+        now: seconds since the Unix epoch.
+        eku: ``ExtendedKeyUsageOID.CLIENT_AUTH`` or ``SERVER_AUTH``.
+
+    Returns:
+        An unsigned builder: the caller adds what is specific (SANs) and signs with
+        ``ca.private_key``.
+    """
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -300,7 +313,7 @@ def sign_node_csr(
     name = _node_name_from_subject(csr.subject, "CSR")
     if node_name is not None and name != node_name:
         raise PKIError(f"CSR is for node {name!r}, expected {node_name!r}")
-    builder = _leaf_builder(
+    builder = leaf_certificate_builder(
         ca, csr.subject, public_key, lifetime, now, ExtendedKeyUsageOID.CLIENT_AUTH
     )
     return builder.sign(ca.private_key, hashes.SHA256())
@@ -345,7 +358,7 @@ def issue_server_certificate(
     key = private_key if private_key is not None else generate_private_key()
     common_name = dns_names[0] if dns_names else str(ip_addresses[0])
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    builder = _leaf_builder(
+    builder = leaf_certificate_builder(
         ca, subject, key.public_key(), lifetime, now, ExtendedKeyUsageOID.SERVER_AUTH
     ).add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return builder.sign(ca.private_key, hashes.SHA256()), key

@@ -33,8 +33,7 @@ from cloudhub.kubelet.portforward import serve_portforward
 from cloudhub.kubelet.streams import HubStreams
 from protocol.transport import TLSCredentials
 from protocol.transport.leantls import server_protocol
-from protocol.transport.tls import _load_chain_pem as load_chain_pem
-from protocol.transport.tls import server_ssl_context
+from protocol.transport.tls import load_chain_pem, server_ssl_context
 
 __all__ = ["KubeletServer"]
 

@@ -33,6 +33,7 @@ __all__ = [
     "PEMCredentials",
     "TLSCredentials",
     "client_ssl_context",
+    "load_chain_pem",
     "peer_node_name",
     "server_ssl_context",
     "tls_credentials",
@@ -125,10 +126,16 @@ def tls_credentials(credentials: TLSCredentials | PEMCredentials) -> TLSCredenti
 def _load_chain(context: ssl.SSLContext, chain: Sequence[x509.Certificate], key) -> None:
     from protocol import pki
 
-    _load_chain_pem(context, pki.dump_certificate_pem(chain) + pki.dump_private_key_pem(key))
+    load_chain_pem(context, pki.dump_certificate_pem(chain) + pki.dump_private_key_pem(key))
 
 
-def _load_chain_pem(context: ssl.SSLContext, pem: bytes) -> None:
+def load_chain_pem(context: ssl.SSLContext, pem: bytes) -> None:
+    """Load a certificate chain and its private key, both PEM in ``pem`` (the leaf first,
+    then its intermediates, then the key), into ``context``.
+
+    Raises:
+        TransportError: the certificates or the key do not parse, or do not match.
+    """
     # ssl only loads a certificate chain from a file: write it to a private temporary
     # directory (mode 0700, removed at once) rather than asking callers for paths.
     with tempfile.TemporaryDirectory(prefix="edgefleet-tls-") as tmp:
@@ -154,7 +161,7 @@ def _base_context(protocol: int, credentials: TLSCredentials | PEMCredentials) -
     if isinstance(credentials, PEMCredentials):
         if credentials.cert_pem:
             pem = credentials.cert_pem.rstrip(b"\n") + b"\n" + credentials.key_pem
-            _load_chain_pem(context, pem)
+            load_chain_pem(context, pem)
     elif credentials.chain:
         _load_chain(context, credentials.chain, credentials.private_key)
     return context

@@ -406,13 +406,13 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
     from cryptography.hazmat.primitives import hashes, serialization
 
     from protocol.pki import (
-        _leaf_builder,  # the builder's leaf with any subject
         build_node_csr,
         dump_certificate_pem,
         dump_private_key_pem,
         generate_ca,
         generate_private_key,
         issue_server_certificate,
+        leaf_certificate_builder,  # the builder's leaf with any subject
         sign_node_csr,
     )
 
@@ -436,7 +436,7 @@ def _write_pki(workdir: Path) -> dict[str, Path]:
     # the front proxy (aggregation layer): its own CA, as kubeadm makes front-proxy-ca
     front_proxy_ca = generate_ca("edgefleet-test-front-proxy-ca", lifetime=lifetime, now=now)
     proxy_key = generate_private_key()
-    proxy_cert = _leaf_builder(
+    proxy_cert = leaf_certificate_builder(
         front_proxy_ca,
         x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, FRONT_PROXY_CLIENT)]),
         proxy_key.public_key(),

@@ -215,3 +215,26 @@ def test_nothing_reads_the_clock(ca: pki.CertificateAuthority) -> None:
     past = float(int(time.time()) - 10 * 365 * 86400)  # whole seconds, as X.509 stores
     old = pki.generate_ca("old", lifetime=HOUR, now=past)
     assert old.certificate.not_valid_after_utc == _utc(past + HOUR)
+
+
+def test_the_leaf_builder_gives_any_subject_the_shared_leaf_profile(
+    ca: pki.CertificateAuthority,
+) -> None:
+    """leaf_certificate_builder (public: the reference kube-apiserver fixture makes its
+    front-proxy client with it): validity with the clock skew, not a CA, one EKU, key ids."""
+    key = pki.generate_private_key()
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "front-proxy-client")])
+    now = 1_700_000_000.0
+    builder = pki.leaf_certificate_builder(
+        ca, subject, key.public_key(), 3600.0, now, ExtendedKeyUsageOID.CLIENT_AUTH
+    )
+    cert = builder.sign(ca.private_key, hashes.SHA256())
+    assert cert.subject == subject and cert.issuer == ca.certificate.subject
+    assert cert.not_valid_before_utc.timestamp() == now - pki.CLOCK_SKEW
+    assert cert.not_valid_after_utc.timestamp() == now + 3600.0
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    aki = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    ski = ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    assert aki.key_identifier == ski.digest

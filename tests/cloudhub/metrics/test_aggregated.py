@@ -25,7 +25,7 @@ from cloudhub.metrics.aggregated import (
     parse_selector,
 )
 from protocol import pki
-from protocol.pki import _leaf_builder
+from protocol.pki import leaf_certificate_builder
 
 DAY = 86400.0
 
@@ -52,7 +52,7 @@ class Group:
 
 def client_pem(ca: pki.CertificateAuthority, name: str, path) -> str:
     key = pki.generate_private_key()
-    cert = _leaf_builder(
+    cert = leaf_certificate_builder(
         ca,
         x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)]),
         key.public_key(),
