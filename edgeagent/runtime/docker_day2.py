@@ -55,7 +55,9 @@ class DockerExec(ExecProcess):
             container = runtime._api.containers.container(info.id)
             execution = await container.exec(argv, stdout=True, stderr=True, stdin=stdin, tty=tty)
             stream = execution.start(detach=False)
-            await stream._init()
+            # entering the stream (its public async context manager) makes the upgrade
+            # request now, so that a refusal is an error of start(); close() leaves it
+            await stream.__aenter__()
         except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
             raise runtime._error(exc, "exec") from exc
         return cls(execution, stream, tty)
@@ -67,7 +69,13 @@ class DockerExec(ExecProcess):
             pass  # the command's end tells the caller
 
     async def close_stdin(self) -> None:
-        transport = self._stream._resp.connection.transport if self._stream._resp else None
+        # Half-close: the engine reads EOF on the command's stdin while its output still
+        # flows back. aiodocker (0.27) has no public call for it: Stream.close() writes the
+        # EOF but closes the response too, ending the output. So this one reach into the
+        # stream's response stays, guarded: without a connection there is nothing to close.
+        response = getattr(self._stream, "_resp", None)
+        connection = response.connection if response is not None else None
+        transport = connection.transport if connection is not None else None
         if transport is not None and transport.can_write_eof():
             transport.write_eof()
 
