@@ -17,8 +17,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import pytest
-
 T = TypeVar("T")
 
 #: Seconds a condition may take by default: generous, for a loaded 2-core CI machine
@@ -52,7 +50,8 @@ async def eventually(
         The first truthy value ``check()`` returned.
 
     Raises:
-        pytest.fail.Exception: not within ``timeout`` seconds.
+        pytest.fail.Exception: not within ``timeout`` seconds (AssertionError where
+            pytest is not installed: a benchmark's run).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -105,7 +104,12 @@ def eventually_sync(
 
 def _fail(timeout: float, what: object, state: Callable[[], object] | None) -> None:
     seen = f"; last seen: {state()}" if state is not None else ""
-    pytest.fail(f"timed out after {timeout:g} s waiting for {what}{seen}")
+    message = f"timed out after {timeout:g} s waiting for {what}{seen}"
+    try:  # imported here: the benchmarks use these helpers outside pytest too
+        import pytest
+    except ImportError:  # pragma: no cover - a benchmark run without the test extras
+        raise AssertionError(message) from None
+    pytest.fail(message)
 
 
 __all__ = ["DEFAULT_TIMEOUT_S", "eventually", "eventually_sync"]

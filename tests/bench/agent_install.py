@@ -18,6 +18,7 @@ import time
 from cloudhub.demo.processes import HubProcess
 from cloudhub.devtools.fleet import child_env, sweep
 from cloudhub.kube import PODS, KubeClient
+from tests.bench.settle import cpu_settled
 from tests.deploy.wheels import build_wheel, make_wheelhouse
 
 __all__ = ["agent_only_venv", "installed_bytes", "quic_footprint"]
@@ -132,7 +133,7 @@ async def quic_footprint(venv: pathlib.Path, tmp: pathlib.Path, n: int, idle_s: 
             t0 = time.monotonic()
             await _until(running, 180, f"{n} pods Running over QUIC")
             started = time.monotonic() - t0
-            await asyncio.sleep(2.0)  # let start-up work settle before the idle window
+            settled_s = await cpu_settled(agent.pid)  # the start-up work over
             c0, w0 = _cpu_s(agent.pid), time.monotonic()
             await asyncio.sleep(idle_s)
             c1, w1 = _cpu_s(agent.pid), time.monotonic()
@@ -142,6 +143,7 @@ async def quic_footprint(venv: pathlib.Path, tmp: pathlib.Path, n: int, idle_s: 
                 "cpu_s_idle_window": round(c1 - c0, 2),
                 "idle_window_s": round(w1 - w0, 1),
                 "all_running_after_s": round(started, 2),
+                "settled_after_s": round(settled_s, 1),
             }
     finally:
         if agent is not None and agent.poll() is None:

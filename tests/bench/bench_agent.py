@@ -38,6 +38,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edgeagent.store import Store  # noqa: E402
+from tests.bench.settle import cpu_settled_sync  # noqa: E402
 from tests.edgeagent import podman_engine  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -227,7 +228,7 @@ def footprint(kind: str, n: int, idle_s: float, tmp: pathlib.Path, engine) -> di
             f"{n} pods running ({kind})",
         )
         started_s = time.monotonic() - t0
-        time.sleep(2.0)  # let start-up work settle
+        settled_s = cpu_settled_sync(proc.pid)  # the start-up work over
         c0, w0 = _cpu_ticks(proc.pid), time.monotonic()
         time.sleep(idle_s)
         c1, w1 = _cpu_ticks(proc.pid), time.monotonic()
@@ -236,6 +237,7 @@ def footprint(kind: str, n: int, idle_s: float, tmp: pathlib.Path, engine) -> di
             "cpu_pct": round(100.0 * (c1 - c0) / CLK_TCK / (w1 - w0), 2),
             "idle_window_s": round(w1 - w0, 1),
             "all_running_after_s": round(started_s, 2),
+            "settled_after_s": round(settled_s, 1),
         }
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from cloudhub.kube import NAMESPACES, NODES, PODS, KubeClient  # noqa: E402
 from protocol import pki  # noqa: E402
+from tests.bench.settle import cpu_settled  # noqa: E402
 from tests.edgeagent import podman_engine  # noqa: E402
 from tests.edgeagent.hublink.fleet import AgentProcess, free_port  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
@@ -410,9 +411,9 @@ async def _idle(
             return len(items) == 10 and all(_running(p) for p in items)
 
         await _until(all_running, 120, "10 idle pods Running")
-        await asyncio.sleep(3.0)  # let start-up work (commits, status writes) settle
         assert agent.proc is not None
         pid = agent.proc.pid
+        settled_s = await cpu_settled(pid)  # start-up work (commits, status writes) over
         setup_bytes = (relay.up, relay.down)
         relay.reset()
         c0, w0 = _cpu_ticks(pid), time.monotonic()
@@ -432,6 +433,7 @@ async def _idle(
             "downlink_bytes_per_h": round(down * 3600 / window),
             "uplink_kbit_s": round(up * 8 / 1000 / window, 4),
             "setup_bytes_up_down": list(setup_bytes),
+            "settled_after_s": round(settled_s, 1),
         }
     finally:
         await agent.stop()
