@@ -12,14 +12,15 @@ whole fleet, behind one NAT address, dials in the same instant: they retry with 
 
 Once TLS (QUIC's, or the WebSocket upgrade's) is done, both listeners make the server
 side of a session with :func:`server_link` and hand it to :func:`serve_link`: wait for the
-hello, run the hub's handler, close the link if the handler failed.
+hello, run the hub's handler, close the link if the handler failed; at shutdown both end
+their links and handlers with :func:`shut_down`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from protocol.config import SessionConfig
@@ -30,7 +31,7 @@ from protocol.transport.link import Link
 if TYPE_CHECKING:
     from cryptography import x509
 
-__all__ = ["PendingLimit", "serve_link", "server_link"]
+__all__ = ["PendingLimit", "serve_link", "server_link", "shut_down"]
 
 
 def server_link(
@@ -87,6 +88,20 @@ async def serve_link(
 
 
 _NAMES = {"quic": "QUIC", "websocket": "WebSocket"}
+
+
+async def shut_down(links: Iterable[Link], tasks: Iterable[asyncio.Task[None]]) -> None:
+    """A listener's end: close every link with ``GOING_AWAY`` ("hub shutting down"; each
+    close is bounded by the link's close bound), then cancel the handler tasks still
+    running and wait for all of them. Errors of either are not raised."""
+    await asyncio.gather(
+        *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in list(links)),
+        return_exceptions=True,
+    )
+    running = [task for task in list(tasks) if not task.done()]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
 
 
 class PendingLimit:

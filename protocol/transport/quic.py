@@ -53,10 +53,9 @@ from aioquic.quic.packet import (
 
 from protocol import pki
 from protocol.config import SessionConfig
-from protocol.errors import CloseCode
 from protocol.events import Established
 from protocol.session import Role, Session
-from protocol.transport.admission import serve_link, server_link
+from protocol.transport.admission import serve_link, server_link, shut_down
 from protocol.transport.errors import CertificateRejected, ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
 from protocol.transport.link import handshake_failure as _rejection
@@ -680,14 +679,7 @@ class QuicServer(asyncio.DatagramProtocol):
     async def aclose(self) -> None:
         """Stop accepting, close every link (bounded) and wait for every handler."""
         self._closing = True
-        await asyncio.gather(
-            *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in self._links),
-            return_exceptions=True,
-        )
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await shut_down(self._links, self._tasks)
         if self._transport is not None:
             self._transport.close()
 

@@ -14,8 +14,7 @@ from typing import Any
 from websockets.server import ServerProtocol
 
 from protocol.config import SessionConfig
-from protocol.errors import CloseCode
-from protocol.transport.admission import PendingLimit, serve_link, server_link
+from protocol.transport.admission import PendingLimit, serve_link, server_link, shut_down
 from protocol.transport.errors import TransportError
 from protocol.transport.link import Link
 from protocol.transport.tls import TLSCredentials, server_ssl_context
@@ -162,14 +161,7 @@ class WebSocketServer:
         self._closing = True
         if self._server is not None:
             self._server.close()
-        await asyncio.gather(
-            *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in self._links),
-            return_exceptions=True,
-        )
-        tasks = [t for t in self._tasks if not t.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await shut_down(self._links, self._tasks)
         for conn in list(self._connections):  # still in TLS or the upgrade
             conn.abort()
         if self._server is not None:
