@@ -404,7 +404,17 @@ class _WebSocketConnection(asyncio.Protocol):
             return
         session = link.session
         while True:
-            frames = session.frames_to_send(0 if self._paused else BATCH_BYTES)
+            # CONTROL frames (a welcome, an ack, a pong) go as a message and a TLS write of
+            # their own: a receiver sees a WebSocket message only once it is whole (and
+            # TLS data only by whole records), so a welcome packed in front of 48 KiB of a
+            # ConfigMap reached the agent 6 s later at 64 kbit/s; the agent, silent until
+            # then, was declared dead by the hub (issue 15, the break1 finding).
+            control = session.frames_to_send(0)
+            if control and not self._send_frames(link, control):
+                return  # paused (what waits leaves at resume_writing) or closing
+            if self._paused or not session.bytes_to_send:
+                return
+            frames = session.frames_to_send(BATCH_BYTES)
             if not frames or not self._send_frames(link, frames) or not session.bytes_to_send:
                 return
 
