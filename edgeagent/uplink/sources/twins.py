@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 _REPORT = "report"
 _HISTORY = "history"
+_SCAN = 4096  # pending history entries read to find the oldest of one property
 
 
 class TwinSource:
@@ -206,12 +207,14 @@ class TwinSource:
                 self._delivered(key, report)
 
     def _oldest_history(self, report: Any) -> bool:
-        """True if no older history entry of ``report``'s property is still pending."""
+        """True if no older history entry of ``report``'s property is still pending (False
+        when that cannot be told from the first ``_SCAN`` pending entries: kept parked)."""
         assert self._twins is not None
-        for pending in self._twins.pending_history(1024):
-            if (pending.uid, pending.property) == (report.uid, report.property):
-                return pending.version >= report.version
-        return True
+        pending = self._twins.pending_history(_SCAN)
+        for entry in pending:
+            if (entry.uid, entry.property) == (report.uid, report.property):
+                return entry.version >= report.version
+        return len(pending) < _SCAN
 
     def _delivered(self, key: tuple[Any, ...], report: Any) -> None:
         if self._twins is None:
