@@ -362,6 +362,7 @@ class Hub:
             heartbeat_interval=s.session.heartbeat_interval,
             on_refused=self._refused,
             on_dead_letter=self._dead_letter,
+            on_sent=self._sent,
         )
         self.edge.on_session_refused.append(self._session_refused)
         if s.ha.overload_lag > 0:  # before the claim: a refused session costs no write
@@ -599,6 +600,13 @@ class Hub:
             self.events.node_event(
                 node, "Warning", "SessionRefused", f"{link.transport} session refused: {reason}"
             )
+
+    def _sent(self, session: Any, message: Message) -> None:
+        """A message reached a node's link: an object dead-lettered earlier that now went
+        (a smaller version, or its delete) leaves the table."""
+        settled = self.dead_letters.delivered(session.node, message)
+        if settled is not None:
+            session.log.info("dead letter settled: %s %s sent", message.kind, settled.ref)
 
     def _dead_letter(self, session: Any, message: Message, error: InvalidMessage) -> None:
         """A message for a node that cannot be sent (:mod:`cloudhub.bridge.deadletters`):

@@ -218,10 +218,12 @@ def build_builtins(
         feed = TwinFeed(store, twins, settings.node_name)
         feed.start()
         services.append(DeviceAPIService(twins, settings))
-    twin_source = TwinSource(twins, wall_clock=wall_clock)
+    twin_source = TwinSource(
+        twins, wall_clock=wall_clock, dead_letters=store, node_name=settings.node_name
+    )
     metrics_source = None
     if settings.metrics.enabled:
-        metrics_source = MetricsSource(settings.node_name)
+        metrics_source = MetricsSource(settings.node_name, dead_letters=store)
         services.append(
             MetricsAgentService(
                 settings, metrics_source, wall_clock=wall_clock, monotonic=monotonic

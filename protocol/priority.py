@@ -14,7 +14,9 @@ class Priority(enum.IntEnum):
     this order at every chunk boundary, so a frame of a higher lane waits at most for the
     one chunk (at most ``protocol.chunking.CHUNK_SIZE`` bytes) being written. Numbered kinds
     (``needs_ack``) keep their seq order whatever their priority: they all ride the STATUS
-    lane (the receiver's cumulative ack needs them in order).
+    lane (the receiver's cumulative ack needs them in order), so a large numbered message
+    holds the numbered ones sent after it until its last chunk is out, while CONTROL frames
+    still pass between its chunks (tests/protocol/test_chunking.py).
     """
 
     CONTROL = 0

@@ -9,7 +9,9 @@ Event on the object and on every pod of the node that uses it (so the pod says w
 ConfigMap is missing, not just that it is), and the table below (:meth:`DeadLetters.entries`).
 
 The table is bounded (newest kept): the state of record is the API and its Events; this is
-what the hub process saw since it started.
+what the hub process saw since it started. An object's row goes when the object reaches the
+node after all (:meth:`DeadLetters.delivered`: a later version that fits, or its delete),
+so the table lists what is still missing on the edge.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from protocol.messages import ObjectRef
+from protocol.messages import Message, ObjectDelete, ObjectRef, ObjectUpsert
 from protocol.podrefs import reference_key, reference_keys
+from protocol.undelivered import undelivered
 
 __all__ = ["DeadLetter", "DeadLetters", "pods_using"]
 
@@ -66,9 +69,31 @@ class DeadLetters:
             self._rows.popitem(last=False)
         return new
 
-    def discard(self, node: str, uid: str) -> None:
-        """Forget an object's row (it was sent after all, e.g. a smaller version)."""
-        self._rows.pop((node, uid), None)
+    def discard(self, node: str, uid: str) -> DeadLetter | None:
+        """Forget an object's row (it was sent after all, e.g. a smaller version); the row
+        removed, if there was one."""
+        return self._rows.pop((node, uid), None)
+
+    def delivered(self, node: str, message: Message) -> DeadLetter | None:
+        """``message`` was handed to ``node``'s link: if it settles an object's row, remove
+        the row and return it.
+
+        It settles it when it is an ``object_upsert`` of the object that is not its
+        placeholder (``protocol.undelivered``: the placeholder is sent *because* of the
+        row), or its ``object_delete`` (the edge no longer needs it). Anything else, and
+        every message while the table is empty, costs one check.
+        """
+        if not self._rows:
+            return None
+        if isinstance(message, ObjectUpsert):
+            if undelivered(message.object) is not None:
+                return None
+            ref = message.ref
+        elif isinstance(message, ObjectDelete):
+            ref = message.ref
+        else:
+            return None
+        return self._rows.pop((node, ref.uid), None)
 
     def entries(self, node: str | None = None) -> list[DeadLetter]:
         """The rows, oldest first; only ``node``'s if given."""

@@ -75,6 +75,8 @@ class EdgeServer:
             :meth:`cloudhub.bridge.session.NodeSession.refuse`.
         on_dead_letter: ``(session, message, error)`` for every hub message a link cannot
             send (:mod:`cloudhub.bridge.deadletters`).
+        on_sent: ``(session, message)`` for every hub message handed to a link (the
+            dead-letter table forgets an object that reached its node after all).
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class EdgeServer:
         heartbeat_interval: float,
         on_refused: Callable[[Inbound, ErrorCode, str], None] | None = None,
         on_dead_letter: Callable[[NodeSession, Message, InvalidMessage], None] | None = None,
+        on_sent: Callable[[NodeSession, Message], None] | None = None,
     ) -> None:
         self.registry = registry
         self.objects = objects
@@ -104,6 +107,7 @@ class EdgeServer:
         """Set when the hub shuts down: new sessions are turned away (``GOING_AWAY``)."""
         self._on_refused = on_refused
         self._on_dead_letter = on_dead_letter
+        self._on_sent = on_sent
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-{int(time.time()) & 0xFFFFFF:x}"
         objects.add_listener(registry.refresh, wants=registry.connected)
@@ -138,13 +142,21 @@ class EdgeServer:
                 link.reject(refused.code, refused.reason, retry_after=refused.retry_after)
                 return
         session_id = f"{self._id_prefix}-{next(self._ids)}"
+        on_sent = self._count_sent
+        if self._on_sent is not None:
+            hook, count = self._on_sent, self._count_sent
+
+            def on_sent(message: Message) -> None:
+                count(message)
+                hook(session, message)  # bound below, before the outbox sends anything
+
         session = NodeSession(
             node,
             link,
             session_id,
             self.objects,
             on_refused=self._on_refused,
-            on_sent=self._count_sent,
+            on_sent=on_sent,
             on_dead_letter=self._on_dead_letter,
         )
         registry = self.registry

@@ -7,10 +7,16 @@ is never retried in the same session: its failed attempts are counted in ``send_
 ``dead_letter`` in one transaction, so it is either queued or kept here, never lost. The
 rows stay for the operator (``edgeagent status`` shows the count and the latest ones);
 :meth:`DeadLettersPart.dead_letters_clear` removes them.
+
+Streams with their own tables instead of the outbox (twin reports, metrics batches:
+``edgeagent.uplink.sources``) hand a message that cannot be sent to
+:meth:`DeadLettersPart.dead_letter_add`: such rows get ids below zero, so that they never
+collide with an outbox id a later outbox dead letter keeps.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any
@@ -20,12 +26,18 @@ from edgeagent.store.outbox import OutboxEntry, OutboxPart
 __all__ = ["DeadLetter", "DeadLettersPart"]
 
 
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    return str(value)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeadLetter:
     """One message given up on.
 
     Attributes:
-        id: the outbox id it had.
+        id: the outbox id it had (below zero: a message of a stream with its own table).
         kind: the message kind tag (``"event"``, ``"pod_status"`` …).
         body: the message fields by name, as the outbox kept them.
         size: its encoded size (bytes) when it last failed, 0 if unknown.
@@ -109,6 +121,39 @@ class DeadLettersPart(OutboxPart):
             conn.execute("DELETE FROM outbox WHERE id = ?", (entry.id,))
             conn.execute("DELETE FROM send_failure WHERE outbox_id = ?", (entry.id,))
         return DeadLetter(entry.id, kind, json.loads(body), size, reason, attempts, created_at, now)
+
+    def dead_letter_add(
+        self, kind: str, body: dict[str, Any], *, size: int, reason: str, created_at: float
+    ) -> DeadLetter:
+        """Keep a message that is not in the outbox (a twin report, a metrics batch) as a
+        dead letter (batched commit), with one attempt and an id below zero.
+
+        Args:
+            kind: the message kind tag (``"twin_reported"``, ``"metrics_batch"``).
+            body: the message's fields by name; bytes are kept as ``{"base64": text}``
+                (a metrics batch's packed samples), anything else JSON cannot carry as its
+                ``str()``.
+            size: its encoded size, bytes (0 if unknown).
+            reason: why it cannot be sent (sizes and limit).
+            created_at: when it was made, seconds since the epoch.
+
+        Returns:
+            The dead letter as stored.
+
+        Raises:
+            StoreFullError: no space.
+        """
+        now = self._wall()
+        text = json.dumps(body, default=_jsonable)
+        with self._write() as conn:
+            (lowest,) = conn.execute("SELECT MIN(id) FROM dead_letter").fetchone()
+            new_id = min(int(lowest or 0), 0) - 1
+            conn.execute(
+                "INSERT INTO dead_letter (id, kind, body, size, reason, attempts, created_at, "
+                "dead_at) VALUES (?,?,?,?,?,1,?,?)",
+                (new_id, kind, text, size, reason, created_at, now),
+            )
+        return DeadLetter(new_id, kind, json.loads(text), size, reason, 1, created_at, now)
 
     def _unsend(self, conn: Any, entry: OutboxEntry) -> None:
         if (

@@ -13,9 +13,12 @@ STYLE.md §2 describes.
 Messages (docs/protocol.md): each binary WebSocket message carries one or more whole
 frames, length prefix included, so the session code is the same as over QUIC. The link
 flushes what the session has ready once per event-loop iteration, and this adapter packs
-those frames into messages of at most ``BATCH_BYTES`` (a larger frame goes alone); a
-receiver accepts messages up to ``max(max_frame_size + 4, BATCH_BYTES)`` bytes. Messages
-are fed to the session as they come; a text message ends the connection.
+those frames into messages of at most ``BATCH_BYTES`` (a larger frame goes alone), the
+session's CONTROL frames always in a message and a TLS write of their own, ahead of the
+rest: a peer sees a message only once it is whole, so a welcome, an ack or a pong must not
+wait for the bulk packed after it. A receiver accepts messages up to
+``max(max_frame_size + 4, BATCH_BYTES)`` bytes. Messages are fed to the session as they
+come; a text message ends the connection.
 
 WebSocket keepalive pings and compression are off: the session has its own ping/liveness
 deadline, and permessage-deflate would cost ~64 KiB of zlib state per connection.
@@ -404,7 +407,17 @@ class _WebSocketConnection(asyncio.Protocol):
             return
         session = link.session
         while True:
-            frames = session.frames_to_send(0 if self._paused else BATCH_BYTES)
+            # CONTROL frames (a welcome, an ack, a pong) go as a message and a TLS write of
+            # their own: a receiver sees a WebSocket message only once it is whole (and
+            # TLS data only by whole records), so a welcome packed in front of 48 KiB of a
+            # ConfigMap reached the agent 6 s later at 64 kbit/s; the agent, silent until
+            # then, was declared dead by the hub (issue 15, the break1 finding).
+            control = session.frames_to_send(0)
+            if control and not self._send_frames(link, control):
+                return  # paused (what waits leaves at resume_writing) or closing
+            if self._paused or not session.bytes_to_send:
+                return
+            frames = session.frames_to_send(BATCH_BYTES)
             if not frames or not self._send_frames(link, frames) or not session.bytes_to_send:
                 return
 

@@ -179,6 +179,59 @@ def test_status_overtakes_bulk_and_bulk_keeps_its_order() -> None:
     assert queue.bytes == 0 and queue.backlog(Priority.BULK) == 0
 
 
+def test_numbered_messages_queued_behind_a_chunked_upsert_wait_for_one_chunk_only() -> None:
+    """Issue 15: small numbered messages put while a 1 MiB upsert is half out leave before
+    its next chunk, in seq order; the upsert then goes on where it stopped."""
+    queue = SendQueue(Limits(4 * MIB, 8 * MIB))
+    queue.put(encode(configmap(1 * MIB)), Priority.BULK)
+    first = queue.pull(CHUNK_SIZE)
+    assert [decode_payload(f[4:])[1].kind for f in first] == ["chunk"]
+    for seq in (1, 2, 3):
+        queue.put(encode(status(seq), seq), Priority.STATUS, seq)
+    out = [decode_payload(f[4:]) for f in queue.pull(CHUNK_SIZE)]
+    assert [(seq, m.kind) for seq, m in out[:3]] == [(i, "pod_status") for i in (1, 2, 3)]
+    assert [m.kind for _, m in out[3:]] == ["chunk"]
+    assert out[3][1].offset == len(decode_payload(first[0][4:])[1].data)  # where it stopped
+    assert queue.backlog(Priority.STATUS) == 0 and queue.backlog(Priority.BULK) == 1
+
+
+def test_the_ack_of_edge_statuses_overtakes_a_configmap_being_chunked() -> None:
+    """The hub is sending a 1 MiB ConfigMap (BULK, 64 chunks); the edge's three pod
+    statuses (numbered) are acked after one more chunk, not after the ConfigMap."""
+    pair = open_pair()
+    pair.server.send(configmap(1 * MIB), pair.now)
+    pair.client.receive_data(pair.server.data_to_send(max_bytes=CHUNK_SIZE), pair.now)
+    seqs = [pair.client.send(status(i), pair.now) for i in range(3)]
+    assert seqs == [1, 2, 3]
+    pair.server.receive_data(pair.client.data_to_send(), pair.now)
+    assert [type(e) for e in pair.server.events_received()] == [MessageReceived] * 3
+    pair.server.handle_timer(pair.now + 1.0)  # the delayed ack is due
+    out = pair.server.data_to_send(max_bytes=CHUNK_SIZE)
+    assert kinds(out) == ["ack", "chunk"]
+    pair.client.receive_data(out, pair.now + 1.0)
+    assert pair.client.events_received() == [Acked(3)]  # the ConfigMap is not in yet
+    assert pair.client.unacked() == [] and pair.server.bytes_to_send > 900 * 1024
+
+
+def test_a_pod_status_behind_a_large_numbered_event_keeps_its_seq_order() -> None:
+    """The limit of the lanes: a 1 MiB event is numbered (the STATUS lane) and chunked; a
+    pod status sent after it does not overtake its chunks, since the receiver's cumulative
+    ack takes seqs in order (a later seq first would make the event a duplicate). Both
+    arrive in order and are acked."""
+    pair = open_pair()
+    assert pair.client.send(event(1 * MIB), pair.now) == 1
+    first = pair.client.data_to_send(max_bytes=CHUNK_SIZE)
+    assert pair.client.send(status(), pair.now) == 2
+    second = pair.client.data_to_send(max_bytes=CHUNK_SIZE)
+    assert kinds(first) == kinds(second) == ["chunk"]
+    pair.server.receive_data(first + second, pair.now)
+    pair.pump()
+    received = [e for e in pair.take(pair.server) if isinstance(e, MessageReceived)]
+    assert [(e.seq, e.message.kind) for e in received] == [(1, "event"), (2, "pod_status")]
+    pair.run_until(pair.now + 1.0)
+    assert Acked(2) in pair.take(pair.client)
+
+
 def test_pull_with_no_budget_takes_only_control_frames() -> None:
     queue = SendQueue(Limits(4 * MIB, 8 * MIB))
     queue.put(encode(status(), 1), Priority.STATUS, 1)

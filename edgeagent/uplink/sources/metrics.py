@@ -16,11 +16,18 @@ What is offered, per session:
 
 Sealing only when due keeps the cadence the metrics settings ask for (a batch holds whole
 samples), however often other streams wake the session.
+
+A batch the session cannot send (``MessageTooLarge``: over the message limit the session
+agreed with the hub) is never retried in its place: :meth:`MetricsSource.too_large` keeps it
+in the store's dead letters (``edgeagent.store.deadletters``) with a Warning Event on the
+Node, and drops it from the forwarder as soon as every batch before it is acknowledged
+(an ack covers the earlier batches too), so the batches behind it go.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -29,6 +36,8 @@ from edgeagent.uplink.sources.base import Outgoing, Wakeups
 
 if TYPE_CHECKING:
     from edgeagent.metrics import MetricsForwarder
+    from edgeagent.store import Store
+    from protocol.errors import MessageTooLarge
 
 __all__ = ["MetricsSource"]
 
@@ -40,6 +49,8 @@ class MetricsSource:
 
     Args:
         node_name: this node (``metrics_batch.node_name``).
+        dead_letters: the store that keeps batches that cannot be sent (and queues the
+            Warning Event saying so); ``None``: such a batch is skipped for the session.
 
     The forwarder is attached by the metrics service while it runs
     (:meth:`attach`); without one, nothing is offered. Each :class:`Outgoing` token is the
@@ -49,8 +60,11 @@ class MetricsSource:
     name = "metrics"
     priority = Priority.BULK
 
-    def __init__(self, node_name: str) -> None:
+    def __init__(self, node_name: str, *, dead_letters: Store | None = None) -> None:
         self._node_name = node_name
+        self._dead_letters = dead_letters
+        self._dead: set[int] = set()
+        """Batch seqs dead-lettered and still in the forwarder (behind unacked ones)."""
         self._forwarder: MetricsForwarder | None = None
         self._online = False
         self._due = False
@@ -103,7 +117,7 @@ class MetricsSource:
             return []
         out: list[Outgoing] = []
         for batch in forwarder.unacked():
-            if batch.batch_seq not in self._sent_now:
+            if batch.batch_seq not in self._sent_now and batch.batch_seq not in self._dead:
                 out.append(Outgoing(batch.message(self._node_name), batch.batch_seq))
                 if len(out) >= limit:
                     return out
@@ -126,6 +140,31 @@ class MetricsSource:
         self._in_flight[seq] = item.token
         self._sent_now.add(item.token)
 
+    def too_large(self, item: Outgoing, error: MessageTooLarge) -> None:
+        """``send()`` refused ``item`` as over the agreed limits (no seq used): dead-letter
+        the batch; it leaves the forwarder once the batches before it are acknowledged.
+
+        Raises:
+            StoreError: the dead letter could not be written (the batch stays queued).
+        """
+        batch_seq: int = item.token
+        self._sent_now.add(batch_seq)  # not again in this session, whatever follows
+        store = self._dead_letters
+        if store is None:
+            log.error("metrics batch %d cannot be sent this session: %s", batch_seq, error)
+            return
+        from edgeagent.uplink.sources.outbox import dead_letter_warning
+
+        message = item.message
+        body = {"node_name": self._node_name, "batch_seq": batch_seq, "samples": message.samples}
+        dead = store.dead_letter_add(
+            message.kind, body, size=error.size, reason=str(error), created_at=time.time()
+        )
+        log.error("metrics batch %d dead-lettered (%d): %s", batch_seq, dead.id, error)
+        store.outbox_append("event", dead_letter_warning(dead, self._node_name))
+        self._dead.add(batch_seq)
+        self._drop_dead()
+
     def acked(self, up_to: int) -> None:
         """Forget the batches the ack covers (batches go in order: the highest covers the
         earlier ones); with a backlog left, seal more now."""
@@ -134,9 +173,23 @@ class MetricsSource:
             return
         last = max(self._in_flight.pop(seq) for seq in done)
         self._sent_now = {s for s in self._sent_now if s > last}
+        self._dead = {s for s in self._dead if s > last}
         forwarder = self._forwarder
         if forwarder is None:
             return
         forwarder.acked(last)
+        self._drop_dead()
+
+    def _drop_dead(self) -> None:
+        """Drop the dead-lettered batches at the head of the forwarder's queue (nothing
+        unacknowledged before them); with a backlog left, seal more now."""
+        forwarder = self._forwarder
+        if forwarder is None:
+            return
+        for batch in forwarder.unacked():
+            if batch.batch_seq not in self._dead:
+                break
+            self._dead.discard(batch.batch_seq)
+            forwarder.acked(batch.batch_seq)  # the head: it alone
         if forwarder.backlog():
             self.batch_due()

@@ -38,7 +38,14 @@ from protocol.messages import (
     ObjectRef,
 )
 
-__all__ = ["OutboxSource", "hello", "resend_list", "sent_messages", "to_message"]
+__all__ = [
+    "OutboxSource",
+    "dead_letter_warning",
+    "hello",
+    "resend_list",
+    "sent_messages",
+    "to_message",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,32 @@ def to_message(entry: OutboxEntry) -> Message:
         for name, value in entry.body.items()
     }
     return cls(**fields)
+
+
+def dead_letter_warning(dead: DeadLetter, node_name: str) -> dict[str, Any]:
+    """The body of the Warning ``MessageTooLarge`` Event that says ``dead`` was given up on:
+    on the object the message was about (its ``ref``), else on the node."""
+    ref = dead.body.get("ref")
+    if not (isinstance(ref, Mapping) and {"kind", "name", "uid"} <= set(ref)):
+        ref = {"kind": "Node", "namespace": "", "name": node_name, "uid": node_name}
+    what = dead.kind
+    if dead.kind == "event":
+        what = f"event {dead.body.get('reason', '')!s}"[:80]
+    elif dead.kind == "twin_reported":
+        what = f"twin_reported {dead.body.get('property', '')!s}"[:80]
+    size = f" of {dead.size} bytes" if dead.size else ""
+    return {
+        "ref": dict(ref),
+        "type": "Warning",
+        "reason": "MessageTooLarge",
+        "message": (
+            f"{what}{size} from node {node_name} was not delivered after "
+            f"{dead.attempts} attempt(s) and is kept in the agent's dead letters: "
+            f"{dead.reason}"
+        )[:1024],
+        "timestamp": time.time(),
+        "count": 1,
+    }
 
 
 def sent_messages(store: Store) -> list[tuple[int, Message]]:
@@ -211,28 +244,7 @@ class OutboxSource:
             dead.attempts,
             reason,
         )
-        self.store.outbox_append("event", self._warning(dead))
-
-    def _warning(self, dead: DeadLetter) -> dict[str, Any]:
-        ref = dead.body.get("ref")
-        if not (isinstance(ref, Mapping) and {"kind", "name", "uid"} <= set(ref)):
-            ref = {"kind": "Node", "namespace": "", "name": self.node_name, "uid": self.node_name}
-        what = dead.kind
-        if dead.kind == "event":
-            what = f"event {dead.body.get('reason', '')!s}"[:80]
-        size = f" of {dead.size} bytes" if dead.size else ""
-        return {
-            "ref": dict(ref),
-            "type": "Warning",
-            "reason": "MessageTooLarge",
-            "message": (
-                f"{what}{size} from node {self.node_name} was not delivered after "
-                f"{dead.attempts} attempt(s) and is kept in the agent's dead letters: "
-                f"{dead.reason}"
-            )[:1024],
-            "timestamp": time.time(),
-            "count": 1,
-        }
+        self.store.outbox_append("event", dead_letter_warning(dead, self.node_name))
 
     def acked(self, up_to: int) -> None:
         self.store.outbox_ack(up_to)

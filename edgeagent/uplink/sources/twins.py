@@ -12,6 +12,13 @@ harmless.
 Messages in flight when a session ends are sent again on the next one (with new seqs),
 except those the hub says it processed (the welcome's ``received_up_to``).
 
+A report the session cannot send (``MessageTooLarge``: a value over the message limit the
+session agreed with the hub) is never retried in its place: :meth:`TwinSource.too_large`
+keeps it in the store's dead letters (``edgeagent.store.deadletters``) with a Warning
+Event on the Device, and marks it delivered, so the reports behind it go. At once, not
+after attempts: the table keeps only the latest report per property, so a newer report
+(which may fit) would replace it anyway. Without a store it is skipped for the session.
+
 Down, :meth:`TwinSource.on_desired` is the handler the agent registers for
 ``twin_desired`` (``HubLink.register``): the value goes to the twins, which decide by
 version whether it wins.
@@ -29,6 +36,8 @@ from edgeagent.uplink.sources.base import Outgoing, Wakeups
 
 if TYPE_CHECKING:
     from edgeagent.devices import EdgeTwins, TwinEvent
+    from edgeagent.store import Store
+    from protocol.errors import MessageTooLarge
     from protocol.messages import Message
 
 __all__ = ["TwinSource"]
@@ -37,6 +46,7 @@ log = logging.getLogger(__name__)
 
 _REPORT = "report"
 _HISTORY = "history"
+_SCAN = 4096  # pending history entries read to find the oldest of one property
 
 
 class TwinSource:
@@ -46,6 +56,9 @@ class TwinSource:
         twins: the node's twins, or ``None`` when devices are disabled (nothing goes up;
             ``twin_desired`` is ignored with a DEBUG line).
         wall_clock: seconds since the epoch (when a desired value arrived).
+        dead_letters: the store that keeps reports that cannot be sent (and queues the
+            Warning Event saying so); ``None``: such a report is skipped for the session.
+        node_name: this node, for that Event.
 
     Each :class:`Outgoing` token is ``(key, report)``, ``key`` being ``("report" |
     "history", uid, property, version)``.
@@ -55,13 +68,23 @@ class TwinSource:
     priority = Priority.STATUS
 
     def __init__(
-        self, twins: EdgeTwins | None, *, wall_clock: Callable[[], float] = time.time
+        self,
+        twins: EdgeTwins | None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        dead_letters: Store | None = None,
+        node_name: str = "",
     ) -> None:
         self._twins = twins
         self._wall = wall_clock
+        self._dead_letters = dead_letters
+        self._node_name = node_name
         self._online = False
         self._in_flight: dict[int, tuple[tuple[Any, ...], Any]] = {}
         self._sent_keys: set[tuple[Any, ...]] = set()
+        self._parked: dict[tuple[Any, ...], Any] = {}
+        """Dead-lettered history entries waiting for the older entries of their property
+        (``drop_history`` drops every version up to the one given)."""
         self._wake = Wakeups()
         self._remove_listener = twins.add_listener(self._on_twin_event) if twins else None
 
@@ -107,7 +130,7 @@ class TwinSource:
                 break
             for report in pending(room + len(self._sent_keys)):
                 key = (kind, report.uid, report.property, report.version)
-                if key in self._sent_keys:
+                if key in self._sent_keys or key in self._parked:
                     continue
                 message = TwinReported(
                     ref=ObjectRef("Device", report.namespace, report.name, report.uid),
@@ -133,17 +156,73 @@ class TwinSource:
         self._in_flight[seq] = (key, report)
         self._sent_keys.add(key)
 
+    def too_large(self, item: Outgoing, error: MessageTooLarge) -> None:
+        """``send()`` refused ``item`` as over the agreed limits (no seq used): dead-letter
+        it and mark it delivered, so that it is not offered again (see the module doc).
+
+        Raises:
+            StoreError: the dead letter could not be written (the report stays pending).
+        """
+        key, report = item.token
+        store = self._dead_letters
+        if store is None:
+            self._sent_keys.add(key)  # not again in this session; the next one tries
+            log.error("twin report %s cannot be sent this session: %s", key[1:], error)
+            return
+        import dataclasses
+
+        from edgeagent.store import ref_dict
+        from edgeagent.uplink.sources.outbox import dead_letter_warning
+
+        message = item.message
+        body = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+        body["ref"] = ref_dict(body["ref"])
+        dead = store.dead_letter_add(
+            message.kind, body, size=error.size, reason=str(error), created_at=report.timestamp
+        )
+        log.error(
+            "twin report %s/%s %s v%d dead-lettered (%d): %s",
+            report.namespace,
+            report.name,
+            report.property,
+            report.version,
+            dead.id,
+            error,
+        )
+        store.outbox_append("event", dead_letter_warning(dead, self._node_name))
+        if key[0] == _REPORT or self._oldest_history(report):
+            self._delivered(key, report)
+        else:  # older entries of the property are still to be acknowledged
+            self._parked[key] = report
+
     def acked(self, up_to: int) -> None:
         """Mark the reports and history entries up to ``up_to`` delivered."""
         for seq in sorted(seq for seq in self._in_flight if seq <= up_to):
             key, report = self._in_flight.pop(seq)
             self._sent_keys.discard(key)
-            if self._twins is None:
-                continue
-            if key[0] == _REPORT:
-                self._twins.report_delivered(report)
-            else:
-                self._twins.history_delivered(report.uid, report.property, report.version)
+            self._delivered(key, report)
+        for key, report in list(self._parked.items()):
+            if self._oldest_history(report):
+                del self._parked[key]
+                self._delivered(key, report)
+
+    def _oldest_history(self, report: Any) -> bool:
+        """True if no older history entry of ``report``'s property is still pending (False
+        when that cannot be told from the first ``_SCAN`` pending entries: kept parked)."""
+        assert self._twins is not None
+        pending = self._twins.pending_history(_SCAN)
+        for entry in pending:
+            if (entry.uid, entry.property) == (report.uid, report.property):
+                return entry.version >= report.version
+        return len(pending) < _SCAN
+
+    def _delivered(self, key: tuple[Any, ...], report: Any) -> None:
+        if self._twins is None:
+            return
+        if key[0] == _REPORT:
+            self._twins.report_delivered(report)
+        else:
+            self._twins.history_delivered(report.uid, report.property, report.version)
 
     # -- down ---------------------------------------------------------------------------------
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from cloudhub.bridge.deadletters import DeadLetter, DeadLetters
 from cloudhub.kube import CONFIGMAPS, EVENTS, PODS, KubeClient
 from protocol.chunking import Limits
 from protocol.errors import ErrorCode
-from protocol.messages import KubeEvent, ObjectRef
-from protocol.undelivered import undelivered
+from protocol.messages import KubeEvent, ObjectDelete, ObjectRef, ObjectUpsert, SyncDone
+from protocol.undelivered import placeholder, undelivered
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, configmap, eventually, pod
 
 LIMIT = 64 * 1024
@@ -99,3 +100,60 @@ async def test_an_edge_message_over_the_hub_limit_is_refused_acked_and_counted(
         {"direction": "up", "kind": "unknown", "reason": "too_large"},
     )
     assert counted == 1.0 and agent.connected and agent.sessions == sessions
+
+
+@pytest.mark.parametrize("cluster", BOTH, indirect=True)
+async def test_a_dead_letter_row_goes_once_the_object_reaches_the_node(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique
+) -> None:
+    """Issue 15 gap: the row of a ConfigMap over the limit stayed in the table after a
+    smaller version of it was sent. Now it goes when a version that fits is sent (not when
+    its placeholder is), and when the object is deleted."""
+    hub = await hubs.start({"session.max_message_size": LIMIT})
+    node = unique("edge-shrink")
+    big = await kube.create(CONFIGMAPS, configmap("big", namespace, {"blob": "x" * (100 * 1024)}))
+    gone = await kube.create(CONFIGMAPS, configmap("gone", namespace, {"blob": "y" * (100 * 1024)}))
+    await kube.create(PODS, pod("web", namespace, node, **uses("big")))
+    await kube.create(PODS, pod("old", namespace, node, **uses("gone")))
+    agent = hubs.agent(node)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    rows = {letter.ref.name for letter in hub.dead_letters.entries(node) if letter.ref}
+    assert rows == {"big", "gone"}  # the placeholders sent meanwhile did not settle them
+
+    await kube.patch(CONFIGMAPS, "big", {"data": {"blob": "small"}}, namespace)
+
+    def arrived() -> bool:
+        held = agent.store.get(big["metadata"]["uid"])
+        return held is not None and (held[2].get("data") or {}).get("blob") == "small"
+
+    await agent.wait_for(arrived, DEADLINE)
+    assert [letter.ref.name for letter in hub.dead_letters.entries(node) if letter.ref] == ["gone"]
+
+    await kube.delete(CONFIGMAPS, "gone", namespace)
+    await agent.wait_for(lambda: gone["metadata"]["uid"] not in agent.store, DEADLINE)
+    assert hub.dead_letters.entries(node) == []
+    assert len(hub.registry.sessions()) == 1
+
+
+def test_only_the_object_itself_settles_its_row() -> None:
+    """The placeholder, another node's upsert of it, another object and other kinds leave
+    the row; the object's own upsert (or delete) to that node removes it, once."""
+    ref = ObjectRef("ConfigMap", "default", "big", "u-big")
+    table = DeadLetters()
+    table.add(DeadLetter("n1", "object_upsert", ref, "too large", 1.0))
+    body = {"kind": "ConfigMap", "metadata": {"name": "big", "uid": "u-big"}, "data": {}}
+    other = ObjectRef("ConfigMap", "default", "small", "u-small")
+    for node, message in [
+        ("n1", ObjectUpsert(ref, "2", placeholder(body, 200_000, LIMIT))),
+        ("n2", ObjectUpsert(ref, "2", body)),
+        ("n1", ObjectUpsert(other, "2", body)),
+        ("n1", SyncDone(1)),
+        ("n1", KubeEvent(ref, "Normal", "X", "x", 1.0)),
+    ]:
+        assert table.delivered(node, message) is None
+    assert len(table) == 1
+    (row,) = table.entries("n1")
+    assert table.delivered("n1", ObjectUpsert(ref, "3", body)) is row
+    assert table.delivered("n1", ObjectDelete(ref, "4")) is None and len(table) == 0
+    table.add(DeadLetter("n1", "object_upsert", ref, "too large", 2.0))
+    assert table.delivered("n1", ObjectDelete(ref, "4")) is not None and len(table) == 0

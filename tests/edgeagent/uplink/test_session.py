@@ -423,3 +423,52 @@ async def test_the_agents_own_sources_are_drained_after_the_outbox(make_agent, h
     await eventually(lambda: streams.delivered == [event], "the stream's message acknowledged")
     await agent.stop()
     assert streams.wakeups == []  # unhooked when the service stopped
+
+
+async def test_a_twin_report_over_the_hub_limit_is_dead_lettered_in_session(
+    make_agent, hub: HubRunner
+):
+    """Issue 15 gap, through the real ``HubLink`` and a real hub whose message limit is
+    8 KiB: a 12 KiB twin report is dead-lettered (the store's table, a Warning Event queued
+    and sent up) and the report made with it goes, in the same session. (This hub runs no
+    device extension: it answers both with an error, and acknowledges them.)"""
+    import types
+
+    from edgeagent.devices import EdgeTwins, Reading
+    from edgeagent.uplink.sources.twins import TwinSource
+    from tests.edgeagent.devices.helpers import THERMOSTAT_MODEL, device
+
+    await hub.stop()
+    await hub.start(**{"session.max_message_size": 8 * 1024})
+    link = HubLink()
+    made: dict[str, Any] = {}
+
+    class WithTwins:
+        name = "hub"
+
+        async def run(self, ctx) -> None:
+            twins = EdgeTwins(ctx.store.twins())
+            twins.upsert_model(THERMOSTAT_MODEL)
+            twins.upsert_device(device(properties=[{"name": "temperature"}, {"name": "label"}]))
+            source = TwinSource(twins, dead_letters=ctx.store, node_name=ctx.node_name)
+            made.update(twins=twins)
+            try:
+                await link.run(types.SimpleNamespace(**{**vars(ctx), "sources": (source,)}))
+            finally:
+                source.close()
+
+    agent = make_agent("edge-twin-big", start=False)
+    agent.link = link
+    agent.agent.services = [WithTwins()]
+    agent.start()
+    await agent.connected()
+    session = link.connection_id()
+    twins = made["twins"]
+    readings = [Reading("label", "x" * (12 * 1024)), Reading("temperature", 19.5)]
+    twins.report("default", "thermo-1", readings, now=time.time())
+    await eventually(lambda: twins.pending_reports() == [], "no twin report left pending")
+    (dead,) = agent.store.dead_letters()
+    assert dead.kind == "twin_reported" and dead.body["property"] == "label"
+    assert "over 8192 bytes" in dead.reason
+    await eventually(lambda: agent.store.outbox_depth() == 0, "the Warning Event sent up")
+    assert link.connection_id() == session  # one session: nothing was closed over it
