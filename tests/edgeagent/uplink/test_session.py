@@ -169,7 +169,10 @@ async def test_extension_points(make_agent, hub: HubRunner):
     agent.start()
     await agent.connected()
     first = link.connection_id()
-    assert sessions == ["quic"]
+    # the session task starts beside the session (connected() may return first)
+    await eventually(
+        lambda: sessions == ["quic"], "the session task started", state=lambda: sessions
+    )
     assert len(source.started) == 1
 
     # a source's message goes up, numbered, and its ack comes back
@@ -209,7 +212,11 @@ async def test_extension_points(make_agent, hub: HubRunner):
     await hub.start()
     await agent.connected()
     assert link.connection_id() != first
-    assert sessions == ["quic", "quic"]
+    await eventually(
+        lambda: sessions == ["quic", "quic"],
+        "the session task started again",
+        state=lambda: sessions,
+    )
     assert len(source.started) == 2 and source.ended == 1
 
 
