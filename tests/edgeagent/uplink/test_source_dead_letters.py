@@ -19,98 +19,19 @@ from edgeagent.devices import EdgeTwins, Reading
 from edgeagent.metrics import MetricsForwarder, MetricsSettings
 from edgeagent.metrics.memory import MemoryMetricsStorage
 from edgeagent.store import Store
-from edgeagent.uplink.scheduler import SendScheduler
-from edgeagent.uplink.sources.base import UpSource
 from edgeagent.uplink.sources.metrics import MetricsSource
-from edgeagent.uplink.sources.outbox import hello
 from edgeagent.uplink.sources.twins import TwinSource
 from protocol.codec import encode
-from protocol.config import SessionConfig
-from protocol.errors import MessageTooLarge
-from protocol.messages import MetricsBatch, TwinReported, Welcome
-from protocol.session import Acked, HelloReceived, MessageReceived, Role, Session
+from protocol.messages import MetricsBatch, TwinReported
 from tests.bench.bench_metrics import typical_node_samples
 from tests.edgeagent.devices.helpers import THERMOSTAT_MODEL, device
-from tests.edgeagent.uplink.test_outbox import pump
+from tests.edgeagent.uplink import harness
 
 NOW = 1_700_000_000.0
 KIB = 1024
 NODE = "edge-1"
 LIMIT = 8 * KIB  # the hub's message limit in the twin tests
 BIG = 12 * KIB  # a label over it (text values may be up to 16 KiB)
-
-
-class Edge:
-    """One agent's up-going streams over sessions to a hub with ``limit`` bytes per
-    message: the drain loop of ``HubLink`` (``MessageTooLarge`` goes to the source)."""
-
-    def __init__(self, store: Store, source: UpSource, limit: int) -> None:
-        self.store, self.source, self.limit = store, source, limit
-        self.scheduler: SendScheduler[UpSource] = SendScheduler()
-        self.scheduler.add(source)
-        self.client: Session | None = None
-        self.server: Session | None = None
-        self.received: list[object] = []
-        self.now = 1000.0
-
-    def connect(self) -> None:
-        client = Session(Role.CLIENT, now=self.now, next_seq=self.store.next_seq())
-        server = Session(Role.SERVER, SessionConfig(max_message_size=self.limit), now=self.now)
-        client.connect(hello(self.store, node_name=NODE, agent_version="t"), self.now)
-        pump(client, server, self.now)
-        [event] = [e for e in server.events_received() if isinstance(e, HelloReceived)]
-        server.accept(Welcome(event.version, NOW, "s", 0, 20.0), self.now)
-        pump(client, server, self.now)
-        client.events_received()
-        assert client.limits.max_message_size == self.limit
-        self.client, self.server = client, server
-        self.source.session_started(0)
-
-    def drain(self) -> int:
-        """Send what the source offers while the window has room; returns how many."""
-        client = self.client
-        assert client is not None
-        sent = 0
-        self.scheduler.wake()
-        while (pick := self.scheduler.next(client.window_free, client.config.window)) is not None:
-            source, limit = pick
-            items = source.messages_to_send(limit)
-            if not items:
-                self.scheduler.idle(source)
-            for item in items:
-                try:
-                    seq = client.send(item.message, self.now)
-                except MessageTooLarge as exc:  # as HubLink._too_large
-                    handler = getattr(source, "too_large", None)
-                    if handler is None:
-                        self.scheduler.idle(source)
-                    else:
-                        handler(item, exc)
-                    continue
-                source.sent(item, seq)
-                if seq is not None:
-                    self.store.note_seq_used(seq)
-                sent += 1
-        return sent
-
-    def deliver(self, *, ack: bool = True) -> None:
-        assert self.client is not None and self.server is not None
-        self.server.receive_data(self.client.data_to_send(), self.now)
-        for event in self.server.events_received():
-            if isinstance(event, MessageReceived):
-                self.received.append(event.message)
-        if not ack:
-            return
-        self.now += 1.0
-        self.server.handle_timer(self.now)
-        self.client.receive_data(self.server.data_to_send(), self.now)
-        for event in self.client.events_received():
-            if isinstance(event, Acked):
-                self.source.acked(event.up_to)
-
-    def drop(self) -> None:
-        self.client = self.server = None
-        self.source.session_ended()
 
 
 @pytest.fixture
@@ -139,7 +60,7 @@ def _warnings(store: Store) -> list[dict]:
 def test_a_twin_report_over_the_limit_is_dead_lettered_and_the_others_go(store: Store) -> None:
     twins = _twins(store)
     source = TwinSource(twins, dead_letters=store, node_name=NODE)
-    edge = Edge(store, source, limit=LIMIT)
+    edge = harness.Edge(store, source, limit=LIMIT, node=NODE)
     edge.connect()
     twins.report(
         "default",
@@ -147,7 +68,7 @@ def test_a_twin_report_over_the_limit_is_dead_lettered_and_the_others_go(store: 
         [Reading("label", "x" * BIG), Reading("temperature", 19.5)],
         now=NOW,
     )
-    assert edge.drain() == 1  # the temperature; the label is over the hub's 8 KiB
+    assert edge.send() == 1  # the temperature; the label is over the hub's 8 KiB
     edge.deliver()
     assert [(m.property, m.value) for m in edge.received] == [("temperature", 19.5)]
     assert twins.pending_reports() == []  # nothing left to block what comes next
@@ -162,9 +83,9 @@ def test_a_twin_report_over_the_limit_is_dead_lettered_and_the_others_go(store: 
     # A later session offers nothing again; a newer label that fits goes as usual.
     edge.drop()
     edge.connect()
-    assert edge.drain() == 0
+    assert edge.send() == 0
     twins.report("default", "thermo-1", [Reading("label", "short")], now=NOW + 1)
-    assert edge.drain() == 1
+    assert edge.send() == 1
     edge.deliver()
     assert (edge.received[-1].property, edge.received[-1].value) == ("label", "short")
     assert store.dead_letter_count() == 1
@@ -176,16 +97,16 @@ def test_a_history_entry_over_the_limit_never_drops_older_unacked_ones(store: St
     only then is v2 dropped from the history."""
     twins = _twins(store)
     source = TwinSource(twins, dead_letters=store, node_name=NODE)
-    edge = Edge(store, source, limit=LIMIT)
+    edge = harness.Edge(store, source, limit=LIMIT, node=NODE)
     edge.connect()
     for i, value in enumerate(["a", "x" * BIG, "b"]):
         twins.report("default", "thermo-1", [Reading("label", value)], now=NOW + i, history=True)
-    assert edge.drain() == 3  # the latest report ("b"), history v1 and v3
+    assert edge.send() == 3  # the latest report ("b"), history v1 and v3
     edge.deliver(ack=False)
     edge.drop()
     assert len(twins.pending_history()) == 3  # v2 too: v1 before it is not acknowledged
     edge.connect()
-    assert edge.drain() == 3  # the same three again, not v2
+    assert edge.send() == 3  # the same three again, not v2
     edge.deliver()
     assert twins.pending_history() == [] and twins.pending_reports() == []
     history = [m.value for m in edge.received if isinstance(m, TwinReported)]
@@ -199,7 +120,7 @@ def test_without_a_store_a_report_over_the_limit_is_only_skipped_for_the_session
 ) -> None:
     twins = _twins(store)
     source = TwinSource(twins)  # no dead-letter table: kept, tried again next session
-    edge = Edge(store, source, limit=LIMIT)
+    edge = harness.Edge(store, source, limit=LIMIT, node=NODE)
     edge.connect()
     twins.report(
         "default",
@@ -207,7 +128,7 @@ def test_without_a_store_a_report_over_the_limit_is_only_skipped_for_the_session
         [Reading("label", "x" * BIG), Reading("temperature", 1.0)],
         now=NOW,
     )
-    assert edge.drain() == 1 and edge.drain() == 0
+    assert edge.send() == 1 and edge.send() == 0
     edge.deliver()
     assert [r.property for r in twins.pending_reports()] == ["label"]
     assert store.dead_letter_count() == 0
@@ -229,13 +150,11 @@ def _sizes(tmp_path: pathlib.Path, samples: list) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
-def test_a_metrics_batch_over_the_limit_is_dead_lettered_behind_unacked_ones(
-    store: Store, tmp_path: pathlib.Path
-) -> None:
-    """Batch 1 (2 samples) fits and is in flight; batch 2 (4 samples) is over the limit:
-    dead-lettered, kept in the forwarder until batch 1 is acknowledged (an ack covers the
-    earlier batches), then dropped, and the batches after it go."""
-    samples = typical_node_samples(12)
+def _metrics_edge(
+    store: Store, tmp_path: pathlib.Path, samples: list
+) -> tuple[MetricsForwarder, MetricsSource, harness.Edge]:
+    """Batches of at most 4 samples over a session whose limit lies between the sizes of a
+    2-sample and a 4-sample batch of ``samples``."""
     small, large = _sizes(tmp_path / "sizes", samples)
     settings = MetricsSettings(
         sample_interval_s=60, batch_interval_s=60, state_dir=str(tmp_path), batch_max_samples=4
@@ -243,26 +162,37 @@ def test_a_metrics_batch_over_the_limit_is_dead_lettered_behind_unacked_ones(
     forwarder = MetricsForwarder(store.metrics(), settings)
     source = MetricsSource(NODE, dead_letters=store)
     source.attach(forwarder)
-    edge = Edge(store, source, limit=(small + large) // 2)
+    edge = harness.Edge(store, source, limit=(small + large) // 2, node=NODE)
     edge.connect()
+    return forwarder, source, edge
+
+
+def test_a_metrics_batch_over_the_limit_is_dead_lettered_behind_unacked_ones(
+    store: Store, tmp_path: pathlib.Path
+) -> None:
+    """Batch 1 (2 samples) fits and is in flight; batch 2 (4 samples) is over the limit:
+    dead-lettered, kept in the forwarder until batch 1 is acknowledged (an ack covers the
+    earlier batches), then dropped, and the batches after it go."""
+    samples = typical_node_samples(12)
+    forwarder, source, edge = _metrics_edge(store, tmp_path, samples)
     for sample in samples[:2]:
         forwarder.add(sample)
-    assert edge.drain() == 1  # batch 1
+    assert edge.send() == 1  # batch 1
     for sample in samples[2:6]:
         forwarder.add(sample)
     source.batch_due()
-    assert edge.drain() == 0  # batch 2: too large
+    assert edge.send() == 0  # batch 2: too large
     assert [b.batch_seq for b in forwarder.unacked()] == [1, 2]  # 1 is not acked yet
     samples_2 = forwarder.unacked()[1].message(NODE).samples
     edge.deliver(ack=False)
     edge.drop()
     edge.connect()
-    assert edge.drain() == 1  # batch 1 again, not batch 2
+    assert edge.send() == 1  # batch 1 again, not batch 2
     edge.deliver()
     assert forwarder.unacked() == []  # 1 acknowledged, then 2 dropped: dead-lettered
     (dead,) = store.dead_letters()
     assert dead.kind == "metrics_batch" and dead.body["batch_seq"] == 2
-    assert dead.size > (small + large) // 2
+    assert edge.limit is not None and dead.size > edge.limit
     kept = {  # the batch's packed bytes, whole
         column: [base64.b64decode(v["base64"]) if isinstance(v, dict) else v for v in values]
         for column, values in dead.body["samples"].items()
@@ -274,7 +204,7 @@ def test_a_metrics_batch_over_the_limit_is_dead_lettered_behind_unacked_ones(
     for sample in samples[6:8]:
         forwarder.add(sample)
     source.batch_due()
-    assert edge.drain() == 1
+    assert edge.send() == 1
     edge.deliver()
     batches = [m for m in edge.received if isinstance(m, MetricsBatch)]
     assert len(batches) == 3 and forwarder.unacked() == [] and forwarder.backlog() == 0
@@ -284,18 +214,10 @@ def test_a_metrics_batch_over_the_limit_at_the_head_is_dropped_at_once(
     store: Store, tmp_path: pathlib.Path
 ) -> None:
     samples = typical_node_samples(8)
-    small, large = _sizes(tmp_path / "sizes", samples)
-    settings = MetricsSettings(
-        sample_interval_s=60, batch_interval_s=60, state_dir=str(tmp_path), batch_max_samples=4
-    )
-    forwarder = MetricsForwarder(store.metrics(), settings)
-    source = MetricsSource(NODE, dead_letters=store)
-    source.attach(forwarder)
-    edge = Edge(store, source, limit=(small + large) // 2)
-    edge.connect()
+    forwarder, _source, edge = _metrics_edge(store, tmp_path, samples)
     for sample in samples[:6]:
         forwarder.add(sample)
-    assert edge.drain() == 1  # batch 1 (4 samples) dead at once, then batch 2 (2) goes
+    assert edge.send() == 1  # batch 1 (4 samples) dead at once, then batch 2 (2) goes
     assert [b.batch_seq for b in forwarder.unacked()] == [2]
     edge.deliver()
     assert forwarder.unacked() == [] and store.dead_letter_count() == 1

@@ -16,7 +16,6 @@ from cloudhub.metrics import EdgeMetricsStore
 from edgeagent.devices import EdgeTwins, Reading
 from edgeagent.metrics import MetricsForwarder, MetricsService, MetricsSettings, Sampler
 from edgeagent.store import Store
-from edgeagent.uplink.scheduler import SendScheduler
 from edgeagent.uplink.sources.base import UpSource
 from edgeagent.uplink.sources.metrics import MetricsSource
 from edgeagent.uplink.sources.outbox import OutboxSource
@@ -28,12 +27,11 @@ from protocol.messages import (
     PodStatus,
     TwinDesired,
     TwinReported,
-    Welcome,
 )
-from protocol.session import Acked, HelloReceived, MessageReceived, Role, Session
+from protocol.session import MessageReceived, Session
 from tests.bench.bench_metrics import typical_node_samples
 from tests.edgeagent.devices.helpers import THERMOSTAT_MODEL, device
-from tests.edgeagent.uplink.test_outbox import pump
+from tests.edgeagent.uplink import harness
 
 NOW = 1_700_000_000.0
 
@@ -61,73 +59,12 @@ class Hub:
                     self.metrics.ingest("edge-1", event.message.samples, NOW)
 
 
-class Edge:
-    """The hub session's loop (``edgeagent.uplink.session``) over sans-I/O sessions."""
+class Edge(harness.Edge):
+    """The shared session harness with this file's :class:`Hub` taking the arrivals."""
 
     def __init__(self, store: Store, *sources: UpSource) -> None:
-        self.store, self.sources = store, sources
-        self.scheduler: SendScheduler[UpSource] = SendScheduler()
-        for source in sources:
-            self.scheduler.add(source)
-        self.client: Session | None = None
-        self.server: Session | None = None
         self.hub = Hub()
-        self.now = 1000.0
-
-    def connect(self, received_up_to: int = 0) -> None:
-        from edgeagent.uplink.sources.outbox import hello
-
-        client = Session(Role.CLIENT, now=self.now, next_seq=self.store.next_seq())
-        server = Session(Role.SERVER, now=self.now)
-        client.connect(hello(self.store, node_name="edge-1", agent_version="t"), self.now)
-        pump(client, server, self.now)
-        [event] = [e for e in server.events_received() if isinstance(e, HelloReceived)]
-        welcome = Welcome(event.version, NOW, "s", received_up_to, 20.0)
-        server.accept(welcome, self.now)
-        pump(client, server, self.now)
-        client.events_received()
-        self.client, self.server = client, server
-        for source in self.sources:
-            source.session_started(received_up_to)
-
-    def send(self) -> int:
-        """One drain: what the scheduler picks while the window has room."""
-        client = self.client
-        assert client is not None
-        sent = 0
-        self.scheduler.wake()
-        while (pick := self.scheduler.next(client.window_free, client.config.window)) is not None:
-            source, limit = pick
-            items = source.messages_to_send(limit)
-            if not items:
-                self.scheduler.idle(source)
-            for item in items:
-                seq = client.send(item.message, self.now)
-                source.sent(item, seq)
-                if seq is not None:
-                    self.store.note_seq_used(seq)
-                sent += 1
-        return sent
-
-    def deliver(self, *, ack: bool = True) -> None:
-        """Bytes to the hub; with ``ack`` the hub's acks come back."""
-        assert self.client is not None and self.server is not None
-        self.server.receive_data(self.client.data_to_send(), self.now)
-        self.hub.take(self.server)
-        if not ack:
-            return
-        self.now += 1.0
-        self.server.handle_timer(self.now)  # the delayed ack is due
-        self.client.receive_data(self.server.data_to_send(), self.now)
-        for event in self.client.events_received():
-            if isinstance(event, Acked):
-                for source in self.sources:
-                    source.acked(event.up_to)
-
-    def drop(self) -> None:
-        self.client = self.server = None
-        for source in self.sources:
-            source.session_ended()
+        super().__init__(store, *sources, take=self.hub.take)
 
 
 @pytest.fixture
