@@ -49,7 +49,14 @@ from cloudhub.bridge.server import EdgeServer, Refusal
 from cloudhub.credentials import CredentialsReloader, FileCredentials
 from cloudhub.errors import ConfigError, HubError, KubeAPIError, KubeNotFound
 from cloudhub.events import EventRecorder
-from cloudhub.ha import REPLICA_LABEL, NodeOwnership, ReplicaLeases
+from cloudhub.ha import (
+    REPLICA_LABEL,
+    NodeOwnership,
+    ReplicaLeases,
+    full_jitter,
+    renew_before_stop,
+    shutdown_spread,
+)
 from cloudhub.ha.overload import LoopLag
 from cloudhub.heap import HeapTrimmer
 from cloudhub.kube import (
@@ -82,6 +89,10 @@ from protocol.undelivered import PLACEHELD_KINDS, placeholder
 __all__ = ["Extension", "Hub"]
 
 log = logging.getLogger(__name__)
+
+#: Longest a stopping hub spends renewing Leases before it closes its sessions (a pod has
+#: terminationGracePeriodSeconds, 30 s by default, for everything).
+_RENEW_BEFORE_STOP_S = 10.0
 
 #: ``install(hub)``: plug a part into the hub before it starts serving.
 Extension = Callable[["Hub"], "Awaitable[None] | None"]
@@ -487,9 +498,40 @@ class Hub:
             self._scope.create_task(self.heap.run(), name="heap-trim")
 
     async def aclose(self) -> None:
-        """Stop serving and release everything (idempotent)."""
+        """Stop serving and release everything (idempotent).
+
+        The agents are sent away with ``GOING_AWAY`` and a ``retry_after`` spread over
+        sessions / ``ha.shutdown_reconnect_rate`` seconds (at most ``ha.shutdown_spread_max``,
+        full jitter); Leases that could go stale meanwhile are renewed first
+        (:mod:`cloudhub.ha.handover`).
+        """
+        ha = self.settings.ha
+        spread = shutdown_spread(
+            len(self.registry), ha.shutdown_reconnect_rate, ha.shutdown_spread_max
+        )
+        going_away = full_jitter(spread)
         if self.edge is not None:
+            self.edge.going_away_retry = going_away
             self.edge.closing = True
+        if self._started and self.lifecycle is not None and self.kube is not None:
+            self._started = False
+            older_than = renew_before_stop(self.settings.nodes.not_ready_grace, spread)
+            try:
+                renewed = await asyncio.wait_for(
+                    self.lifecycle.renew_stale(older_than), _RENEW_BEFORE_STOP_S
+                )
+            except asyncio.TimeoutError:
+                log.warning(
+                    "stopping: Lease renewals took over %.0f s; stopped them", _RENEW_BEFORE_STOP_S
+                )
+            else:
+                log.info(
+                    "stopping: renewed %d node Leases older than %.1f s; "
+                    "agents reconnect over %.1f s",
+                    renewed,
+                    older_than,
+                    spread,
+                )
         if self.replicas is not None and self.kube is not None:
             # The handover: stop writing for every node, then delete this replica's Lease
             # (one write) so that the others take the nodes over as their agents arrive.
@@ -497,7 +539,9 @@ class Hub:
             self.ownership.drop_all()
             await self.replicas.release()
         servers, self._servers = self._servers, []
-        await asyncio.gather(*(server.aclose() for server in servers), return_exceptions=True)
+        await asyncio.gather(
+            *(server.aclose(going_away) for server in servers), return_exceptions=True
+        )
         await self.dispatcher.aclose()
         await self._scope.aclose()
         if self.replicas is not None:

@@ -241,8 +241,23 @@ class NodeSettings:
     """Edge nodes as Kubernetes Nodes: Leases, conditions, writes about nodes."""
 
     lease_interval: float = field(
-        default=10.0,
-        metadata=_h("renew a connected node's Lease this often (kubelet: 10 s)", "s"),
+        default=32.0,
+        metadata=_h(
+            "renew a connected node's Lease about this often: 32 s, with a 40 s "
+            "leaseDurationSeconds, is the edge liveness profile (1.9 writes/node/min; "
+            "kubelet renews every 10 s, 6/min); a node moving between hub replicas after a "
+            "replica's death may then pass a 40 s node-monitor-grace-period: such clusters "
+            'set --node-monitor-grace-period=60s, or 10 here (docs/hub.md, "Liveness '
+            'writes")',
+            "s",
+        ),
+    )
+    lease_jitter: float = field(
+        default=0.05,
+        metadata=_h(
+            "each renewal comes lease_interval * (1 ± this) after the last, drawn uniformly, "
+            "so that nodes that connected together (a reconnect storm) do not renew together",
+        ),
     )
     lease_duration: int = field(
         default=40,
@@ -257,10 +272,11 @@ class NodeSettings:
         ),
     )
     status_report_interval: float = field(
-        default=300.0,
+        default=600.0,
         metadata=_h(
-            "refresh a connected node's Ready heartbeat this often; the Lease is "
-            "the frequent heartbeat (kubelet's nodeStatusReportFrequency: 5 min)",
+            "refresh a connected node's Ready heartbeat this often; the Lease is the "
+            "frequent heartbeat and the node lifecycle controller judges by it "
+            "(kubelet's nodeStatusReportFrequency: 5 min; 10 min halves these writes)",
             "s",
         ),
     )
@@ -298,10 +314,13 @@ class NodeSettings:
             "qps",
             "burst",
         )
-        if self.lease_interval >= self.lease_duration:
+        if not 0 <= self.lease_jitter < 0.5:
+            raise SettingsError("lease_jitter", "a fraction 0 <= jitter < 0.5", self.lease_jitter)
+        if self.lease_interval * (1 + self.lease_jitter) >= self.lease_duration:
             raise SettingsError(
                 "lease_interval",
-                f"< lease_duration ({self.lease_duration} s)",
+                f"* (1 + lease_jitter {self.lease_jitter}) < lease_duration "
+                f"({self.lease_duration} s)",
                 self.lease_interval,
             )
 

@@ -105,6 +105,9 @@ class EdgeServer:
         records a Warning Event on the node the certificate names)."""
         self.closing = False
         """Set when the hub shuts down: new sessions are turned away (``GOING_AWAY``)."""
+        self.going_away_retry: Callable[[], float] = lambda: 1.0
+        """``() -> seconds``: the ``retry_after`` of each ``GOING_AWAY`` a shutting-down hub
+        sends (the hub sets a full-jitter draw over its shutdown spread)."""
         self._on_refused = on_refused
         self._on_dead_letter = on_dead_letter
         self._on_sent = on_sent
@@ -119,7 +122,9 @@ class EdgeServer:
         node = hello.node_name
         metrics = self.metrics
         if self.closing:
-            link.reject(CloseCode.GOING_AWAY, "hub shutting down", retry_after=1.0)
+            link.reject(
+                CloseCode.GOING_AWAY, "hub shutting down", retry_after=self.going_away_retry()
+            )
             return
         refusal = await self._refusal(link)
         if refusal is not None:
@@ -135,7 +140,9 @@ class EdgeServer:
         for admit in self.admission:
             refused = await admit(link)
             if refused is None and self.closing:
-                refused = Refusal(CloseCode.GOING_AWAY, "hub shutting down", 1.0)
+                refused = Refusal(
+                    CloseCode.GOING_AWAY, "hub shutting down", self.going_away_retry()
+                )
             if refused is not None:
                 log.warning("turned a session away: %s", refused.reason, extra={"node": node})
                 metrics.sessions_refused.labels(link.transport).inc()

@@ -28,6 +28,7 @@ stops writing for every node), and the others take the nodes over afterwards.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import re
 import time
@@ -49,11 +50,20 @@ PEER_ADDRESS_ANNOTATION = "edgefleet.io/peer-address"
 mutual TLS (stream relay, :mod:`cloudhub.kubelet.relay`); absent when it has none."""
 
 _NOT_NAME = re.compile(r"[^a-z0-9-]+")
+_LEASE_PREFIX = "edgefleet-hub-"
+_NAME_MAX = 63  # a DNS-1123 label: Lease names are subdomains, kept to one label here
+_SUFFIX_HEX = 8  # characters of the SHA-256 suffix (32 bits: collisions need ~65,000 names)
 
 
 def replica_lease_name(identity: str) -> str:
-    """The name of a replica's own Lease: ``edgefleet-hub-<identity>``, lowercased, every
-    run of characters a Kubernetes name cannot hold replaced by ``-``, at most 63 chars.
+    """The name of a replica's own Lease: ``edgefleet-hub-<identity>``, a lowercase
+    DNS-1123 label of at most 63 characters.
+
+    An identity that is already a lowercase DNS-1123 label fitting the 63 characters is
+    used as it is (a pod name is). Otherwise it is lowercased, every run of characters a
+    label cannot hold becomes ``-``, it is cut to fit, and ``-`` plus the first 8 hex
+    digits of the SHA-256 of the *original* identity are appended, so that two identities
+    that clean to the same text (``Hub_0`` and ``hub.0``) still get two Leases.
 
     Raises:
         ValueError: the identity has no letter or digit.
@@ -61,7 +71,12 @@ def replica_lease_name(identity: str) -> str:
     cleaned = _NOT_NAME.sub("-", identity.lower()).strip("-")
     if not cleaned:
         raise ValueError(f"replica identity {identity!r} has no letter or digit")
-    return f"edgefleet-hub-{cleaned}"[:63].rstrip("-")
+    name = _LEASE_PREFIX + cleaned
+    if cleaned == identity and len(name) <= _NAME_MAX:
+        return name
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
+    room = _NAME_MAX - len(_LEASE_PREFIX) - 1 - _SUFFIX_HEX
+    return f"{_LEASE_PREFIX}{cleaned[:room].rstrip('-')}-{digest[:_SUFFIX_HEX]}"
 
 
 class _Seen:
@@ -109,6 +124,10 @@ class ReplicaLeases:
         self._expiry: asyncio.TimerHandle | None = None
         self._seen: dict[str, _Seen] = {}
         self._released = False
+        self.on_dead: list[Callable[[str], None]] = []
+        """``hook(identity)``: another replica's Lease was deleted or given up (an orderly
+        stop): it serves nothing any more. (A Lease that expires raises no event: see
+        :meth:`seconds_left`.)"""
         self.on_fenced: list[Callable[[str], None]] = []
         """``hook(reason)``: this replica's Lease ran out before it could renew it; stop
         serving and writing for every node now."""
@@ -253,13 +272,11 @@ class ReplicaLeases:
         holder = spec.get("holderIdentity") or ""
         previous = (old or {}).get("spec") or {}
         if previous.get("holderIdentity") and previous.get("holderIdentity") != holder:
-            self._seen.pop(previous["holderIdentity"], None)
-            self._addresses.pop(previous["holderIdentity"], None)
+            self._forget(previous["holderIdentity"])
         if not holder or holder == self.identity:
             return
         if event == "DELETED":
-            self._seen.pop(holder, None)
-            self._addresses.pop(holder, None)
+            self._forget(holder)
             return
         annotations = (lease.get("metadata") or {}).get("annotations") or {}
         address = annotations.get(PEER_ADDRESS_ANNOTATION)
@@ -273,6 +290,17 @@ class ReplicaLeases:
         if seen is None or seen.version != version:
             acquired = parse_time(spec.get("acquireTime"))
             self._seen[holder] = _Seen(version, self._monotonic(), duration, acquired)
+
+    def _forget(self, identity: str) -> None:
+        self._seen.pop(identity, None)
+        self._addresses.pop(identity, None)
+        if identity == self.identity:
+            return
+        for hook in self.on_dead:
+            try:
+                hook(identity)
+            except Exception:
+                log.exception("on_dead hook failed")
 
     def seconds_left(self, identity: str) -> float:
         """Seconds until replica ``identity`` counts as dead here (0 when it already does;

@@ -88,7 +88,33 @@ class HASettings:
         metadata=_h("OVERLOADED refusals ask agents to wait uniformly 0 to this long", "s"),
     )
 
+    shutdown_reconnect_rate: float = field(
+        default=500.0,
+        metadata=_h(
+            "a stopping hub spreads its agents' reconnects at about this many per second: "
+            "each session's GOING_AWAY carries a retry_after drawn uniformly over "
+            "sessions / this rate seconds (full jitter), at most shutdown_spread_max; "
+            "applies with or without ha.enabled",
+            "1/s",
+        ),
+    )
+    shutdown_spread_max: float = field(
+        default=15.0,
+        metadata=_h(
+            "longest such spread; before it closes its sessions the hub renews every node "
+            "Lease older than nodes.not_ready_grace minus this minus 5 s, so that no node "
+            'goes stale while its agent waits (docs/hub.md, "Liveness writes")',
+            "s",
+        ),
+    )
+
     def __post_init__(self) -> None:
+        if self.shutdown_reconnect_rate <= 0:
+            raise SettingsError(
+                "shutdown_reconnect_rate", "> 0 reconnects per second", self.shutdown_reconnect_rate
+            )
+        if not 0 <= self.shutdown_spread_max <= 300:
+            raise SettingsError("shutdown_spread_max", "0..300 s", self.shutdown_spread_max)
         if not _K8S_NAME.match(self.namespace) or len(self.namespace) > 63:
             raise SettingsError("namespace", "a namespace name (RFC 1123 label)", self.namespace)
         if self.peer_address and not _PEER_HOST.match(self.peer_address):

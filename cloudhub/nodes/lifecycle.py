@@ -21,6 +21,7 @@ import asyncio
 import heapq
 import itertools
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.events import EventRecorder
-from cloudhub.ha import NodeOwnership
+from cloudhub.ha import NodeOwnership, owner_of
 from cloudhub.kube import LEASES, NODES, KubeClient, TokenBucket, micro_time, parse_time
 from cloudhub.kube.retry import update_with_retry
 from cloudhub.nodes import model
@@ -81,7 +82,7 @@ def disconnect_event(closed: Closed | None) -> tuple[str, str]:
 
 
 class _State:
-    __slots__ = ("failures", "generation", "registered", "session", "uid")
+    __slots__ = ("failures", "generation", "registered", "renewed_at", "session", "uid")
 
     def __init__(self) -> None:
         self.generation = 0
@@ -89,6 +90,7 @@ class _State:
         self.uid = ""
         self.registered = False
         self.failures = 0
+        self.renewed_at = float("-inf")  # monotonic s of this session's last Lease renewal
 
 
 class NodeLifecycle:
@@ -106,6 +108,7 @@ class NodeLifecycle:
         clock: wall clock, seconds since the epoch (written into the API).
         ownership: with hub HA, the node ownership: Lease renewals are its fenced
             renewals, and Node writes happen only for nodes it holds.
+        jitter: ``() -> [0, 1)``, the draw of each renewal's jitter (``nodes.lease_jitter``).
     """
 
     def __init__(
@@ -120,9 +123,17 @@ class NodeLifecycle:
         cached_node: Callable[[str], dict | None] = lambda name: None,
         clock: Callable[[], float] = time.time,
         ownership: NodeOwnership | None = None,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         self.client = client
         self.ownership = ownership
+        self._jitter = jitter
+        # Nodes that moved to another live replica, by that replica: rechecked when it dies
+        # (its replica Lease deleted or expired), never by reading their Leases meanwhile.
+        self._moved: dict[str, dict[str, int]] = {}  # owner -> {node: generation}
+        self._owner_timers: dict[str, asyncio.TimerHandle] = {}
+        if ownership is not None:
+            ownership.replicas.on_dead.append(self._owner_gone)
         self.settings = settings
         self.bucket = bucket
         self.metrics = metrics
@@ -212,6 +223,88 @@ class NodeLifecycle:
         """The Node was deleted: drop everything pending for it."""
         self._states.pop(node, None)
 
+    async def renew_stale(self, older_than: float) -> int:
+        """Renew now the Lease of every connected node this replica serves whose last
+        renewal is more than ``older_than`` seconds old (a stopping hub, so that no node
+        passes the node-monitor grace while its agent waits out the shutdown spread:
+        :func:`cloudhub.ha.renew_before_stop`). At most ``nodes.writers`` writes at once.
+
+        Returns:
+            How many Leases were renewed. API errors are logged, not raised (the node then
+            keeps the age it had).
+        """
+        now = time.monotonic()
+        due = [
+            (node, state)
+            for node, state in self._states.items()
+            if state.session is not None and now - state.renewed_at > older_than
+        ]
+        gate = asyncio.Semaphore(self.settings.writers)
+        renewed = 0
+
+        async def renew(node: str, state: _State) -> None:
+            nonlocal renewed
+            async with gate:
+                if self.ownership is not None and not self.ownership.holds(node):
+                    return
+                try:
+                    await self._renew_lease(node, state)
+                except KubeAPIError as exc:
+                    log.warning("Lease renewal before stop failed: %s", exc, extra={"node": node})
+                    return
+                renewed += 1
+
+        await asyncio.gather(*(renew(node, state) for node, state in due))
+        return renewed
+
+    # -- nodes another replica serves ------------------------------------------------------
+
+    def _moved_to(self, owner: str) -> bool:
+        """Whether ``owner`` is another replica, alive by its replica Lease."""
+        assert self.ownership is not None
+        return (
+            bool(owner)
+            and owner != self.ownership.identity
+            and self.ownership.replicas.alive(owner)
+        )
+
+    def _park(self, node: str, owner: str, generation: int) -> None:
+        """``node`` is served by live replica ``owner``: that replica marks it Unknown if it
+        goes silent there; this one looks again only once ``owner`` dies."""
+        self._moved.setdefault(owner, {})[node] = generation
+        if owner not in self._owner_timers:
+            self._arm_owner(owner)
+
+    def _arm_owner(self, owner: str) -> None:
+        assert self.ownership is not None
+        # When its replica Lease would expire unless renewed (the watch moves that on).
+        delay = self.ownership.replicas.seconds_left(owner) + 0.05
+        loop = asyncio.get_running_loop()
+        self._owner_timers[owner] = loop.call_later(delay, self._check_owner, owner)
+
+    def _check_owner(self, owner: str) -> None:
+        assert self.ownership is not None
+        self._owner_timers.pop(owner, None)
+        nodes = self._moved.get(owner)
+        if not nodes:
+            self._moved.pop(owner, None)
+            return
+        if self.ownership.replicas.alive(owner):
+            self._arm_owner(owner)
+            return
+        del self._moved[owner]
+        for node, generation in nodes.items():
+            if self._current(node, generation) is not None:
+                self._run_now(node, UNKNOWN, generation)  # one read of its Lease: who now?
+
+    def _owner_gone(self, owner: str) -> None:
+        """``ReplicaLeases.on_dead`` hook: replica ``owner``'s Lease was deleted."""
+        timer = self._owner_timers.pop(owner, None)
+        if timer is not None:
+            timer.cancel()
+        if owner in self._moved:
+            self._check_owner(owner)
+
     def conditions_changed(self, node: str) -> None:
         """A condition provider's answer for ``node`` changed: write the Node's status
         soon (rate-limited like every Node write). Nothing happens for a node with no
@@ -263,6 +356,9 @@ class NodeLifecycle:
         try:
             await self._timer()
         finally:
+            for timer in self._owner_timers.values():
+                timer.cancel()
+            self._owner_timers.clear()
             await scope.aclose()
 
     async def _timer(self) -> None:
@@ -322,7 +418,10 @@ class NodeLifecycle:
             renewed = await self._renew_lease(node, state)
             state.failures = 0
             # A new node's Lease waits for its Node (the owner); retry soon meanwhile.
-            delay = s.lease_interval if renewed else min(0.2, s.lease_interval)
+            if renewed:
+                delay = s.lease_interval * (1 + s.lease_jitter * (2 * self._jitter() - 1))
+            else:
+                delay = min(0.2, s.lease_interval)
             self._schedule(time.monotonic() + delay, node, LEASE, generation)
         elif job == HEARTBEAT:
             await self._heartbeat(node, state)
@@ -461,10 +560,13 @@ class NodeLifecycle:
         s = self.settings
         if self.ownership is not None:
             uid = state.uid or ((self._cached_node(node) or {}).get("metadata") or {}).get("uid")
+            started = time.monotonic()
             if await self.ownership.renew(node, uid or ""):
+                state.renewed_at = started
                 self.metrics.node_writes.labels("lease", "renewed").inc()
             return True
         now = self._clock()
+        started = time.monotonic()
         patch = {
             "spec": {
                 "holderIdentity": node,
@@ -485,8 +587,10 @@ class NodeLifecycle:
                 await self.client.create(LEASES, lease)
             except KubeConflict:  # created meanwhile: renew it
                 await self.client.patch(LEASES, node, patch, s.lease_namespace)
+            state.renewed_at = started
             self.metrics.node_writes.labels("lease", "created").inc()
             return True
+        state.renewed_at = started
         self.metrics.node_writes.labels("lease", "renewed").inc()
         return True
 
@@ -523,7 +627,13 @@ class NodeLifecycle:
             lease = None
         renewed = parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
         now = self._clock()
-        if renewed is not None and now - renewed < s.not_ready_grace:
+        fresh = renewed is not None and now - renewed < s.not_ready_grace
+        owner = owner_of(lease)
+        if fresh and self.ownership is not None and self._moved_to(owner):
+            self._park(node, owner, generation)
+            return
+        if fresh:
+            assert renewed is not None
             self._schedule(
                 time.monotonic() + s.not_ready_grace - (now - renewed) + 0.05,
                 node,

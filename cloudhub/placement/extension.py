@@ -18,7 +18,7 @@
    hub stops).
 
 Why the session registry and not the Node's ``Ready`` condition: the hub refreshes
-``Ready`` only every ``nodes.status_report_interval`` (5 min, as kubelet; the Lease is
+``Ready`` only every ``nodes.status_report_interval`` (10 min; kubelet 5; the Lease is
 the frequent heartbeat) and sets it Unknown ``nodes.not_ready_grace`` after a loss,
 keeping the last heartbeat time. Read from the Node, a connected node would look stale
 after 40 s, and a lost one would look lost since its last status refresh — up to 5 min

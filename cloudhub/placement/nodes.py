@@ -158,7 +158,7 @@ def offline_since_with_lease(
     The Lease (``coordination.k8s.io/v1`` in ``kube-node-lease``, named after the node) is
     the frequent heartbeat: kubelet renews it every 10 s, the hub every
     ``nodes.lease_interval`` while the node's session is up, whereas both refresh the
-    Node's ``Ready`` heartbeat only every ``status_report_interval`` (5 min). As the node
+    Node's ``Ready`` heartbeat only every ``status_report_interval`` (5 and 10 min). As the node
     lifecycle controller does, whichever of the two is fresh proves the node alive: the
     Lease while ``renewTime`` is at most ``leaseDurationSeconds`` old (what a Lease's
     holder promises), the Node as :func:`offline_since` reads it. A node both call stale

@@ -90,12 +90,28 @@ async def serve_link(
 _NAMES = {"quic": "QUIC", "websocket": "WebSocket"}
 
 
-async def shut_down(links: Iterable[Link], tasks: Iterable[asyncio.Task[None]]) -> None:
+async def shut_down(
+    links: Iterable[Link],
+    tasks: Iterable[asyncio.Task[None]],
+    retry_after: Callable[[], float | None] | None = None,
+) -> None:
     """A listener's end: close every link with ``GOING_AWAY`` ("hub shutting down"; each
     close is bounded by the link's close bound), then cancel the handler tasks still
-    running and wait for all of them. Errors of either are not raised."""
+    running and wait for all of them. Errors of either are not raised.
+
+    Args:
+        links: the listener's open links.
+        tasks: its handler tasks.
+        retry_after: called once per link for the ``retry_after`` (seconds) its close
+            carries, so that the caller spreads the fleet's reconnects (full jitter);
+            ``None``: the closes carry none.
+    """
+    draw = retry_after or (lambda: None)
     await asyncio.gather(
-        *(link.close(CloseCode.GOING_AWAY, "hub shutting down") for link in list(links)),
+        *(
+            link.close(CloseCode.GOING_AWAY, "hub shutting down", retry_after=draw())
+            for link in list(links)
+        ),
         return_exceptions=True,
     )
     running = [task for task in list(tasks) if not task.done()]

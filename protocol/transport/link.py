@@ -397,10 +397,17 @@ class Link:
             await waiter
         return self._events.popleft()
 
-    async def close(self, code: CloseCode = CloseCode.NORMAL, reason: str = "") -> None:
+    async def close(
+        self,
+        code: CloseCode = CloseCode.NORMAL,
+        reason: str = "",
+        *,
+        retry_after: float | None = None,
+    ) -> None:
         """Close the session and the transport; returns within :attr:`close_bound` seconds.
 
-        Sends ``close``, waits up to the session's ``close_timeout`` for the peer's
+        Sends ``close`` (with ``retry_after``, seconds the peer should wait before it dials
+        again, if given), waits up to the session's ``close_timeout`` for the peer's
         ``close`` (a ping in flight or a stuck send does not delay it), then closes the
         transport, aborting it if it does not close within ``TRANSPORT_CLOSE_BOUND``.
         Idempotent.
@@ -410,7 +417,7 @@ class Link:
         """
         if not self._ended.is_set():
             try:
-                self._session.close(code, reason, self.now())
+                self._session.close(code, reason, self.now(), retry_after=retry_after)
             except StateError:  # a state the session cannot close from: just end it
                 logger.debug("session refused close(); ending the link", exc_info=True)
                 self.connection_lost("closed locally")

@@ -676,10 +676,15 @@ class QuicServer(asyncio.DatagramProtocol):
                 await link.close()
             await endpoint.aclose(0.5)
 
-    async def aclose(self) -> None:
-        """Stop accepting, close every link (bounded) and wait for every handler."""
+    async def aclose(self, retry_after: Callable[[], float | None] | None = None) -> None:
+        """Stop accepting, close every link (bounded) and wait for every handler.
+
+        Args:
+            retry_after: ``() -> seconds`` drawn for each link's ``GOING_AWAY`` (see
+                :func:`protocol.transport.admission.shut_down`), or ``None``.
+        """
         self._closing = True
-        await shut_down(self._links, self._tasks)
+        await shut_down(self._links, self._tasks, retry_after)
         if self._transport is not None:
             self._transport.close()
 

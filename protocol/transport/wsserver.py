@@ -156,12 +156,17 @@ class WebSocketServer:
             self._links.discard(link)
             await link.close()
 
-    async def aclose(self) -> None:
-        """Close every link (GOING_AWAY, bounded), stop accepting, wait for every handler."""
+    async def aclose(self, retry_after: Callable[[], float | None] | None = None) -> None:
+        """Close every link (GOING_AWAY, bounded), stop accepting, wait for every handler.
+
+        Args:
+            retry_after: ``() -> seconds`` drawn for each link's ``GOING_AWAY`` (see
+                :func:`protocol.transport.admission.shut_down`), or ``None``.
+        """
         self._closing = True
         if self._server is not None:
             self._server.close()
-        await shut_down(self._links, self._tasks)
+        await shut_down(self._links, self._tasks, retry_after)
         for conn in list(self._connections):  # still in TLS or the upgrade
             conn.abort()
         if self._server is not None:

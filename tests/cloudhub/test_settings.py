@@ -14,7 +14,8 @@ from protocol.settings import describe
 def test_defaults() -> None:
     s = load_hub_settings()
     assert (s.listen.quic_port, s.listen.websocket_port) == (7443, 7443)
-    assert s.nodes.lease_interval == 10.0 and s.nodes.not_ready_grace == 40.0
+    assert s.nodes.lease_interval == 32.0 and s.nodes.not_ready_grace == 40.0
+    assert (s.nodes.lease_duration, s.nodes.status_report_interval) == (40, 600.0)
     assert s.authorization.node_authorization is True
     assert s.observability.http_port == 9095
     assert s.kube.mode == "embedded"
@@ -45,6 +46,13 @@ def test_file_then_environment_then_overrides(tmp_path: pathlib.Path) -> None:
         ({"listen.quic_port": 70000}, "listen.quic_port"),
         ({"nodes.lease_interval": 0}, "nodes.lease_interval"),
         ({"nodes.lease_interval": 50}, "nodes.lease_interval"),
+        # 38 s * 1.05 = 39.9 s fits a 40 s Lease; 38.5 s * 1.05 does not
+        ({"nodes.lease_interval": 38.5}, "nodes.lease_interval"),
+        ({"nodes.lease_jitter": -0.1}, "nodes.lease_jitter"),
+        ({"nodes.lease_jitter": 0.5}, "nodes.lease_jitter"),
+        ({"ha.shutdown_reconnect_rate": 0}, "ha.shutdown_reconnect_rate"),
+        ({"ha.shutdown_spread_max": -1}, "ha.shutdown_spread_max"),
+        ({"ha.shutdown_spread_max": 301}, "ha.shutdown_spread_max"),
         ({"status.qps": "fast"}, "status.qps"),
         ({"session.heartbeat_interval": 90}, "session.heartbeat_interval"),
         ({"listen.quic": False, "listen.websocket": False}, "listen.websocket"),
