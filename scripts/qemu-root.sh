@@ -6,9 +6,11 @@
 #   scripts/qemu-root.sh root ARCH [PACKAGE...]   print the path of a cached Debian 12 root
 #                                                 of ARCH (arm64, armhf) with PACKAGEs,
 #                                                 making it first if needed
-#   scripts/qemu-root.sh run ROOT COMMAND...      run COMMAND as root inside a copy-on-write
+#   scripts/qemu-root.sh run ROOT [--bind SRC:DST]... COMMAND...
+#                                                 run COMMAND as root inside a copy-on-write
 #                                                 view of ROOT (/proc, /dev, /sys, the host's
-#                                                 network), discarded afterwards
+#                                                 network, its CA bundle and pip.conf, the
+#                                                 directories SRC at DST), discarded after
 #
 # Installs nothing itself: scripts/setup.sh test installs qemu-user-static and binfmt-support.
 # `register` mounts binfmt_misc when it is not mounted and writes the lines of
@@ -132,13 +134,20 @@ run_in() {
     local root=$1
     shift
     [ -f "$root/.complete" ] || die "$root is not a root made by $0 root"
+    local binds=()
+    while [ "${1:-}" = --bind ]; do
+        [ $# -ge 2 ] && [[ $2 == *:/* ]] || { usage >&2; exit 2; }
+        binds+=("$2")
+        shift 2
+    done
+    [ $# -gt 0 ] || { usage >&2; exit 2; }
     register
     local work
     work=$(mktemp -d "${TMPDIR:-/var/tmp}/qemu-root.XXXXXX")
     mkdir "$work/upper" "$work/work" "$work/merged"
     set +e
     unshare --mount --pid --fork --propagation private -- bash -euc '
-        lower=$1 work=$2; shift 2
+        lower=$1 work=$2 nbinds=$3; shift 3
         m=$work/merged
         mount -t overlay overlay -o "lowerdir=$lower,upperdir=$work/upper,workdir=$work/work" "$m"
         mount -t proc proc "$m/proc"
@@ -147,9 +156,18 @@ run_in() {
         mount -t tmpfs tmpfs "$m/tmp"
         cp /etc/resolv.conf "$m/etc/resolv.conf"
         cp /etc/hosts "$m/etc/hosts"
+        mkdir -p "$m/etc/ssl/certs"
+        [ ! -f /etc/ssl/certs/ca-certificates.crt ] || cp /etc/ssl/certs/ca-certificates.crt "$m/etc/ssl/certs/"
+        [ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$m/etc/pip.conf"
+        for _ in $(seq "$nbinds"); do
+            src=${1%%:/*} dst=/${1#*:/}; shift
+            mkdir -p "$m$dst"
+            mount --bind "$src" "$m$dst"
+        done
         exec chroot "$m" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
-            PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
-    ' qemu-root "$root" "$work" "$@"
+            PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+            PIP_CERT=/etc/ssl/certs/ca-certificates.crt "$@"
+    ' qemu-root "$root" "$work" "${#binds[@]}" "${binds[@]}" "$@"
     local rc=$?
     set -e
     rm -rf --one-file-system "$work"
