@@ -13,10 +13,15 @@
 #   --out DIR       the wheelhouse (default: dist/wheelhouse); emptied first
 #
 # Only binary wheels are taken (pip download --only-binary=:all: --platform ...): a
-# dependency with no wheel for a target is listed and the script fails, naming it. For
-# armv7l the public index has cryptography only; the others (aioquic, msgpack, psutil,
-# PyYAML, ...) have to be built in an armhf Debian root under qemu-user-static, which this
-# script does not do yet: it says so and which wheels are missing.
+# dependency with no wheel for a target is listed and the script fails, naming it.
+# armv7l: the public index has armv7l wheels for cryptography only, so for CPython 3.11 the
+# others (aioquic, pylsqpack, msgpack, psutil, PyYAML with libyaml, aiohttp and its
+# multidict/yarl/frozenlist/propcache, websockets, cffi, ...) are built by pip in a Debian 12
+# armhf root under qemu user emulation (scripts/qemu-root.sh, as root; the root and pip's
+# cache of built wheels are kept in ~/.cache/edgefleet/qemu-root: cold, the builds take
+# minutes). They are tagged linux_armv7l (what Raspberry Pi OS's pip accepts). CPython 3.10
+# armv7l cannot be built here: Debian 12 armhf has Python 3.11 only; the script says so and
+# fails for that target unless the index has every wheel.
 #
 # Exit codes: 0 built; 1 a step failed or wheels are missing; 2 bad usage.
 set -euo pipefail
@@ -83,17 +88,59 @@ find "$WORK/src" \( -name __pycache__ -o -name '*.egg-info' \) -type d -prune -e
 WHEEL=$(ls "$OUT"/edgefleet-*.whl)
 say "built $(basename "$WHEEL")"
 
+# ARMV7_PACKAGES: the armhf build root's packages beyond python3 (compilers and headers of
+# the native dependencies: libffi for cffi, OpenSSL, libyaml for PyYAML's compiled loader).
+ARMV7_PACKAGES=(python3-venv python3-dev gcc g++ libffi-dev libssl-dev libyaml-dev)
+# ARMV7_PYTHON: the one CPython of Debian 12 armhf.
+ARMV7_PYTHON=3.11
+
+# build_armv7l: pip builds, in the armhf root, the wheels of every dependency that has no
+# armv7l wheel on the index, and the armv7l ones are copied into the wheelhouse.
+build_armv7l() {
+    [ "$(id -u)" -eq 0 ] || { say "armv7l: building the wheels under qemu needs root"; return 1; }
+    local root built=$WORK/armv7l cache="${EDGEFLEET_CACHE:-$HOME/.cache/edgefleet}/qemu-root/pip-armhf"
+    root=$("$TOP/scripts/qemu-root.sh" root armhf "${ARMV7_PACKAGES[@]}") || return 1
+    mkdir -p "$built/in" "$built/out" "$cache"
+    cp "$WHEEL" "$built/in/"
+    say "armv7l, Python $ARMV7_PYTHON: building the native wheels in the armhf root under qemu (minutes when cold; pip's cache: $cache)"
+    local start
+    start=$(date +%s)
+    "$TOP/scripts/qemu-root.sh" run "$root" --bind "$built/in:/in" --bind "$built/out:/out" \
+        --bind "$cache:/root/.cache/pip" sh -euc '
+            python3 -m venv /opt/build
+            /opt/build/bin/python -m pip install -q --disable-pip-version-check --upgrade pip wheel
+            /opt/build/bin/python -m pip wheel -q --disable-pip-version-check -w /out "$(ls /in/*.whl)[agent]"
+        ' >"$WORK/armv7l.log" 2>&1 || {
+        tail -n 25 "$WORK/armv7l.log" >&2
+        say "armv7l: the build in the armhf root failed (output above)"
+        return 1
+    }
+    local wheel names=""
+    for wheel in "$built"/out/*armv7l*.whl; do
+        [ -e "$wheel" ] || continue
+        cp "$wheel" "$OUT/"
+        names="$names $(basename "$wheel" | cut -d- -f1)"
+    done
+    say "armv7l, Python $ARMV7_PYTHON: built in $(($(date +%s) - start)) s:$names"
+}
+
 failed=""
 for arch in ${ARCHES//,/ }; do
+    if [ "$arch" = armv7l ] && [[ ",$PYTHONS," == *",$ARMV7_PYTHON,"* ]]; then
+        build_armv7l || failed="$failed armv7l/cp${ARMV7_PYTHON/./}(build)"
+    fi
     for py in ${PYTHONS//,/ }; do
         abi="cp${py/./}"
-        args=(download -q --only-binary=:all: --implementation cp --python-version "$py" --abi "$abi" --abi abi3 --abi none -d "$OUT")
+        args=(download -q --only-binary=:all: --implementation cp --python-version "$py" --abi "$abi" --abi abi3 --abi none -d "$OUT" --find-links "$OUT")
         for platform in $(platforms "$arch"); do args+=(--platform "$platform"); done
         if "${PIP[@]}" "${args[@]}" "$WHEEL[agent]" >"$WORK/pip.log" 2>&1; then
             say "$arch, Python $py: done"
         else
             why=$(grep -m 3 -E 'No matching distribution|Could not find' "$WORK/pip.log" | tr '\n' ' ')
             say "$arch, Python $py: wheels missing: ${why:-$(tail -n 3 "$WORK/pip.log" | tr '\n' ' ')}"
+            if [ "$arch" = armv7l ] && [ "$py" != "$ARMV7_PYTHON" ]; then
+                say "armv7l, Python $py: not built here: Debian 12 armhf, the root the armv7l wheels are built in, has only Python $ARMV7_PYTHON, and the index has armv7l wheels for cryptography only; build them with pip wheel on a 32-bit ARM machine with Python $py"
+            fi
             failed="$failed $arch/cp${py/./}"
         fi
     done
@@ -107,8 +154,5 @@ if [ "$ARCHIVE" = 1 ]; then
 fi
 say "$count wheels and SHA256SUMS in $OUT"
 if [ -n "$failed" ]; then
-    case "$failed" in *armv7l*)
-        say "armv7l: the index has binary wheels for cryptography only; build the others in an armhf Debian root under qemu-user-static (not automated yet)" ;;
-    esac
     die "no complete set of wheels for:$failed"
 fi

@@ -40,6 +40,7 @@ KEEP_PODS=0
 ROLLBACK=0
 UPGRADE_TIMEOUT=120
 NO_START=0
+NO_SYSTEMD=0 # set by check_systemd: --dry-run/--no-start where systemd is not running
 UPGRADE=0
 PYTHON=python3
 SYSTEM_SITE=0
@@ -207,6 +208,13 @@ write_file() {
 
 # systemctl_do ARGS...: the real systemctl, or with --root only what works offline.
 systemctl_do() {
+    if [ "$NO_SYSTEMD" = 1 ]; then
+        case "$1" in
+        enable | disable) if command -v systemctl >/dev/null 2>&1; then run systemctl "$@"; fi ;;
+        *) say "skipped (systemd is not running): systemctl $*" ;;
+        esac
+        return
+    fi
     if [ -z "$ROOT" ]; then
         run systemctl "$@"
         return
@@ -217,7 +225,10 @@ systemctl_do() {
     esac
 }
 
-systemctl_q() { if [ -n "$ROOT" ]; then systemctl --root="$ROOT" "$@"; else systemctl "$@"; fi; }
+systemctl_q() {
+    if [ "$NO_SYSTEMD" = 1 ] && ! command -v systemctl >/dev/null 2>&1; then return 1; fi
+    if [ -n "$ROOT" ]; then systemctl --root="$ROOT" "$@"; else systemctl "$@"; fi
+}
 
 systemd_version() { systemctl --version 2>/dev/null | awk 'NR==1 {print $2; exit}'; }
 
@@ -230,11 +241,91 @@ check_root_user() {
 }
 
 check_systemd() {
-    command -v systemctl >/dev/null 2>&1 ||
-        die "systemd is required but systemctl was not found: the agent runs as a systemd service"
-    if [ -z "$ROOT" ] && [ ! -d /run/systemd/system ]; then
-        die "systemd is not running on this machine (no /run/systemd/system): the agent runs as a systemd service; use --root DIR to prepare an image instead"
+    # --dry-run and --no-start start nothing, so they also work where systemd is not running
+    # (a chroot, a container, an image being prepared under qemu): the unit is written
+    # (and enabled when systemctl is there: that works offline), nothing is started.
+    local offline_ok=0
+    if [ -z "$ROOT" ] && { [ "$DRY_RUN" = 1 ] || [ "$NO_START" = 1 ]; } && [ "$UNINSTALL" = 0 ] &&
+        [ "$UPGRADE" = 0 ] && [ "$ROLLBACK" = 0 ]; then
+        offline_ok=1
     fi
+    if ! command -v systemctl >/dev/null 2>&1; then
+        [ "$offline_ok" = 1 ] ||
+            die "systemd is required but systemctl was not found: the agent runs as a systemd service (--no-start installs without it)"
+        NO_SYSTEMD=1
+        say "systemctl not found: the unit is written but not enabled; once systemd runs here: systemctl enable --now $UNIT"
+        return 0
+    fi
+    if [ -z "$ROOT" ] && [ ! -d /run/systemd/system ]; then
+        [ "$offline_ok" = 1 ] ||
+            die "systemd is not running on this machine (no /run/systemd/system): the agent runs as a systemd service; use --no-start to install without starting it, or --root DIR to prepare an image instead"
+        NO_SYSTEMD=1
+        say "systemd is not running here: the unit is enabled offline, nothing is started or reloaded"
+    fi
+}
+
+# check_image_python: with --root, the venv is made by $PYTHON of this machine and gets the
+# wheels of its architecture and version, and its bin/python links to $PYTHON's path: the
+# image must hold an interpreter of the same architecture and version at that path, or the
+# agent would not start on the device (an arm64 image prepared on an x86_64 machine).
+check_image_python() {
+    [ -n "$ROOT" ] || return 0
+    local verdict
+    verdict=$("$PYTHON" -I - "$ROOT" <<'PY'
+import os, struct, sys
+
+MACHINES = {3: "i686", 0x3E: "x86_64", 0x28: "armv7l", 0xB7: "aarch64", 0xF3: "riscv64"}
+root, wanted = sys.argv[1], sys._base_executable
+
+
+def inside(path):
+    """path resolved inside root (absolute links point into the image)."""
+    for _ in range(40):
+        full = root + path
+        if not os.path.islink(full):
+            return path
+        target = os.readlink(full)
+        path = target if target.startswith("/") else os.path.join(os.path.dirname(path), target)
+        path = os.path.normpath(path)
+    return path
+
+
+def machine(path):
+    with open(path, "rb") as f:
+        head = f.read(20)
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    (code,) = struct.unpack("<H" if head[5] == 1 else ">H", head[18:20])
+    return MACHINES.get(code, "ELF machine %#x" % code)
+
+
+def version(path):
+    name = os.path.basename(path)
+    if name.startswith("python3."):
+        return name[len("python"):]
+    return None
+
+
+image = inside(wanted)
+host = os.path.realpath(wanted)
+ours = "%s Python %d.%d" % (machine(host), *sys.version_info[:2])
+if not os.path.isfile(root + image):
+    print("warn:the image has no %s (the venv's interpreter: %s): install python3 and python3-venv in the image, or the agent will not start there" % (wanted, ours))
+    sys.exit()
+theirs_machine, theirs_version = machine(root + image), version(image)
+mismatch = theirs_machine != machine(host)
+mismatch |= theirs_version is not None and theirs_version != "%d.%d" % sys.version_info[:2]
+theirs = "%s Python %s" % (theirs_machine or "not an ELF program", theirs_version or "?")
+if mismatch:
+    print("error:the image's %s (%s) is %s, but the venv and its wheels would be made by %s for %s: the agent would not start on the device. Run install.sh inside the image instead (for a foreign architecture under qemu-user-static: scripts/qemu-root.sh run DIR bash install.sh ...), or prepare the image on a machine of its architecture" % (wanted, image, theirs, sys.executable, ours))
+else:
+    print("ok:%s" % theirs)
+PY
+) || die "--root: cannot inspect the image's Python with $PYTHON"
+    case "$verdict" in
+    error:*) die "--root $ROOT: ${verdict#error:}" ;;
+    warn:*) say "warning: --root $ROOT: ${verdict#warn:}" ;;
+    esac
 }
 
 check_python() {
@@ -564,7 +655,7 @@ layout_step() {
 # wait_ready: restart the agent and wait for its READY=1 (Type=notify: systemctl blocks
 # until then); 0 when it is active within --upgrade-timeout.
 wait_ready() {
-    if [ -n "$ROOT" ] || ! joined; then
+    if [ -n "$ROOT" ] || [ "$NO_SYSTEMD" = 1 ] || ! joined; then
         smoke_test "$VENV"
         return
     fi
@@ -812,7 +903,7 @@ start_unit() {
         say "not started: the node has not joined"
     elif [ "$CHANGED" = 1 ]; then
         systemctl_do restart "$UNIT"
-    elif [ -n "$ROOT" ] || ! systemctl is-active --quiet "$UNIT"; then
+    elif [ "$NO_SYSTEMD" = 1 ] || ! systemctl is-active --quiet "$UNIT"; then
         systemctl_do start "$UNIT"
     fi
 }
@@ -829,6 +920,7 @@ main() {
         return
     fi
     check_python
+    check_image_python
     check_engine
     check_sources
     if [ "$UPGRADE" = 1 ]; then

@@ -62,9 +62,11 @@ command -v kubectl >/dev/null 2>&1 || APT_DEMO+=(kubernetes-client)
 # The tests add etcd (the reference kube-apiserver's store), systemd (systemd-analyze verifies
 # the agent's unit), git (tests/deploy reads the revision), faketime (an agent or a join on
 # a clock hours behind, or stepped while it runs: libfaketime under a real process) and
-# debootstrap (the base of the hub's image: deploy/build-image.sh, tests/deploy/test_image.py);
+# debootstrap (the base of the hub's image: deploy/build-image.sh, tests/deploy/test_image.py),
+# qemu-user-static and binfmt-support (foreign-architecture Debian roots for the arm64 proof and
+# the armv7l wheels: scripts/qemu-root.sh, tests/deploy/test_arm64.py);
 # the kube-apiserver build installs its own Go toolchain.
-APT_TEST=(etcd-server systemd git faketime debootstrap)
+APT_TEST=(etcd-server systemd git faketime debootstrap qemu-user-static binfmt-support)
 
 packages=("${APT_DEMO[@]}")
 [ "$PROFILE" = test ] && packages+=("${APT_TEST[@]}")
