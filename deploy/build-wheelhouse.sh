@@ -133,7 +133,9 @@ for arch in ${ARCHES//,/ }; do
         abi="cp${py/./}"
         args=(download -q --only-binary=:all: --implementation cp --python-version "$py" --abi "$abi" --abi abi3 --abi none -d "$OUT" --find-links "$OUT")
         for platform in $(platforms "$arch"); do args+=(--platform "$platform"); done
-        if "${PIP[@]}" "${args[@]}" "$WHEEL[agent]" >"$WORK/pip.log" 2>&1; then
+        # pip itself: install.sh installs with the wheelhouse's pip wheel (nothing the agent
+        # needs depends on pip any more, so it is named here).
+        if "${PIP[@]}" "${args[@]}" "$WHEEL[agent]" pip >"$WORK/pip.log" 2>&1; then
             say "$arch, Python $py: done"
         else
             why=$(grep -m 3 -E 'No matching distribution|Could not find' "$WORK/pip.log" | tr '\n' ' ')

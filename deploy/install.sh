@@ -524,8 +524,8 @@ outside_pip() {
 }
 
 # drop_pip DIR: take pip and setuptools out of the venv DIR again, keeping the pip wheel
-# it was installed with in DIR/share/edgefleet (2 MB, not 14): sqlite-utils declares pip
-# for its own CLI's 'sqlite-utils install' command, which the agent never runs; upgrades
+# it was installed with in DIR/share/edgefleet (2 MB, not 14): the agent never runs pip
+# itself; upgrades
 # (install.sh --upgrade, and an EdgeUpgrade from the hub: edgeagent/upgrade/venvs.py) run
 # that wheel. Without a pip wheel (no wheelhouse), pip stays in the venv.
 drop_pip() {

@@ -1,7 +1,9 @@
 """``edgeagent`` command line: ``run`` (the daemon) and ``status`` (offline report).
 
 Only ``__main__`` reads the process environment and decides the exit code:
-0 after SIGTERM/SIGINT, 1 on a fatal error, 2 on bad settings or usage.
+0 after SIGTERM/SIGINT, 1 on a fatal error, 2 on bad settings or usage, and for ``run``
+when a hub is configured but this node has not joined it ("not joined", with the join
+command to run).
 """
 
 from __future__ import annotations
@@ -106,6 +108,34 @@ def _settings_epilog() -> str:
     return "\n".join(lines)
 
 
+def _not_joined(settings: AgentSettings) -> pathlib.Path | None:
+    """The first missing credential file when a hub is configured (``hub.url``) but this
+    node has not joined it (``edgeagent join`` writes all three), else ``None``. With no
+    ``hub.url`` the agent runs on its own and needs none."""
+    if not settings.hub.url:
+        return None
+    from edgeagent.credentials import credential_paths
+
+    ca, cert, key = credential_paths(settings)
+    return next((path for path in (cert, key, ca) if not path.exists()), None)
+
+
+def _not_joined_message(missing: pathlib.Path, config: str | None, state_dir: str | None) -> str:
+    """What ``edgeagent run`` prints on a node that has not joined: why, and the join to
+    run (the line ``cloudhub token create`` prints, with this run's --config/--state-dir)."""
+    where = "".join(
+        f" {flag} {value}"
+        for flag, value in (("--config", config), ("--state-dir", state_dir))
+        if value
+    )
+    return (
+        f"not joined: this node has no {missing} (hub.url is set, but the node has not "
+        "joined the hub). Join it with the command 'cloudhub token create' prints on the "
+        f"hub:\n  edgeagent join --hub HUB --token TOKEN --ca-cert-hash sha256:HASH{where}\n"
+        "then start the agent again."
+    )
+
+
 @main.command(epilog=_settings_epilog())
 @common
 @click.option("--node-name", default=None, help="This node's name (default: host name).")
@@ -145,6 +175,10 @@ def run(
         )
     except ConfigError as exc:
         click.echo(f"edgeagent: {exc}", err=True)
+        sys.exit(2)
+    missing = _not_joined(settings)
+    if missing is not None:
+        click.echo(f"edgeagent: {_not_joined_message(missing, config, state_dir)}", err=True)
         sys.exit(2)
     from edgeagent.logsetup import configure_logging
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edgeagent.day2.operations import serve_stream
 from protocol.stream_messages import StreamData, StreamOpen, StreamReset, StreamResize, StreamWindow
-from protocol.streams import StreamMux
-from protocol.transport.streams import Stream, StreamEndpoint
+
+if TYPE_CHECKING:
+    from protocol.transport.streams import Stream, StreamEndpoint
 
 __all__ = ["Day2"]
 
@@ -62,6 +62,11 @@ class Day2:
             self._runtime = None
 
     def _endpoint_for(self, link: Any) -> StreamEndpoint:
+        # The multiplexer, the endpoint and the operations (with the runtime's exec and
+        # logs code) are imported by the first stream: an idle agent does without them.
+        from protocol.streams import StreamMux
+        from protocol.transport.streams import StreamEndpoint
+
         if self._endpoint is None or self._endpoint_link is not link:
             mux = (
                 StreamMux(hub=False)
@@ -87,4 +92,6 @@ class Day2:
                 await endpoint.aclose()
 
     async def _serve(self, stream: Stream) -> None:
+        from edgeagent.day2.operations import serve_stream
+
         await serve_stream(stream, self._runtime)

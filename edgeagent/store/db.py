@@ -229,9 +229,7 @@ class StoreCore:
             finally:
                 os.umask(old)
         conn.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout * 1000)}")
-        # execute_plugins=False: loading sqlite-utils plugins scans every installed
-        # distribution's entry points at start-up; the agent uses none.
-        db = Database(conn, execute_plugins=False)
+        db = Database(conn)
         if not readonly:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -570,7 +568,7 @@ class StoreCore:
 
     @staticmethod
     def migration_set() -> str:
-        """Name of the sqlite-utils migration set used by the store."""
+        """Name of the migration set used by the store (``_sqlite_migrations``)."""
         return MIGRATION_SET
 
 

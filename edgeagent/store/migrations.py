@@ -2,7 +2,8 @@
 
 To change the schema, append a function named ``mNNN_what`` decorated with
 ``@MIGRATIONS()``; never edit or reorder one that shipped. Each runs once, in its own
-transaction, recorded by sqlite-utils in ``_sqlite_migrations``. A database that has
+transaction, recorded in ``_sqlite_migrations`` (the table sqlite-utils kept, see
+:mod:`edgeagent.store._sqlite`). A database that has
 migrations this agent does not know (written by a newer agent) is treated like a damaged
 one: moved aside, and the agent resyncs from the hub.
 
@@ -36,36 +37,39 @@ def migration_number(name: str) -> int:
 @MIGRATIONS()
 def m001_initial(db: Any) -> None:
     """Objects from the hub, last known pod status, outbox, agent state."""
-    db["objects"].create(
-        {
-            "uid": str,
-            "kind": str,
-            "namespace": str,
-            "name": str,
-            "resource_version": str,
-            "body": str,  # the raw API JSON
-        },
-        pk="uid",
-        not_null={"kind", "namespace", "name", "resource_version", "body"},
+    # The DDL sqlite-utils' ``Table.create`` wrote for this migration until issue 16,
+    # character for character, so that old and new stores have one schema.
+    db.execute(
+        'CREATE TABLE "objects" (\n'
+        '   "uid" TEXT PRIMARY KEY,\n'
+        '   "kind" TEXT NOT NULL,\n'
+        '   "namespace" TEXT NOT NULL,\n'
+        '   "name" TEXT NOT NULL,\n'
+        '   "resource_version" TEXT NOT NULL,\n'
+        '   "body" TEXT NOT NULL\n'  # the raw API JSON
+        ")"
     )
-    db["objects"].create_index(["kind", "namespace", "name"])
-    db["pod_status"].create(
-        {"uid": str, "status": str, "observed_at": float},
-        pk="uid",
-        not_null={"status", "observed_at"},
+    db.execute(
+        'CREATE INDEX "idx_objects_kind_namespace_name"\n'
+        '    ON "objects" ("kind", "namespace", "name")'
+    )
+    db.execute(
+        'CREATE TABLE "pod_status" (\n'
+        '   "uid" TEXT PRIMARY KEY,\n'
+        '   "status" TEXT NOT NULL,\n'
+        '   "observed_at" REAL NOT NULL\n'
+        ")"
     )
     # id: append order; seq: the wire sequence number the session gave it when sent
-    db["outbox"].create(
-        {
-            "id": int,
-            "seq": int,
-            "kind": str,
-            "coalesce_key": str,
-            "body": str,
-            "created_at": float,
-        },
-        pk="id",
-        not_null={"kind", "body", "created_at"},
+    db.execute(
+        'CREATE TABLE "outbox" (\n'
+        '   "id" INTEGER PRIMARY KEY,\n'
+        '   "seq" INTEGER,\n'
+        '   "kind" TEXT NOT NULL,\n'
+        '   "coalesce_key" TEXT,\n'
+        '   "body" TEXT NOT NULL,\n'
+        '   "created_at" REAL NOT NULL\n'
+        ")"
     )
     db.execute("CREATE UNIQUE INDEX outbox_seq ON outbox(seq) WHERE seq IS NOT NULL")
     # Latest-wins: at most one unsent message per coalescing key.
@@ -73,7 +77,7 @@ def m001_initial(db: Any) -> None:
         "CREATE UNIQUE INDEX outbox_coalesce ON outbox(coalesce_key) "
         "WHERE coalesce_key IS NOT NULL AND seq IS NULL"
     )
-    db["state"].create({"key": str, "value": str}, pk="key", not_null={"value"})
+    db.execute('CREATE TABLE "state" (\n   "key" TEXT PRIMARY KEY,\n   "value" TEXT NOT NULL\n)')
 
 
 @MIGRATIONS()

@@ -1,4 +1,4 @@
-"""The agent's local store: SQLite in WAL mode through sqlite-utils.
+"""The agent's local store: SQLite in WAL mode (the standard library's ``sqlite3``).
 
 What lives here:
 

@@ -5,9 +5,20 @@
 - :mod:`~edgeagent.upgrade.guard`: the start guard and probation (standard library only).
 - :mod:`~edgeagent.upgrade.hold`: ``edgeagent hold`` / ``unhold``, the maintenance window.
 - :mod:`~edgeagent.upgrade.manager`: an order carried out, progress reported.
+
+The names below are imported on first use (PEP 562): every agent reads
+:mod:`~edgeagent.upgrade.settings` through its settings, but upgrades are off by default,
+and the modules above (``email``, ``bz2``/``lzma`` through ``shutil``, ``hashlib``) cost
+about 1.5 MiB of RSS that an agent which never upgrades should not carry.
 """
 
-from edgeagent.upgrade.artifact import ArtifactCache
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported at once: small, and ``hold`` must be the function, not the submodule of that
+# name (importing a submodule later binds its name here only on its first import).
 from edgeagent.upgrade.errors import (
     BudgetExceeded,
     DigestMismatch,
@@ -16,8 +27,19 @@ from edgeagent.upgrade.errors import (
     UpgradeFailed,
 )
 from edgeagent.upgrade.hold import Window, held, hold, parse_window, unhold
-from edgeagent.upgrade.manager import CHUNK_BYTES, UpgradeManager
-from edgeagent.upgrade.venvs import STAMP, Layout
+
+if TYPE_CHECKING:
+    from edgeagent.upgrade.artifact import ArtifactCache
+    from edgeagent.upgrade.manager import CHUNK_BYTES, UpgradeManager
+    from edgeagent.upgrade.venvs import STAMP, Layout
+
+_WHERE = {
+    "ArtifactCache": "artifact",
+    "CHUNK_BYTES": "manager",
+    "UpgradeManager": "manager",
+    "STAMP": "venvs",
+    "Layout": "venvs",
+}
 
 __all__ = [
     "CHUNK_BYTES",
@@ -36,3 +58,21 @@ __all__ = [
     "parse_window",
     "unhold",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name ``name``, imported from its module on first use.
+
+    Raises:
+        AttributeError: not a public name of this package.
+    """
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

@@ -32,8 +32,8 @@ def agent_only_venv(tmp: pathlib.Path) -> pathlib.Path:
     make_wheelhouse(wheel, house, "agent")
     venv = tmp / "agent-venv"
     # As deploy/install.sh makes it: no pip or setuptools in the venv, the packages put in
-    # by the wheelhouse's pip run from outside it, pip taken out again (sqlite-utils
-    # declares it for its own CLI only).
+    # by the wheelhouse's pip run from outside it, pip taken out again if anything pulled
+    # it in (the agent never runs pip itself).
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)  # fmt: skip
     (pip_wheel,) = sorted(house.glob("pip-*-py3-none-any.whl"))[-1:]

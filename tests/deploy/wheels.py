@@ -85,9 +85,10 @@ def write_manifest(house: pathlib.Path) -> pathlib.Path:
 
 def make_wheelhouse(wheel: pathlib.Path, house: pathlib.Path, extra: str = "agent") -> None:
     """Fill ``house`` with ``wheel`` and the wheels of its dependencies (with ``extra``),
-    from pip's cache (the test environment's install filled it), and its manifest."""
+    from pip's cache (the test environment's install filled it), pip's own wheel (which
+    install.sh installs with, as deploy/build-wheelhouse.sh adds it), and its manifest."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(house), f"{wheel}[{extra}]"],
+        [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(house), f"{wheel}[{extra}]", "pip"],
         check=True,
         timeout=600,
     )
