@@ -87,8 +87,9 @@ class UpgradeExtension:
         self.server = ArtifactServer(pathlib.Path(settings.artifact_dir))
         self.rollouts: dict[str, tuple[Upgrade, Rollout]] = {}
         self._dirty: set[str] = set()
-        self._observed: dict[tuple[str, str], float] = {}
-        """(upgrade uid, node) -> ``observed_at`` of the last progress applied."""
+        self._observed: dict[tuple[str, str], set[tuple[str, float]]] = {}
+        """(upgrade uid, node) -> (phase, ``observed_at``) of the progress applied (a
+        node's clock may step back before NTP: only exact repeats are duplicates)."""
         self._changes: dict[str, int] = {}
         self._written: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -122,8 +123,8 @@ class UpgradeExtension:
         """Apply a node's ``upgrade_progress`` and acknowledge it once the EdgeUpgrade's
         status holds it (the dispatcher calls ``done()`` when this returns).
 
-        At-least-once from the agent's outbox, so duplicates are expected: a report not
-        newer (``observed_at``, seconds) than the last one applied for that node and
+        At-least-once from the agent's outbox, so duplicates are expected: a report with
+        the phase and ``observed_at`` (seconds) of one already applied for that node and
         upgrade, one for an upgrade this hub does not know, and a move the rollout does
         not allow are logged and acknowledged without effect (never left unacknowledged:
         that would hold every later cumulative ack of the session). A status write that
@@ -134,11 +135,11 @@ class UpgradeExtension:
         if found is None:
             log.info("progress of unknown upgrade %s from %s", message.uid, inbound.node)
             return
-        key = (message.uid, inbound.node)
-        if message.observed_at <= self._observed.get(key, float("-inf")):
+        seen = self._observed.setdefault((message.uid, inbound.node), set())
+        if (message.phase, message.observed_at) in seen:
             log.debug("duplicate progress of %s from %s", found[0].name, inbound.node)
             return
-        self._observed[key] = message.observed_at
+        seen.add((message.phase, message.observed_at))
         try:
             if message.phase == "Deferred":
                 found[1].defer(inbound.node, self.clock(), message.reason)

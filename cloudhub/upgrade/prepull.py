@@ -18,8 +18,8 @@ Nodes, and for each EdgeImagePrePull:
 
 Progress from the nodes (``image_pull_progress``, at-least-once from their outboxes) is
 applied at once and acknowledged once the status holds it; a report of another
-generation, of an unknown pre-pull, or not newer than the last one applied is
-acknowledged and dropped.
+generation, of an unknown pre-pull, a repeat of the last one applied, or anything after
+``Pulled`` for the same generation is acknowledged and dropped.
 """
 
 from __future__ import annotations
@@ -209,8 +209,8 @@ class PrePullExtension:
             log.info("pull progress of unknown or old pre-pull %s from %s", message, inbound.node)
             return
         old = prepull.nodes.get(inbound.node)
-        if old is None or message.observed_at <= old.observed_at:
-            return
+        if old is None or (message.phase, message.observed_at) == (old.phase, old.observed_at):
+            return  # not selected here, or a repeat of the report applied last
         if old.phase == "Pulled" and old.generation == message.generation:
             return  # the end: a late Pulling (or a Failed of an older attempt) changes nothing
         prepull.nodes[inbound.node] = NodePull(
