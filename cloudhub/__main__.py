@@ -109,6 +109,7 @@ async def _serve(settings: HubSettings) -> int:
     from cloudhub.pki.extension import pki_extension
     from cloudhub.placement.extension import placement_extension
     from cloudhub.upgrade.extension import upgrade_extension
+    from cloudhub.upgrade.prepull import prepull_extension
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -145,6 +146,7 @@ async def _serve(settings: HubSettings) -> int:
     extensions.append(placement_extension(settings.placement))
     extensions.append(kubelet_extension(settings.kubelet, peer_ca=peer_ca))
     extensions.append(upgrade_extension(settings.upgrade))
+    extensions.append(prepull_extension(settings.upgrade))
     hub = Hub(settings, extensions=extensions)
     # Starting waits for the informers' first lists, for as long as the API is unreachable:
     # a signal meanwhile stops the hub as it would a serving one.

@@ -195,7 +195,10 @@ def run(
         from edgeagent.uplink.session import HubLink  # imported only when a hub is configured
 
         hub_link = HubLink()
-        services += [hub_link, Day2(hub_link)]  # day-2 streams ride the hub link
+        from edgeagent.upgrade.prepull import ImagePuller
+
+        # Day-2 streams and image pre-pull orders ride the hub link.
+        services += [hub_link, Day2(hub_link), ImagePuller(hub_link)]
         if settings.upgrade.enabled:
             from edgeagent.upgrade.service import upgrade_service
 

@@ -7,6 +7,7 @@ transports live in ``protocol.transport`` and are imported from there, not re-ex
 here, so that importing ``protocol`` stays cheap on the edge.
 """
 
+import protocol.prepull  # registers the image pre-pull kinds
 import protocol.stream_messages  # registers the day-2 stream kinds
 import protocol.upgrade  # noqa: F401  (registers the agent upgrade kinds)
 from protocol.backoff import DEFAULT_BASE, DEFAULT_CAP, backoff, is_retryable, retry_delay

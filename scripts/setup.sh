@@ -64,9 +64,12 @@ command -v kubectl >/dev/null 2>&1 || APT_DEMO+=(kubernetes-client)
 # a clock hours behind, or stepped while it runs: libfaketime under a real process) and
 # debootstrap (the base of the hub's image: deploy/build-image.sh, tests/deploy/test_image.py),
 # qemu-user-static and binfmt-support (foreign-architecture Debian roots for the arm64 proof and
-# the armv7l wheels: scripts/qemu-root.sh, tests/deploy/test_arm64.py);
-# the kube-apiserver build installs its own Go toolchain.
-APT_TEST=(etcd-server systemd git faketime debootstrap qemu-user-static binfmt-support)
+# the armv7l wheels: scripts/qemu-root.sh, tests/deploy/test_arm64.py) and docker-registry (a
+# local registry the image pre-pull tests push to and pull from: no registry is reachable; the
+# tests start their own on a free port, so the package's service, which would listen on :5000,
+# is disabled and stopped below); the kube-apiserver build installs its own Go toolchain.
+APT_TEST=(etcd-server systemd git faketime debootstrap qemu-user-static binfmt-support
+          docker-registry)
 
 packages=("${APT_DEMO[@]}")
 [ "$PROFILE" = test ] && packages+=("${APT_TEST[@]}")
@@ -92,6 +95,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
     "${APT[@]}" install -y --no-install-recommends "${missing[@]}" >"$LOG" 2>&1 ||
         fail "apt-get install ${missing[*]} failed"
     say "system packages: done ($(elapsed))"
+fi
+if [ "$PROFILE" = test ] && [ -e /lib/systemd/system/docker-registry.service ] &&
+    [ -d /run/systemd/system ]; then
+    "${SUDO[@]}" systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
 fi
 
 # The virtual environment, made by this script and reused while pyproject.toml and the

@@ -151,7 +151,12 @@ def _network_file(backend: str, name: str, bridge: str, prefix: str) -> tuple[st
     }
 
 
-def start_engine(root: pathlib.Path, *, network_backend: str | None = None) -> PodmanEngine:
+def start_engine(
+    root: pathlib.Path,
+    *,
+    network_backend: str | None = None,
+    insecure_registries: tuple[str, ...] = (),
+) -> PodmanEngine:
     """Configure, populate and start a private podman service below ``root``.
 
     The engine uses whichever network backend podman picks here (``podman info`` says:
@@ -162,6 +167,8 @@ def start_engine(root: pathlib.Path, *, network_backend: str | None = None) -> P
     Args:
         root: an empty directory for the engine's configuration, storage and socket.
         network_backend: ``"netavark"``, ``"cni"`` or ``None`` (podman's choice).
+        insecure_registries: ``host:port`` of registries the engine reaches over plain HTTP
+            (a local test registry); the engine's own ``registries.conf`` lists them.
 
     Raises:
         EngineUnavailable: podman is missing or cannot run a container here; the message is
@@ -194,7 +201,20 @@ def start_engine(root: pathlib.Path, *, network_backend: str | None = None) -> P
     storage.write_text(
         f'[storage]\ndriver = "vfs"\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n'
     )
-    env = {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_STORAGE_CONF": str(storage)}
+    registries = root / "registries.conf"
+    registries.write_text(
+        "unqualified-search-registries = []\n"
+        + "".join(
+            f'[[registry]]\nlocation = "{location}"\ninsecure = true\n'
+            for location in insecure_registries
+        )
+    )
+    env = {
+        **os.environ,
+        "CONTAINERS_CONF": str(conf),
+        "CONTAINERS_STORAGE_CONF": str(storage),
+        "CONTAINERS_REGISTRIES_CONF": str(registries),
+    }
     env.pop("CONTAINER_HOST", None)
     sock = root / "podman.sock"
     engine = PodmanEngine(

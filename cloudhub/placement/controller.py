@@ -70,6 +70,7 @@ from cloudhub.placement.nodes import offline_since
 from cloudhub.placement.plan import PlacementStatus, Plan, PodCreate, PodDelete
 from cloudhub.placement.planner import Planner
 from cloudhub.placement.pods import pod_ready
+from cloudhub.placement.prepull import PREPULL_CRD_PATH, PREPULLS, PrePullKeeper
 from cloudhub.placement.workloads import (
     EDGE_ROLE_LABEL,
     failing_condition,
@@ -191,6 +192,7 @@ class PlacementController:
         self._delays = _delays()
         self._retry_at = 0.0
         self._informers: list[Informer] = []
+        self.prepulls = PrePullKeeper(client, self._on_pulled)
         self._started_at = time.time()
         self.plans = 0
 
@@ -225,7 +227,18 @@ class PlacementController:
             for informer, handler in watched:
                 informer.add_handler(handler)
                 self._informers.append(informer)
-        tasks = [
+        extra = []
+        if await self._prepull_served(ns or (scope[0] if scope else None)):
+            if scope and not ns:
+                view, informers = scoped_informers(self.client, PREPULLS, scope)
+                view.add_handler(self.prepulls.prepull)
+                self._informers += informers
+            else:
+                informer = Informer(self.client, PREPULLS, namespace=ns)
+                informer.add_handler(self.prepulls.prepull)
+                self._informers.append(informer)
+            extra.append(asyncio.create_task(self.prepulls.run(), name="placement-prepulls"))
+        tasks = extra + [
             asyncio.create_task(i.run(), name=f"placement-informer-{i.rt.plural}")
             for i in self._informers
         ]
@@ -258,6 +271,36 @@ class PlacementController:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.1)
+
+    async def _prepull_served(self, namespace: str | None) -> bool:
+        """Whether EdgeImagePrePulls are served (installed here on the embedded API);
+        without them ``updateStrategy.prePull`` waits for ever (said once)."""
+        if self.settings.install_crd:
+            try:
+                # rbac: embedded API only (a cluster gets the CRD from deploy/crds)
+                await self.client.create(CRDS, yaml.safe_load(PREPULL_CRD_PATH.read_text()))
+            except KubeConflict:
+                pass
+        deadline = time.monotonic() + (30 if self.settings.install_crd else 0)
+        while True:
+            try:
+                # rbac: hub's ClusterRole (list edgeimageprepulls)
+                await self.client.list(PREPULLS, namespace, limit=1)
+                return True
+            except KubeNotFound:
+                if time.monotonic() >= deadline:
+                    log.warning(
+                        "no EdgeImagePrePull CRD (deploy/crds): updateStrategy.prePull waits"
+                    )
+                    return False
+                await asyncio.sleep(0.1)
+            except KubeAPIError as exc:
+                log.warning("EdgeImagePrePulls not readable (%s): prePull waits", exc)
+                return False
+
+    def _on_pulled(self, key: PlacementKey, nodes: frozenset[str]) -> None:
+        self.planner.set_pulled(key, nodes)
+        self._wake.set()
 
     def _watch_scoped(self, scope: tuple[str, ...]) -> None:
         nodes = Informer(self.client, NODES)
@@ -403,9 +446,11 @@ class PlacementController:
         if kind == "DELETED":
             self._invalid.pop(key, None)
             self.planner.remove_placement(key)
+            self.prepulls.placement(key, None)
         else:
             try:
                 self.planner.upsert_placement(parse_placement(obj))
+                self.prepulls.placement(key, obj)
                 if self._invalid.pop(key, None) is not None:
                     self._queue_status(key)
             except InvalidSpec as exc:

@@ -20,7 +20,7 @@ says what to run on the fleet, where, and how much::
            resources: {requests: {...}, limits: {...}}, tolerations: [...]}
       priority: 100             # higher wins scarce capacity; ties go to the older
       offlineTolerationSeconds: 300
-      updateStrategy: {maxUnavailable: 25%, maxSurge: 25%}   # per group
+      updateStrategy: {maxUnavailable: 25%, maxSurge: 25%, prePull: false}   # per group
 
 :func:`parse_placement` turns the raw JSON object into a :class:`Placement`
 or raises :class:`~cloudhub.placement.errors.InvalidSpec` naming the field.
@@ -154,10 +154,14 @@ class UpdateStrategy:
             during an update (percentages round down).
         max_surge: how many replicas above desired a group may have during an
             update (percentages round up).
+        pre_pull: ``prePull``: the update replaces a pod on a node only once that node
+            pulled the new template's images (an EdgeImagePrePull of the placement's
+            name, kept by the hub; docs/upgrade.md).
     """
 
     max_unavailable: IntOrPercent = IntOrPercent(25, True)
     max_surge: IntOrPercent = IntOrPercent(25, True)
+    pre_pull: bool = False
 
     def budgets(self, desired: int) -> tuple[int, int]:
         """``(max_unavailable, max_surge)`` in replicas for a group of ``desired``.
@@ -661,10 +665,14 @@ def parse_spec(raw: object, path: str = "spec") -> PlacementSpec:
     strategy = UpdateStrategy()
     if raw.get("updateStrategy") is not None:
         spath = f"{path}.updateStrategy"
-        sraw = _object(raw["updateStrategy"], spath, {"maxUnavailable", "maxSurge"})
+        sraw = _object(raw["updateStrategy"], spath, {"maxUnavailable", "maxSurge", "prePull"})
+        pre_pull = sraw.get("prePull", False)
+        if not isinstance(pre_pull, bool):
+            raise InvalidSpec(f"{spath}.prePull", "must be true or false")
         strategy = UpdateStrategy(
             _int_or_percent(sraw.get("maxUnavailable", "25%"), f"{spath}.maxUnavailable"),
             _int_or_percent(sraw.get("maxSurge", "25%"), f"{spath}.maxSurge"),
+            pre_pull,
         )
         if strategy.max_unavailable.value == 0 and strategy.max_surge.value == 0:
             raise InvalidSpec(spath, "maxUnavailable and maxSurge must not both be 0")

@@ -21,7 +21,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from cloudhub.errors import ConfigError, KubeAPIError
+from cloudhub.errors import ConfigError, KubeAPIError, KubeNotFound
 from cloudhub.kube import ResourceType
 from cloudhub.kube.access import connect, kubeconfig_path
 from cloudhub.upgrade.model import API_GROUP, KIND, PLURAL
@@ -103,7 +103,10 @@ def upgrade() -> None:
     help="Seconds between refreshes (live view).",
 )
 def status(name: str, kubeconfig: str | None, once: bool, interval: float) -> None:
-    """Show an EdgeUpgrade's progress, live until it completes (or once with --once)."""
+    """Show an EdgeUpgrade's progress, live until it completes (or once with --once).
+
+    Exits 2 when there is no EdgeUpgrade ``NAME`` (or it was deleted while followed),
+    1 when the API cannot be used, 130 on Ctrl-C."""
     path = kubeconfig_path(kubeconfig)
     console = Console()
     try:
@@ -116,6 +119,13 @@ def status(name: str, kubeconfig: str | None, once: bool, interval: float) -> No
                 time.sleep(interval)
                 obj = asyncio.run(_get(path, name))
                 live.update(render(obj))
+    except KubeNotFound:
+        click.echo(
+            f"cloudhub upgrade status: there is no EdgeUpgrade named {name!r} "
+            "(`kubectl get edgeupgrades` lists them; is the EdgeUpgrade CRD applied?)",
+            err=True,
+        )
+        sys.exit(2)
     except (ConfigError, KubeAPIError) as exc:
         click.echo(f"cloudhub upgrade status: {exc}", err=True)
         sys.exit(1)

@@ -87,6 +87,12 @@ class UpgradeExtension:
         self.server = ArtifactServer(pathlib.Path(settings.artifact_dir))
         self.rollouts: dict[str, tuple[Upgrade, Rollout]] = {}
         self._dirty: set[str] = set()
+        self._observed: dict[tuple[str, str], set[tuple[str, float]]] = {}
+        """(upgrade uid, node) -> (phase, ``observed_at``) of the progress applied (a
+        node's clock may step back before NTP: only exact repeats are duplicates)."""
+        self._changes: dict[str, int] = {}
+        self._written: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self._hub: Hub | None = None
 
     async def __call__(self, hub: Hub) -> None:
@@ -113,28 +119,69 @@ class UpgradeExtension:
     def _on_artifact_request(self, inbound: Inbound) -> None:
         inbound.reply(self.server.answer(inbound.node, inbound.message))
 
-    def _on_progress(self, inbound: Inbound) -> None:
+    async def _on_progress(self, inbound: Inbound) -> None:
+        """Apply a node's ``upgrade_progress`` and acknowledge it once the EdgeUpgrade's
+        status holds it (the dispatcher calls ``done()`` when this returns).
+
+        At-least-once from the agent's outbox, so duplicates are expected: a report with
+        the phase and ``observed_at`` (seconds) of one already applied for that node and
+        upgrade, one for an upgrade this hub does not know, and a move the rollout does
+        not allow are logged and acknowledged without effect (never left unacknowledged:
+        that would hold every later cumulative ack of the session). A status write that
+        fails is retried by the controller loop from the rollout in memory.
+        """
         message: UpgradeProgress = inbound.message
         found = self.rollouts.get(message.uid)
         if found is None:
             log.info("progress of unknown upgrade %s from %s", message.uid, inbound.node)
             return
+        seen = self._observed.setdefault((message.uid, inbound.node), set())
+        if (message.phase, message.observed_at) in seen:
+            log.debug("duplicate progress of %s from %s", found[0].name, inbound.node)
+            return
+        seen.add((message.phase, message.observed_at))
         try:
             if message.phase == "Deferred":
                 found[1].defer(inbound.node, self.clock(), message.reason)
-                self._dirty.add(message.uid)
-                return
-            found[1].report(
-                inbound.node,
-                NodePhase(message.phase),
-                self.clock(),
-                message.reason,
-                message.message,
-            )
-        except IllegalTransition as exc:
+            else:
+                found[1].report(
+                    inbound.node,
+                    NodePhase(message.phase),
+                    self.clock(),
+                    message.reason,
+                    message.message,
+                )
+        except (IllegalTransition, ValueError) as exc:
             log.warning("upgrade %s: %s", found[0].name, exc)
             return
         self._dirty.add(message.uid)
+        self._changes[message.uid] = self._changes.get(message.uid, 0) + 1
+        await self._write_status(message.uid)
+
+    async def _write_status(self, uid: str) -> None:
+        """Write the status of upgrade ``uid`` from its rollout, once for every change
+        made before the call (concurrent callers share one write)."""
+        hub = self._hub
+        assert hub is not None and hub.kube is not None
+        wanted = self._changes.get(uid, 0)
+        lock = self._locks.setdefault(uid, asyncio.Lock())
+        async with lock:
+            found = self.rollouts.get(uid)
+            if found is None or self._written.get(uid, 0) >= wanted:
+                return
+            upgrade, rollout = found
+            changes = self._changes.get(uid, 0)
+            status = rollout.to_status(upgrade.generation)
+            try:
+                # rbac: hub's ClusterRole (patch edgeupgrades/status)
+                await hub.kube.patch(
+                    EDGEUPGRADES, upgrade.name, {"status": status}, subresource="status"
+                )
+            except KubeAPIError as exc:
+                log.warning("upgrade %s: status not written (%s); retried", upgrade.name, exc)
+                self._dirty.add(uid)
+                return
+            self._written[uid] = changes
 
     def _on_synced(self, session: NodeSession) -> None:
         for upgrade, rollout in self.rollouts.values():
@@ -191,6 +238,10 @@ class UpgradeExtension:
             await self._step(obj, nodes, ready)
         for uid in set(self.rollouts) - seen:
             del self.rollouts[uid]
+            for table in (self._changes, self._written, self._locks):
+                table.pop(uid, None)
+            for key in [k for k in self._observed if k[0] == uid]:
+                del self._observed[key]
 
     async def _step(self, obj: Mapping[str, Any], nodes: list[dict], ready: dict) -> None:
         hub = self._hub
@@ -233,8 +284,8 @@ class UpgradeExtension:
         status = rollout.to_status(upgrade.generation)
         if status != before or status != dict(upgrade.status) or upgrade.uid in self._dirty:
             self._dirty.discard(upgrade.uid)
-            # rbac: hub's ClusterRole (patch edgeupgrades/status)
-            await hub.kube.patch(EDGEUPGRADES, name, {"status": status}, subresource="status")
+            self._changes[upgrade.uid] = self._changes.get(upgrade.uid, 0) + 1
+            await self._write_status(upgrade.uid)
 
     def _act(self, upgrade: Upgrade, rollout: Rollout, action: Order | Rollback) -> None:
         assert self._hub is not None

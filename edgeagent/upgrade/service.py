@@ -10,17 +10,21 @@ before the link runs, it registers on the :class:`~edgeagent.uplink.session.HubL
 - ``artifact_chunk``: the answer to the manager's ``artifact_request``, matched by digest
   and offset;
 - a task per session: once the hub welcomed this agent, ``on_connected`` (end a
-  probation, report a rollback), then the progress reports that found no session, then a
-  probation check every ``probation_check_s``.
+  probation, report a rollback), then a probation check every ``probation_check_s``.
 
-Progress reports that find no session wait in memory for the next one. What must survive
-a restart does so on disk instead: the probation and the rollback result (the guard's
+Progress reports go into the store's outbox (kind ``upgrade_progress``, never coalesced:
+the hub's rollout wants every move): they survive an agent restart (the ``Installing``
+the old agent queued right before it stopped goes up from the new one), are sent
+at-least-once with the pod statuses and events, and the hub acknowledges each once the
+EdgeUpgrade's status holds it (it drops duplicates by ``observed_at``). The rest that must
+survive a restart is on disk too: the probation and the rollback result (the guard's
 files), the artifact (the cache).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -37,11 +41,15 @@ from protocol.upgrade import (
 )
 
 if TYPE_CHECKING:
+    from edgeagent.store import Store
     from edgeagent.uplink.session import HubLink
 
 __all__ = ["UpgradeService"]
 
 log = logging.getLogger(__name__)
+
+REPORT_WAIT_S = 2.0
+"""Seconds a restart waits for the hub to acknowledge the queued progress reports."""
 
 
 class UpgradeService:
@@ -70,14 +78,20 @@ class UpgradeService:
         self.probation_check_s = probation_check_s
         self._tasks = TaskSet("upgrades")
         self._waiting: dict[tuple[str, int], asyncio.Future[ArtifactChunk]] = {}
-        self._unsent: list[UpgradeProgress] = []
+        self._store: Store | None = None
+        self._early: list[UpgradeProgress] = []
+        """Reports made before :meth:`run` gave the store (queued there at once then)."""
         link.register(UpgradeOrder, self._on_order)
         link.register(UpgradeRollback, self._on_rollback)
         link.register(ArtifactChunk, self._on_chunk)
         link.add_session_task(self._per_session)
 
     async def run(self, ctx: Any) -> None:
-        """Own the service's tasks until the agent stops."""
+        """Own the service's tasks until the agent stops (``ctx.store``: the outbox)."""
+        self._store = ctx.store
+        early, self._early = self._early, []
+        for progress in early:
+            await self._report(progress)
         try:
             await asyncio.Event().wait()
         finally:
@@ -118,16 +132,37 @@ class UpgradeService:
             self._waiting.pop(key, None)
 
     async def _report(self, progress: UpgradeProgress) -> None:
-        try:
-            await self.link.send(progress)
-        except HubUnavailable:
-            self._unsent.append(progress)
+        """Queue ``progress`` in the store's outbox (the outbox hook wakes the link).
+
+        Raises:
+            StoreFullError: the store has no space (the manager's step fails with it).
+        """
+        if self._store is None:
+            self._early.append(progress)
+            return
+        body = {f.name: getattr(progress, f.name) for f in dataclasses.fields(progress)}
+        self._store.outbox_append(UpgradeProgress.kind, body)
+
+    def reports_pending(self) -> int:
+        """Progress reports in the outbox the hub has not acknowledged yet."""
+        if self._store is None:
+            return len(self._early)
+        entries = [*self._store.outbox_sent(), *self._store.outbox_unsent()]
+        return sum(e.kind == UpgradeProgress.kind for e in entries)
+
+    async def deliver_reports(self, timeout_s: float, poll_s: float = 0.05) -> bool:
+        """Wait up to ``timeout_s`` seconds for the hub to acknowledge the queued progress
+        reports (before a restart: the status then shows ``Installing`` at once; what is
+        not acknowledged goes up from the new agent anyway). Returns whether it did."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.reports_pending():
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(poll_s)
+        return True
 
     async def _per_session(self, link: Any) -> None:
         await self.manager.on_connected()
-        unsent, self._unsent = self._unsent, []
-        for progress in unsent:
-            await self._report(progress)
         while True:
             await asyncio.sleep(self.probation_check_s)
             if await self.manager.check_probation():
@@ -151,6 +186,8 @@ def upgrade_service(settings: Any, link: HubLink, stop: asyncio.Event) -> Upgrad
     state_dir = pathlib.Path(settings.state_dir)
 
     async def restart() -> None:
+        if not await service.deliver_reports(REPORT_WAIT_S):
+            log.info("restarting with progress not yet acknowledged (sent after the restart)")
         log.info("restarting into the new agent")
         stop.set()
 
@@ -167,4 +204,5 @@ def upgrade_service(settings: Any, link: HubLink, stop: asyncio.Event) -> Upgrad
             max_attempts=group.max_attempts,
         )
 
-    return UpgradeService(link, make)
+    service = UpgradeService(link, make)
+    return service

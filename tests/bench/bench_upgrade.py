@@ -26,7 +26,8 @@ Measured, on one machine, with real venvs, real pip (no index) and the real star
   sessions; from the resource's creation to Completed. The simulated nodes fetch and
   check the artifact and reconnect with the new version but build no venv; the real
   agents build, switch and restart for real under the unit's stand-in. The pod restarts
-  are the real agents' process-runtime pods' (the docker runtime is not measured here).
+  are the real agents' pods': two on the process runtime, one on the docker runtime
+  (podman's Docker API; ``pod_restarts_process`` and ``pod_restarts_docker``).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import time
 
 import yaml
 
+from cloudhub.devtools.engine import start_engine, stop_engine
 from cloudhub.kube import CRDS, NAMESPACES, NODES, PODS, KubeClient
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from cloudhub.upgrade.cli import EDGEUPGRADES
@@ -51,6 +52,8 @@ from tests.upgrade.installed import Unit, bumped, current_version, install_roots
 __all__ = ["UpgradingSim", "fleet_run"]
 
 REAL = ("edge-real-a", "edge-real-b", "edge-real-c")
+DOCKER_NODE = REAL[-1]
+"""The real agent that runs the docker runtime (the others: the process runtime)."""
 
 
 class UpgradingSim(SimAgent):
@@ -163,7 +166,14 @@ async def fleet_run(work: pathlib.Path, sims: int) -> dict:
             )
             for i in range(sims)
         ]
-        units = {n: Unit(root, n, hub.url, ca.ca) for n, root in roots.items()}
+        # The last real agent runs the docker runtime (podman's Docker API): pod restarts
+        # are measured for both runtimes.
+        engine = await asyncio.to_thread(start_engine, work / "podman")
+        kinds = {n: ("docker" if n == DOCKER_NODE else "process") for n in REAL}
+        units = {
+            n: Unit(root, n, hub.url, ca.ca, kind=kinds[n], engine=engine)
+            for n, root in roots.items()
+        }
         try:
             for sim in fleet:
                 sim.start()
@@ -213,10 +223,12 @@ async def fleet_run(work: pathlib.Path, sims: int) -> dict:
             status = await eventually(completed, "the rollout Completed", 1800)
             wall = time.perf_counter() - wall0
             cpu = time.process_time() - cpu0
-            restarts = 0
+            restarts = {"process": 0, "docker": 0}
             for n in REAL:
                 now = container_status(await get_pod(kube, ns, f"app-{n}"))
-                restarts += int(now.get("restartCount", 0)) + (now["containerID"] != before[n])
+                restarts[kinds[n]] += int(now.get("restartCount", 0)) + (
+                    now["containerID"] != before[n]
+                )
             phases: dict[str, int] = {}
             for entry in status.get("nodes") or ():
                 phases[entry["phase"]] = phases.get(entry["phase"], 0) + 1
@@ -231,13 +243,17 @@ async def fleet_run(work: pathlib.Path, sims: int) -> dict:
                 "fleet_node_phases": phases,
                 "fleet_sim_failures": sum(len(s.failures) for s in fleet),
                 "fleet_artifact_bytes": served.stat().st_size,
-                "pod_restarts": restarts,
+                "pod_restarts": sum(restarts.values()),
+                "pod_restarts_process": restarts["process"],
+                "pod_restarts_docker": restarts["docker"],
+                "real_agent_runtimes": [kinds[n] for n in REAL],
                 "real_agent_versions": [units[n].starts[-1] for n in REAL],
             }
         finally:
             for unit in units.values():
                 await unit.down()
                 await unit.remove_everything()
+            await asyncio.to_thread(stop_engine, engine)
             await asyncio.gather(*(s.stop() for s in fleet), return_exceptions=True)
             await hub.stop()
             await kube.close()

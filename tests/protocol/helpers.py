@@ -37,6 +37,7 @@ from protocol import (
     TwinReported,
     Welcome,
 )
+from protocol.prepull import ImagePullOrder, ImagePullProgress
 from protocol.stream_messages import (
     StreamClose,
     StreamData,
@@ -117,6 +118,17 @@ def sample_messages() -> list[Message]:
         StreamClose(stream_id=1, exit_code=0),
         StreamReset(stream_id=1, code=ErrorCode.NOT_FOUND, reason="no such container"),
         *upgrade_samples(),
+        *prepull_samples(),
+    ]
+
+
+def prepull_samples() -> list[Message]:
+    """One message of every image pre-pull kind (protocol.prepull)."""
+    return [
+        ImagePullOrder("web", "shop", "u-2", 3, ("registry.local:5000/shop/web:1.2",)),
+        ImagePullProgress(
+            "web", "shop", "u-2", 3, "Failed", 0, 1_700_000_000.5, "ErrImagePull", "no such"
+        ),
     ]
 
 

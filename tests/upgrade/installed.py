@@ -39,8 +39,18 @@ def current_version() -> str:
 class Unit(AgentProcess):
     """The systemd unit's stand-in for the agent installed under ``root``."""
 
-    def __init__(self, root: pathlib.Path, node: str, hub_url: str, ca, *, bad_version: str = ""):
-        super().__init__(root / "run", node, "process", hub_url, ca)
+    def __init__(
+        self,
+        root: pathlib.Path,
+        node: str,
+        hub_url: str,
+        ca,
+        *,
+        bad_version: str = "",
+        kind: str = "process",
+        engine=None,
+    ):
+        super().__init__(root / "run", node, kind, hub_url, ca, engine=engine)
         self.install_root = root
         self.prefix = root / "opt" / "edgeagent"
         self.state = root / "var" / "lib" / "edgeagent"

@@ -27,9 +27,21 @@ class Context:
         serial: per placement, the serial of its last generated pod name.
         lowest_priority: the lowest priority of any placement (preemption is only
             tried by placements above it).
+        pulled: per placement with ``updateStrategy.prePull``, the nodes that pulled its
+            current template's images (absent: none known yet).
     """
 
-    __slots__ = ("index", "ledger", "lowest_priority", "nodes", "now", "rr", "serial", "settings")
+    __slots__ = (
+        "index",
+        "ledger",
+        "lowest_priority",
+        "nodes",
+        "now",
+        "pulled",
+        "rr",
+        "serial",
+        "settings",
+    )
 
     def __init__(self, settings: PlannerSettings) -> None:
         self.settings = settings
@@ -40,3 +52,9 @@ class Context:
         self.rr = 0
         self.serial: dict[PlacementKey, int] = {}
         self.lowest_priority = 0
+        self.pulled: dict[PlacementKey, frozenset[str]] = {}
+
+    def waits_for_pull(self, key: PlacementKey, prepull: bool, node: str) -> bool:
+        """Whether a rolling update of placement ``key`` must not replace its pod on
+        ``node`` yet: ``prepull`` is set and ``node`` has not pulled the images."""
+        return prepull and node not in self.pulled.get(key, frozenset())

@@ -9,7 +9,9 @@ Rules (each has a test in ``tests/cloudhub/placement``):
 - Rolling updates go node by node within ``maxUnavailable`` nodes without a
   Ready pod and ``maxSurge`` nodes running two; a node with no room for the pod
   does not hold the rollout up, and an offline node gets the new pod at once
-  (nothing on it can be reached anyway). Duplicates on a node are deleted.
+  (nothing on it can be reached anyway). Duplicates on a node are deleted. With
+  ``updateStrategy.prePull`` an online node's pod is replaced only once the node
+  pulled the new template's images (``Context.pulled``).
 - Only the nodes that changed are looked at, unless an update is rolling or the
   group was rebuilt.
 """
@@ -63,6 +65,7 @@ def reconcile_per_node(state: PlacementState, group: GroupState, ctx: Context, p
         by_node.setdefault(pod.node, []).append(pod)
     desired = len(group.cands)
     unavailable_budget, surge_budget = state.p.spec.update_strategy.budgets(desired)
+    pre_pull = state.p.spec.update_strategy.pre_pull
     if full:
         group.rolling = any(p.hash != current for p in live)
     # Only nodes that run a pod can be made unavailable by the update: a node
@@ -106,6 +109,8 @@ def reconcile_per_node(state: PlacementState, group: GroupState, ctx: Context, p
             delete(extra, "duplicate replica on the node", ctx, plan)
         if len(stale) > 1:
             surge_budget += 1
+        if node.offline_since is None and ctx.waits_for_pull(state.p.key, pre_pull, name):
+            continue  # updateStrategy.prePull: the node has not pulled the new images yet
         if node.offline_since is not None:
             # Nothing runs there that anyone can reach: replace it now; the
             # node gets the new pod when it reconnects.

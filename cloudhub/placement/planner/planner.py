@@ -221,8 +221,20 @@ class Planner:
         ledger.reprioritise(state)
         ledger.dirty.add(key)
 
+    def set_pulled(self, key: PlacementKey, nodes: frozenset[str]) -> None:
+        """The nodes that pulled placement ``key``'s current images (its EdgeImagePrePull):
+        a rolling update with ``updateStrategy.prePull`` replaces pods only there."""
+        if self._ctx.pulled.get(key) == nodes:
+            return
+        self._ctx.pulled[key] = nodes
+        state = self._ledger.states.get(key)
+        if state is not None:
+            state.rebuild = True
+            self._ledger.dirty.add(key)
+
     def remove_placement(self, key: PlacementKey) -> None:
         """Forget a deleted placement; its pods are deleted at the next plan."""
+        self._ctx.pulled.pop(key, None)
         ledger = self._ledger
         state = ledger.states.pop(key, None)
         if state is None:

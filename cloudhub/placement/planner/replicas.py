@@ -119,6 +119,8 @@ def _create_phase(state: PlacementState, group: GroupState, ctx: Context, plan: 
     fresh = sum(1 for p in live if p.hash == current) + len(group.created_now)
     _, surge = state.p.spec.update_strategy.budgets(target)
     want = max(0, min(target - fresh, target + surge - have))
+    if fresh < have and _waits_for_pull(state, group, ctx):
+        want = max(0, target - have)  # only missing replicas until the images are pulled
     if state.rebalance:
         _rebalance(state, group, live, ctx, plan)
     group.reason = ""
@@ -216,6 +218,19 @@ def _place(
     return want - need
 
 
+def _waits_for_pull(state: PlacementState, group: GroupState, ctx: Context) -> bool:
+    """``updateStrategy.prePull`` holds the group's rolling update: an online candidate
+    node has not pulled the current template's images yet."""
+    if not state.p.spec.update_strategy.pre_pull:
+        return False
+    key = state.p.key
+    return any(
+        ctx.waits_for_pull(key, True, name)
+        for name in group.cands
+        if name in ctx.nodes and ctx.nodes[name].offline_since is None
+    )
+
+
 def _delete_phase(state: PlacementState, group: GroupState, ctx: Context, plan: Plan) -> None:
     """Delete what must go now, old-template pods within the update budget, surplus
     while Ready pods remain for every target, and replaced pods of nodes that no longer
@@ -234,7 +249,7 @@ def _delete_phase(state: PlacementState, group: GroupState, ctx: Context, plan: 
     ready = count_ready(remaining, nodes)
     unavailable, surge = state.p.spec.update_strategy.budgets(target)
     old = [p for p in live if p.hash != current]
-    if old:
+    if old and not _waits_for_pull(state, group, ctx):
         fresh_unready = sum(1 for p in remaining if p.hash == current and not is_ready(p, nodes))
         budget = len(remaining) - (target - unavailable) - fresh_unready
         old.sort(key=lambda p: (is_ready(p, nodes), -p.created, p.name))

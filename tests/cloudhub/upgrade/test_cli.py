@@ -1,12 +1,19 @@
-"""``cloudhub upgrade status``'s options: bad values are usage errors (exit 2) before any
-call to the API."""
+"""``cloudhub upgrade status``: bad options are usage errors (exit 2) before any call to
+the API; a name that does not exist is named, exit 2; against the embedded API."""
 
 from __future__ import annotations
 
-import pytest
-from click.testing import CliRunner
+import asyncio
+from collections.abc import AsyncIterator
 
-from cloudhub.upgrade.cli import upgrade
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from cloudhub.kube import CRDS, KubeClient
+from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
+from cloudhub.upgrade.cli import EDGEUPGRADES, upgrade
+from cloudhub.upgrade.extension import CRD_PATH
 
 
 @pytest.mark.parametrize("interval", ["-1", "0", "nan", "soon"])
@@ -18,3 +25,55 @@ def test_an_interval_that_is_not_a_positive_number_is_a_usage_error(interval: st
     )
     assert result.exit_code == 2, result.output
     assert "--interval" in result.output
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[EmbeddedAPIServer]:
+    async with EmbeddedAPIServer(APIServerSettings(data_dir=None, port=0)) as server:
+        yield server
+
+
+async def status_of(api: EmbeddedAPIServer, *args: str) -> Result:
+    """``cloudhub upgrade status`` in a thread (it runs its own event loop) against ``api``."""
+    command = ["status", *args, "--kubeconfig", str(api.kubeconfig_path)]
+    return await asyncio.to_thread(CliRunner().invoke, upgrade, command)
+
+
+@pytest.mark.parametrize("crd", [True, False], ids=["crd-applied", "no-crd"])
+@pytest.mark.parametrize("once", [True, False], ids=["once", "live"])
+async def test_a_name_that_does_not_exist_is_named_and_exits_2(
+    api: EmbeddedAPIServer, crd: bool, once: bool
+) -> None:
+    if crd:
+        kube = await KubeClient.from_kubeconfig(str(api.kubeconfig_path))
+        try:
+            await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        finally:
+            await kube.close()
+    result = await status_of(api, "no-such-rollout", *(["--once"] if once else []))
+    assert result.exit_code == 2, result.output
+    assert "no EdgeUpgrade named 'no-such-rollout'" in result.stderr
+    assert "Traceback" not in result.output
+
+
+async def test_an_existing_upgrade_is_shown_once(api: EmbeddedAPIServer) -> None:
+    kube = await KubeClient.from_kubeconfig(str(api.kubeconfig_path))
+    try:
+        await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        await kube.create(
+            EDGEUPGRADES,
+            {
+                "apiVersion": "apps.edgefleet.io/v1alpha1",
+                "kind": "EdgeUpgrade",
+                "metadata": {"name": "rollout-1"},
+                "spec": {
+                    "version": "1.2.3",
+                    "artifact": {"sha256": "ab" * 32, "name": "edgefleet-1.2.3-py3-none-any.whl"},
+                },
+            },
+        )
+    finally:
+        await kube.close()
+    result = await status_of(api, "rollout-1", "--once")
+    assert result.exit_code == 0, result.output
+    assert "rollout-1 -> 1.2.3" in result.stdout
