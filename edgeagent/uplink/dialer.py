@@ -98,6 +98,9 @@ class UplinkSettings:
     quic_max_datagram_size: int = 1200
     """Bytes per UDP datagram toward a hub off this host (``protocol.transport.datagrams``:
     QUIC's minimum, as aioquic has no path MTU discovery; a hub on this host gets 8192)."""
+    quic_loopback_datagram_size: int = 8192
+    """Bytes per datagram toward a hub at a loopback address (0: ``quic_max_datagram_size``,
+    for a loopback address that is a local relay onto a real path)."""
     websocket_timeout: float = 10.0
     """Seconds for TCP, TLS, upgrade and welcome over WebSocket."""
     quic_retry_interval: float = 600.0
@@ -368,7 +371,11 @@ class Uplink:
         if self._quic_due(loop.time()):
             from protocol.transport.quic import connect_quic
 
-            quic_options = {**common, "max_datagram_size": s.quic_max_datagram_size}
+            quic_options = {
+                **common,
+                "max_datagram_size": s.quic_max_datagram_size,
+                "loopback_datagram_size": s.quic_loopback_datagram_size,
+            }
             link, refused = await self._try(
                 QUIC, connect_quic, s.quic_port, s.quic_handshake_timeout, credentials, quic_options
             )

@@ -22,27 +22,34 @@ connection may take (``quic_max_datagram_size`` in both programs' settings; a pa
 drops larger datagrams silently would black-hole the connection)."""
 
 LOOPBACK_DATAGRAM_SIZE = 8192
-"""Bytes per datagram when the peer is a loopback address: the path is this host's
-loopback interface (64 KiB MTU) and nothing else, so no discovery is needed (a hub and an
-agent on one machine: the demo, the tests, the benchmarks). Below aioquic's 16,383-byte
-long-header length limit, and small enough that a default 208 KiB socket receive buffer
-still holds two dozen."""
+"""Bytes per datagram when the peer is a loopback address: then the path is normally this
+host's loopback interface (64 KiB MTU) and nothing else, so no discovery is needed (a hub
+and an agent on one machine: the demo, the tests, the benchmarks). Below aioquic's
+16,383-byte long-header length limit, and small enough that a default 208 KiB socket
+receive buffer still holds two dozen. A loopback peer that is really a local relay onto a
+real path (a UDP proxy or tunnel endpoint, the slow-link tests' relay) needs the path's
+size instead: ``quic_loopback_datagram_size`` 0 in the settings."""
 
 
-def datagram_size(peer_host: str, configured: int = MAX_DATAGRAM_SIZE) -> int:
+def datagram_size(
+    peer_host: str, configured: int = MAX_DATAGRAM_SIZE, loopback: int = LOOPBACK_DATAGRAM_SIZE
+) -> int:
     """The datagram size for a connection with ``peer_host`` (bytes): ``configured``, or
-    :data:`LOOPBACK_DATAGRAM_SIZE` if larger and the peer is a loopback address
-    (``127.0.0.0/8``, ``::1``, or IPv4 loopback mapped into IPv6).
+    ``loopback`` if larger and the peer is a loopback address (``127.0.0.0/8``, ``::1``,
+    or IPv4 loopback mapped into IPv6); ``loopback`` 0 treats loopback like any path.
 
     Raises:
-        UsageError: ``configured`` is below QUIC's minimum of 1,200 bytes.
+        UsageError: ``configured`` is below QUIC's minimum of 1,200 bytes, or either is
+            above aioquic's 16,000.
     """
-    if configured < MAX_DATAGRAM_SIZE:
-        raise UsageError(f"a QUIC datagram size of {configured} bytes (at least 1200)")
+    if not MAX_DATAGRAM_SIZE <= configured <= 16000:
+        raise UsageError(f"a QUIC datagram size of {configured} bytes (1200..16000)")
+    if loopback > 16000:
+        raise UsageError(f"a loopback QUIC datagram size of {loopback} bytes (at most 16000)")
     try:
         address = ipaddress.ip_address(peer_host.split("%", 1)[0])
     except ValueError:
         return configured
     mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-    loopback = address.is_loopback or (mapped is not None and mapped.is_loopback)
-    return max(configured, LOOPBACK_DATAGRAM_SIZE) if loopback else configured
+    is_loopback = address.is_loopback or (mapped is not None and mapped.is_loopback)
+    return max(configured, loopback) if is_loopback else configured

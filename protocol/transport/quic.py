@@ -58,6 +58,7 @@ from protocol.events import Established
 from protocol.session import Role, Session
 from protocol.transport import pacing
 from protocol.transport.admission import serve_link, server_link, shut_down
+from protocol.transport.datagrams import LOOPBACK_DATAGRAM_SIZE as LOOPBACK_SIZE
 from protocol.transport.datagrams import MAX_DATAGRAM_SIZE, datagram_size
 from protocol.transport.errors import CertificateRejected, ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
@@ -258,8 +259,8 @@ class _QuicEndpoint:
         return
 
     def schedule_transmit(self) -> None:
-        # Coalesce the writes of one loop iteration into one round of datagrams; a
-        # transmit() that runs first (after a datagram or a timer) makes this a no-op.
+        # The writes of one loop iteration: one round of datagrams (or none, if a
+        # transmit() after a datagram or timer ran first).
         self._transmit_needed = True
         if not self._transmit_scheduled:
             self._transmit_scheduled = True
@@ -312,9 +313,8 @@ class _QuicEndpoint:
         self._arm(self.quic.get_timer())
 
     def _arm(self, deadline: float | None) -> None:
-        # Re-arm only when the deadline moves earlier: every packet pushes the deadlines
-        # later, and moving a timer per packet costs more than one early wake-up, which
-        # handle_timer() takes harmlessly (it re-arms for the real deadline).
+        # Re-arm only for an earlier deadline: moving a timer per packet costs more than
+        # one early wake-up (handle_timer() then re-arms for the real deadline).
         if deadline is not None and self._timer_at is not None and self._timer_at <= deadline:
             return
         if self._timer is not None:
@@ -378,6 +378,7 @@ async def connect_quic(
     server_name: str | None = None,
     timeout: float = 3.0,
     max_datagram_size: int = MAX_DATAGRAM_SIZE,
+    loopback_datagram_size: int = LOOPBACK_SIZE,
 ) -> Link:
     """Dial the hub over QUIC and open a session.
 
@@ -394,7 +395,9 @@ async def connect_quic(
         timeout: seconds for the QUIC handshake and the hello/welcome exchange together
             (the dialer's short QUIC handshake timeout, 3 s by default).
         max_datagram_size: bytes per UDP datagram toward a hub off this host (see
-            ``protocol.transport.datagrams``; a loopback hub gets more).
+            ``protocol.transport.datagrams``).
+        loopback_datagram_size: bytes per datagram toward a hub at a loopback address
+            (0: ``max_datagram_size``, for a local relay onto a real path).
 
     Returns:
         An established link (the welcome is in ``link.welcome``).
@@ -404,10 +407,10 @@ async def connect_quic(
         SessionRejected: the hub closed the session (version mismatch, unauthorized…).
         ConnectFailed: the address does not resolve, or the hub refused the connection
             or our certificate.
-        UsageError: ``max_datagram_size`` below 1,200 bytes.
+        UsageError: a datagram size out of 1,200..16,000 bytes.
     """
     config = config if config is not None else SessionConfig()
-    datagram_size("", max_datagram_size)  # checked before anything is opened
+    datagram_size("", max_datagram_size, loopback_datagram_size)  # checked before opening
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
@@ -421,7 +424,7 @@ async def connect_quic(
             is_client=True,
             server_name=server_name or host,
             idle_timeout=_idle_timeout(config),
-            max_datagram_size=datagram_size(peer[0], max_datagram_size),
+            max_datagram_size=datagram_size(peer[0], max_datagram_size, loopback_datagram_size),
         )
     )
     # The socket closes when the connection has ended, for whatever reason.
@@ -573,12 +576,14 @@ class QuicServer:
         config: SessionConfig,
         hello_timeout: float,
         max_datagram_size: int = MAX_DATAGRAM_SIZE,
+        loopback_datagram_size: int = LOOPBACK_SIZE,
     ) -> None:
         self._handler = handler
         self._credentials = credentials
         self._config = config
         self._hello_timeout = hello_timeout
         self._max_datagram_size = max_datagram_size
+        self._loopback_datagram_size = loopback_datagram_size
         self._quic_config = _configuration(
             credentials,
             is_client=False,
@@ -670,7 +675,7 @@ class QuicServer:
 
     def _accept(self, original_cid: bytes, addr: Any) -> _QuicEndpoint:
         configuration = self._quic_config
-        size = datagram_size(addr[0], self._max_datagram_size)
+        size = datagram_size(addr[0], self._max_datagram_size, self._loopback_datagram_size)
         if size != configuration.max_datagram_size:  # a peer on this host (datagrams.py)
             configuration = dataclasses.replace(configuration, max_datagram_size=size)
         quic = _MutualTLSServerConnection(
@@ -742,6 +747,7 @@ async def serve_quic(
     hello_timeout: float = 10.0,
     receive_buffer: int = 0,
     max_datagram_size: int = MAX_DATAGRAM_SIZE,
+    loopback_datagram_size: int = LOOPBACK_SIZE,
 ) -> QuicServer:
     """Listen for agents over QUIC.
 
@@ -760,25 +766,28 @@ async def serve_quic(
             of being dropped; the kernel grants at most ``net.core.rmem_max``
             (:attr:`QuicServer.receive_buffer` says what it granted). 0: the OS default.
         max_datagram_size: bytes per UDP datagram toward agents off this host (see
-            ``protocol.transport.datagrams``; loopback agents get more).
+            ``protocol.transport.datagrams``).
+        loopback_datagram_size: bytes per datagram toward agents at a loopback address
+            (0: ``max_datagram_size``, for agents behind a local relay).
 
     Returns:
         The running server.
 
     Raises:
         TransportError: the address cannot be bound.
-        UsageError: ``max_datagram_size`` below 1,200 bytes.
+        UsageError: a datagram size out of 1,200..16,000 bytes.
     """
     from protocol.transport.errors import TransportError
 
     config = config if config is not None else SessionConfig()
-    datagram_size("", max_datagram_size)  # checked before anything is opened
+    datagram_size("", max_datagram_size, loopback_datagram_size)  # checked before opening
     server = QuicServer(
         handler,
         credentials=credentials,
         config=config,
         hello_timeout=hello_timeout,
         max_datagram_size=max_datagram_size,
+        loopback_datagram_size=loopback_datagram_size,
     )
     try:
         udp = await open_udp(server, local=(host, port))

@@ -48,3 +48,14 @@ async def test_the_transports_refuse_a_size_below_the_minimum_before_opening(
             hello=hello(),
             max_datagram_size=576,
         )
+
+
+def test_loopback_zero_treats_a_local_relay_like_any_path() -> None:
+    assert datagram_size("127.0.0.1", 1200, 0) == 1200
+    assert datagram_size("127.0.0.1", 1400, 0) == 1400
+
+
+@pytest.mark.parametrize(("configured", "loopback"), [(16001, 8192), (1200, 16001)])
+def test_sizes_beyond_aioquics_long_header_limit_are_refused(configured, loopback) -> None:
+    with pytest.raises(UsageError, match="16000"):
+        datagram_size("127.0.0.1", configured, loopback)
