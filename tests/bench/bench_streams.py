@@ -249,18 +249,10 @@ async def _on(quick: bool, hub: HubProcess, kube: KubeClient, agent: AgentProces
     for one in warm:
         await one.roundtrip()
     before = hub_proc.memory_info().rss
-    if os.environ.get("QP2_TRACE"):
-        import signal
-
-        os.kill(hub_proc.pid, signal.SIGUSR1)
-        await asyncio.sleep(2)
     idle = [await Exec.open(api, ns, "echo") for _ in range(count)]
     for one in idle:
         await one.roundtrip()  # each cat runs, each stream is open end to end
     after = hub_proc.memory_info().rss
-    if os.environ.get("QP2_TRACE"):
-        os.kill(hub_proc.pid, signal.SIGUSR1)
-        await asyncio.sleep(2)
     idle += warm
     results["idle_exec_streams"] = {
         "count": count,
