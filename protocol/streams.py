@@ -66,7 +66,7 @@ __all__ = [
 DEFAULT_WINDOW = 256 * 1024
 """Bytes a receiver grants each stream by default (the memory one stream may hold)."""
 
-DEFAULT_MAX_WINDOW = 512 * 1024
+DEFAULT_MAX_WINDOW = 1024 * 1024
 """Bytes a stream's window may grow to (its receive buffer's bound), by default."""
 
 DEFAULT_GROWTH_BUDGET = 8 * 1024 * 1024

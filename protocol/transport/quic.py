@@ -290,6 +290,7 @@ class _QuicEndpoint:
             if data:
                 link.bytes_out += len(data)
                 self.quic.send_stream_data(STREAM_ID, data)
+                link.taken()
 
     def transmit(self) -> None:
         self._transmit_needed = False

@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 #: ``send(message)``: hand a message to the session (waits under back-pressure).
 Send = Callable[[Message], Awaitable[Any]]
 
+SEND_AHEAD = 64 * 1024
+"""Bytes the session's send lanes may hold before a stream's next data chunk waits (with
+``room``): an exec's echo queued behind a followed log waits behind about this much."""
+
 
 class Stream:
     """One open stream. Read with :meth:`read`, write with :meth:`write`.
@@ -119,6 +123,12 @@ class Stream:
                 self._writer = _future(self._writer)
                 await self._writer
                 continue
+            room = self._endpoint._room
+            if room is not None and size:
+                await room(SEND_AHEAD)  # our queue short: others' data is not stuck behind
+                size = min(len(view), MAX_STREAM_CHUNK, mux.credit(self.id))
+                if self.ended is not None or size == 0:
+                    continue
             last = size == len(view)
             message = mux.data(self.id, channel, bytes(view[:size]), eof=eof and last)
             view = view[size:]
@@ -183,6 +193,9 @@ class StreamEndpoint:
             protocol's ``ConnectionClosed``) when the session is gone.
         on_open: edge side: called with every stream the hub opens, as a task this
             endpoint owns (cancelled by :meth:`aclose`).
+        room: ``room(max_bytes)`` waits until the session's send lanes hold at most that
+            many bytes (``Link.wait_room``); each data chunk waits for it first with
+            :data:`SEND_AHEAD`, so a stream's own queue stays short whatever its window.
     """
 
     def __init__(
@@ -190,9 +203,11 @@ class StreamEndpoint:
         mux: StreamMux,
         send: Send,
         on_open: Callable[[Stream], Awaitable[None]] | None = None,
+        room: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.mux = mux
         self._send = send
+        self._room = room
         self._on_open = on_open
         self._streams: dict[int, Stream] = {}
         self._replies: list[Message] = []
