@@ -81,10 +81,8 @@ ALPN = "edgefleet/1"
 STREAM_ID = 0
 """The one bidirectional stream, opened by the client."""
 
-# TLS alerts as QUIC crypto errors (RFC 9001 §4.8: 0x0100 + alert).
-_BAD_CERTIFICATE = 0x100 + 42
-_CERTIFICATE_REQUIRED = 0x100 + 116
-_APPLICATION_CLOSE = 0x0
+# TLS alerts as QUIC crypto errors (RFC 9001 §4.8: 0x0100 + alert); an application close
+_BAD_CERTIFICATE, _CERTIFICATE_REQUIRED, _APPLICATION_CLOSE = 0x100 + 42, 0x100 + 116, 0x0
 
 ACK_DELAY = 0.005
 """Seconds before a received 1-RTT packet is acknowledged (aioquic's own: 0.001)."""
