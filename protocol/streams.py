@@ -66,8 +66,12 @@ __all__ = [
 DEFAULT_WINDOW = 256 * 1024
 """Bytes a receiver grants each stream by default (the memory one stream may hold)."""
 
-DEFAULT_MAX_WINDOW = 1024 * 1024
-"""Bytes a stream's window may grow to (its receive buffer's bound), by default."""
+DEFAULT_MAX_WINDOW = 512 * 1024
+"""Bytes a stream's window may grow to (its receive buffer's bound), by default. Every
+stream shares one ordered byte stream (QUIC stream 0, the WebSocket), so what a stream has
+in flight is also what a small message of another stream (an exec's echo) waits behind:
+measured under a load of 10 on 2 cores, a 1 MiB bound took the exec echo beside a followed
+log to p99 124-144 ms on QUIC and 98-111 ms on WebSocket (256 KiB: ~100 and ~57)."""
 
 DEFAULT_GROWTH_BUDGET = 8 * 1024 * 1024
 """Bytes all of a session's grown windows may hold beyond their base windows, by default."""
