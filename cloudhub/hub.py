@@ -470,6 +470,8 @@ class Hub:
                 config=config,
                 hello_timeout=s.listen.hello_timeout,
                 receive_buffer=s.listen.quic_receive_buffer,
+                max_datagram_size=s.listen.quic_max_datagram_size,
+                loopback_datagram_size=s.listen.quic_loopback_datagram_size,
             )
             self._servers.append(quic)
             self.quic_port = quic.port

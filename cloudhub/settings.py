@@ -107,6 +107,22 @@ class ListenSettings:
             "bytes",
         ),
     )
+    quic_max_datagram_size: int = field(
+        default=1200,
+        metadata=_h(
+            "UDP datagram size toward agents off this host (agents on it: 8192); QUIC's "
+            "minimum by default, which every path carries: aioquic has no path MTU discovery",
+            "bytes",
+        ),
+    )
+    quic_loopback_datagram_size: int = field(
+        default=8192,
+        metadata=_h(
+            "UDP datagram size toward agents at a loopback address (the path is the loopback "
+            "interface alone); 0: as off this host (agents behind a local relay or tunnel)",
+            "bytes",
+        ),
+    )
     backlog: int = field(
         default=1024,
         metadata=_h("TCP listen backlog: a fleet reconnecting after a hub restart arrives at once"),
@@ -139,6 +155,13 @@ class ListenSettings:
         )
         if not (self.quic or self.websocket):
             raise SettingsError("websocket", "at least one of quic, websocket on", False)
+        if not 1200 <= self.quic_max_datagram_size <= 16000:
+            raise SettingsError(
+                "quic_max_datagram_size", "1200..16000 bytes", self.quic_max_datagram_size
+            )
+        size = self.quic_loopback_datagram_size
+        if not (size == 0 or 1200 <= size <= 16000):
+            raise SettingsError("quic_loopback_datagram_size", "0 or 1200..16000 bytes", size)
         if self.quic_receive_buffer < 0:
             raise SettingsError(
                 "quic_receive_buffer", ">= 0 bytes (0: the OS default)", self.quic_receive_buffer

@@ -250,6 +250,22 @@ class HubSettings:
     """UDP blocked by a firewall looks like silence, so this bounds a fallback; 3 s covers
     several round trips on a slow cellular link."""
 
+    quic_max_datagram_size: int = field(
+        default=1200,
+        metadata=_h("UDP datagram size toward a hub off this host (a hub on it: 8192)", "bytes"),
+    )
+    """QUIC's minimum, which every path carries: aioquic has no path MTU discovery, so more
+    is a promise about every path to the hub (``protocol.transport.datagrams``)."""
+
+    quic_loopback_datagram_size: int = field(
+        default=8192,
+        metadata=_h(
+            "UDP datagram size toward a hub at a loopback address (0: as off host)", "bytes"
+        ),
+    )
+    """A hub on this host is reached over the loopback interface alone; set 0 when the
+    loopback address is a local relay or tunnel onto a real path."""
+
     websocket_timeout: float = field(
         default=10.0, metadata=_h("TCP, TLS, upgrade and welcome over WebSocket", "s")
     )
@@ -295,6 +311,21 @@ class HubSettings:
             port = getattr(self, name)
             if not 0 <= port <= 65535:
                 raise ConfigError(f"hub.{name} must be 0..65535, not {port}", key=f"hub.{name}")
+        if not (
+            self.quic_loopback_datagram_size == 0
+            or 1200 <= self.quic_loopback_datagram_size <= 16000
+        ):
+            raise ConfigError(
+                f"hub.quic_loopback_datagram_size must be 0 or 1200..16000 bytes, "
+                f"not {self.quic_loopback_datagram_size}",
+                key="hub.quic_loopback_datagram_size",
+            )
+        if not 1200 <= self.quic_max_datagram_size <= 16000:
+            raise ConfigError(
+                f"hub.quic_max_datagram_size must be 1200..16000 bytes, "
+                f"not {self.quic_max_datagram_size}",
+                key="hub.quic_max_datagram_size",
+            )
         if not self.transports or any(t not in TRANSPORTS for t in self.transports):
             raise ConfigError(
                 f"hub.transports must be one or both of quic, websocket, not {self.transports}",

@@ -107,6 +107,9 @@ class StreamData(Message):
     """At most ``MAX_STREAM_CHUNK`` bytes; counts against the receiver's window."""
     eof: bool = False
     """The sender writes no more on this channel (stdin closed)."""
+    blocked: bool = False
+    """This chunk used the sender's last credit (as QUIC's STREAM_DATA_BLOCKED): the
+    receiver may grow the stream's window (``protocol.streams``). Older peers ignore it."""
 
     def _check(self) -> None:
         _check_stream_id(self.stream_id)

@@ -12,9 +12,19 @@ grants more (``stream_window``) as its reader consumes — once half the window 
 that credit messages stay rare. A slow reader therefore stops the sender after one window
 per stream instead of growing anyone's memory, and a chatty stream takes only its window
 of the session's bandwidth per round trip, leaving the session's heartbeats and status
-messages their turn. Data beyond the granted window, data for a stream that is not open,
-or a second open with a used id, is the peer misbehaving: that stream is reset
-(``INVALID_MESSAGE``), the session goes on.
+messages their turn.
+
+Windows grow where the round trip of credit, not the reader, limits a stream (as HTTP/2
+implementations auto-tune theirs to the bandwidth-delay product, without a clock): a sender
+marks the chunk that uses its last credit ``blocked``; if the receiver had already granted
+more by then (the credit was still on its way), the window was too small for the path and
+doubles, up to ``max_window``, and within ``growth_budget`` bytes over the base windows for
+all the session's streams. A slow reader never grows it: its receiver grants nothing until
+it reads, so at a ``blocked`` chunk no credit is on its way.
+
+Data beyond the granted window, data for a stream that is not open, or a second open with
+a used id, is the peer misbehaving: that stream is reset (``INVALID_MESSAGE``), the session
+goes on.
 
 :class:`StreamMux` holds only counters: the asyncio adapters
 (``protocol.transport.streams``) hold the buffers, each bounded by the window it granted.
@@ -39,6 +49,8 @@ from protocol.stream_messages import (
 )
 
 __all__ = [
+    "DEFAULT_GROWTH_BUDGET",
+    "DEFAULT_MAX_WINDOW",
     "DEFAULT_WINDOW",
     "MAX_STREAM_CHUNK",
     "DataReceived",
@@ -53,6 +65,16 @@ __all__ = [
 
 DEFAULT_WINDOW = 256 * 1024
 """Bytes a receiver grants each stream by default (the memory one stream may hold)."""
+
+DEFAULT_MAX_WINDOW = 512 * 1024
+"""Bytes a stream's window may grow to (its receive buffer's bound), by default. Every
+stream shares one ordered byte stream (QUIC stream 0, the WebSocket), so what a stream has
+in flight is also what a small message of another stream (an exec's echo) waits behind:
+measured under a load of 10 on 2 cores, a 1 MiB bound took the exec echo beside a followed
+log to p99 124-144 ms on QUIC and 98-111 ms on WebSocket (256 KiB: ~100 and ~57)."""
+
+DEFAULT_GROWTH_BUDGET = 8 * 1024 * 1024
+"""Bytes all of a session's grown windows may hold beyond their base windows, by default."""
 
 
 class FlowControlError(UsageError):
@@ -110,6 +132,8 @@ StreamEvent = StreamOpened | DataReceived | WindowOpened | Resized | StreamEnded
 
 class _State:
     __slots__ = ("credit", "granted", "unconsumed", "window")
+    # window: what we grant the peer in all (our base window, grown while credit was
+    # the limit); released from the mux's growth budget when the stream ends
 
     def __init__(self, credit: int, window: int) -> None:
         self.credit = credit  # bytes we may still send
@@ -124,15 +148,34 @@ class StreamMux:
 
     Args:
         hub: this is the hub's side (it opens streams; the edge accepts them).
-        window: bytes this side grants each stream (receive buffer bound).
+        window: bytes this side grants each stream at first (receive buffer bound).
         max_streams: streams open at once; the peer's opens beyond it are reset.
+        max_window: bytes a stream's window may grow to (``window``: never grows).
+        growth_budget: bytes all streams' windows may grow beyond ``window`` together.
+
+    Raises:
+        UsageError: a window smaller than one chunk, or ``max_window`` below ``window``.
     """
 
-    def __init__(self, *, hub: bool, window: int = DEFAULT_WINDOW, max_streams: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        hub: bool,
+        window: int = DEFAULT_WINDOW,
+        max_streams: int = 256,
+        max_window: int | None = None,
+        growth_budget: int = DEFAULT_GROWTH_BUDGET,
+    ) -> None:
         if window < MAX_STREAM_CHUNK:
             raise UsageError(f"a stream window must hold one chunk ({MAX_STREAM_CHUNK} bytes)")
+        max_window = max(window, DEFAULT_MAX_WINDOW) if max_window is None else max_window
+        if max_window < window or max_window > 2**30:
+            raise UsageError(f"a max_window of {max_window} bytes ({window}..2**30)")
         self.hub = hub
         self.window = window
+        self.max_window = max_window
+        self.growth_budget = growth_budget
+        self.grown = 0  # bytes of growth beyond the base windows, all streams together
         self.max_streams = max_streams
         self._streams: dict[int, _State] = {}
         self._next_id = 1
@@ -206,7 +249,13 @@ class StreamMux:
                 return self._violation(stream_id, "data beyond the stream's window")
             state.granted -= size
             state.unconsumed += size
-            return [DataReceived(stream_id, message.channel, message.data, message.eof)], []
+            event = DataReceived(stream_id, message.channel, message.data, message.eof)
+            if message.blocked and state.granted > 0:
+                # the peer ran out while our grant was on its way: credit was the limit
+                grant = self._grow(stream_id, state)
+                if grant is not None:
+                    return [event], [grant]
+            return [event], []
         if cls is StreamWindow:
             assert isinstance(message, StreamWindow)
             if state.credit + message.credit > 2**31 - 1:
@@ -220,11 +269,11 @@ class StreamMux:
             assert isinstance(message, StreamClose)
             if not self.hub:
                 return self._violation(stream_id, "only the edge closes a stream")
-            del self._streams[stream_id]
+            self._drop(stream_id)
             return [StreamEnded(stream_id, exit_code=message.exit_code)], []
         if cls is StreamReset:
             assert isinstance(message, StreamReset)
-            del self._streams[stream_id]
+            self._drop(stream_id)
             return [StreamEnded(stream_id, code=message.code, reason=message.reason)], []
         raise UsageError(f"{message.kind} is not a stream message")
 
@@ -251,8 +300,29 @@ class StreamMux:
         grant = StreamWindow(stream_id=stream_id, credit=self.window)
         return [StreamOpened(stream_id, message)], [grant]
 
+    def _drop(self, stream_id: int) -> None:
+        state = self._streams.pop(stream_id, None)
+        if state is not None:
+            self.grown -= state.window - self.window  # its growth goes back to the budget
+
+    def _grow(self, stream_id: int, state: _State) -> StreamWindow | None:
+        """Double the stream's window (within ``max_window`` and the budget); returns the
+        extra credit to send, or ``None`` if it cannot grow."""
+        extra = min(state.window, self.max_window - state.window, self.growth_budget - self.grown)
+        if extra <= 0:
+            return None
+        state.window += extra
+        state.granted += extra
+        self.grown += extra
+        return StreamWindow(stream_id=stream_id, credit=extra)
+
+    def window_of(self, stream_id: int) -> int:
+        """Bytes this side grants the stream in all now (0 when it is not open)."""
+        state = self._streams.get(stream_id)
+        return state.window if state is not None else 0
+
     def _violation(self, stream_id: int, reason: str) -> tuple[list[StreamEvent], list[Message]]:
-        self._streams.pop(stream_id, None)
+        self._drop(stream_id)
         ended = StreamEnded(stream_id, code=ErrorCode.INVALID_MESSAGE, reason=reason, by_peer=False)
         reset = StreamReset(stream_id=stream_id, code=ErrorCode.INVALID_MESSAGE, reason=reason)
         return [ended], [reset]
@@ -278,7 +348,10 @@ class StreamMux:
             raise FlowControlError(
                 f"{len(data)} bytes for stream {stream_id} with {state.credit} bytes of credit"
             )
-        message = StreamData(stream_id=stream_id, channel=channel, data=data, eof=eof)
+        blocked = 0 < len(data) == state.credit  # our last credit: the receiver may grow
+        message = StreamData(
+            stream_id=stream_id, channel=channel, data=data, eof=eof, blocked=blocked
+        )
         state.credit -= len(data)
         return message
 
@@ -313,16 +386,17 @@ class StreamMux:
         """
         if self.hub:
             raise UsageError("the hub ends a stream with reset()")
-        self._streams.pop(stream_id, None)
+        self._drop(stream_id)
         return StreamClose(stream_id=stream_id, exit_code=exit_code)
 
     def reset(self, stream_id: int, code: ErrorCode, reason: str = "") -> StreamReset:
         """Abort the stream (either side); its state is dropped at once."""
-        self._streams.pop(stream_id, None)
+        self._drop(stream_id)
         return StreamReset(stream_id=stream_id, code=code, reason=reason[:1024])
 
     def reset_all(self) -> list[int]:
         """The session ended: forget every stream; returns their ids."""
         ids = list(self._streams)
         self._streams.clear()
+        self.grown = 0
         return ids

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -53,19 +52,29 @@ READ_PAUSE_BYTES = 256 * 1024
 
 
 class SpdyFeeder:
-    """aiohttp's payload parser slot after the upgrade: the connection's bytes, queued."""
+    """aiohttp's payload parser slot after the upgrade: the connection's bytes, queued.
+
+    One per open exec, attach or port-forward, mostly idle: a list and a future made only
+    while the reader waits (an asyncio.Event and a deque hold ~600 bytes each)."""
+
+    __slots__ = ("_paused", "_transport", "_waiter", "chunks", "size")
 
     def __init__(self, transport: Any) -> None:
-        self.chunks: deque[bytes | None] = deque()
+        self.chunks: list[bytes | None] = []
         self.size = 0
-        self.wake = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
         self._transport = transport
         self._paused = False
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
         self.chunks.append(bytes(data))
         self.size += len(data)
-        self.wake.set()
+        self._wake()
         if self.size > READ_PAUSE_BYTES and not self._paused and self._transport is not None:
             self._transport.pause_reading()
             self._paused = True
@@ -73,13 +82,14 @@ class SpdyFeeder:
 
     def feed_eof(self) -> None:
         self.chunks.append(None)
-        self.wake.set()
+        self._wake()
 
     async def next(self) -> bytes | None:
         while not self.chunks:
-            self.wake.clear()
-            await self.wake.wait()
-        chunk = self.chunks.popleft()
+            if self._waiter is None or self._waiter.done():
+                self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        chunk = self.chunks.pop(0)
         if chunk is not None:
             self.size -= len(chunk)
             if self._paused and self.size <= READ_PAUSE_BYTES // 2:

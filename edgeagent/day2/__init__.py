@@ -73,7 +73,9 @@ class Day2:
                 if self._window is None
                 else StreamMux(hub=False, window=self._window)
             )
-            self._endpoint = StreamEndpoint(mux, link.send, self._serve)
+            self._endpoint = StreamEndpoint(
+                mux, link.send, self._serve, room=getattr(link, "wait_room", None)
+            )
             self._endpoint_link = link
         return self._endpoint
 

@@ -95,6 +95,12 @@ class UplinkSettings:
     """Seconds to wait for QUIC (handshake and welcome) before falling back: UDP blocked by
     a firewall looks like silence, so this bounds how long a fallback takes. 3 s covers
     several round trips on a slow cellular link."""
+    quic_max_datagram_size: int = 1200
+    """Bytes per UDP datagram toward a hub off this host (``protocol.transport.datagrams``:
+    QUIC's minimum, as aioquic has no path MTU discovery; a hub on this host gets 8192)."""
+    quic_loopback_datagram_size: int = 8192
+    """Bytes per datagram toward a hub at a loopback address (0: ``quic_max_datagram_size``,
+    for a loopback address that is a local relay onto a real path)."""
     websocket_timeout: float = 10.0
     """Seconds for TCP, TLS, upgrade and welcome over WebSocket."""
     quic_retry_interval: float = 600.0
@@ -136,6 +142,8 @@ class UplinkSettings:
                 raise ValueError(f"transport.{name} must be > 0 seconds")
         if self.healthy_after < 0:
             raise ValueError("transport.healthy_after must be >= 0 seconds")
+        if self.quic_max_datagram_size < 1200:
+            raise ValueError("transport.quic_max_datagram_size must be >= 1200 bytes")
 
 
 class Uplink:
@@ -363,8 +371,13 @@ class Uplink:
         if self._quic_due(loop.time()):
             from protocol.transport.quic import connect_quic
 
+            quic_options = {
+                **common,
+                "max_datagram_size": s.quic_max_datagram_size,
+                "loopback_datagram_size": s.quic_loopback_datagram_size,
+            }
             link, refused = await self._try(
-                QUIC, connect_quic, s.quic_port, s.quic_handshake_timeout, credentials, common
+                QUIC, connect_quic, s.quic_port, s.quic_handshake_timeout, credentials, quic_options
             )
             if refused:
                 return None

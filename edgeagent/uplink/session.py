@@ -682,6 +682,8 @@ def _dialer_settings(hub: HubSettings) -> UplinkSettings:
         websocket_port=websocket_port,
         server_name=hub.server_name or None,
         quic_handshake_timeout=hub.quic_handshake_timeout,
+        quic_max_datagram_size=hub.quic_max_datagram_size,
+        quic_loopback_datagram_size=hub.quic_loopback_datagram_size,
         websocket_timeout=hub.websocket_timeout,
         quic_retry_interval=hub.quic_retry_interval,
         quic_retry_first=hub.quic_retry_first,

@@ -9,7 +9,8 @@ Frames (all integers big-endian): a control frame is ``1 | version(15) | type(16
 flags(8) | length(24) | payload``, a data frame ``0 | stream id(31) | flags(8) |
 length(24) | data``. Header blocks (SYN_STREAM, SYN_REPLY, HEADERS) are a count and
 length-prefixed names and values, compressed with one zlib stream per direction for the
-whole connection, seeded with :data:`~protocol.spdy.dictionary.HEADER_DICTIONARY`.
+whole connection, seeded with :data:`~protocol.spdy.dictionary.HEADER_DICTIONARY` (kept as
+a short history, not as zlib state, between blocks: ``protocol.spdy.headerzlib``).
 
 Limits, all answered with GOAWAY(PROTOCOL_ERROR) and :class:`SpdyProtocolError`: a frame
 longer than ``max_frame_bytes``, a version other than 3, a header block that does not
@@ -23,11 +24,10 @@ accepted and ignored; PINGs are answered.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
 from protocol.errors import ProtocolError
-from protocol.spdy.dictionary import HEADER_DICTIONARY
+from protocol.spdy.headerzlib import HeaderBlockError, HeaderDeflater, HeaderInflater
 
 __all__ = [
     "FLAG_FIN",
@@ -132,13 +132,9 @@ class SpdyConnection:
         self.max_header_bytes = max_header_bytes
         self._buffer = bytearray()
         self._out = bytearray()
-        self._inflate = zlib.decompressobj(zdict=HEADER_DICTIONARY)
-        # Our header blocks are a few small replies: a 512-byte window and the smallest
-        # memLevel cost ~3 KiB per connection instead of zlib's default ~256 KiB (the
-        # peer inflates any window size up to 32 KiB).
-        self._deflate = zlib.compressobj(
-            zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 9, 1, zdict=HEADER_DICTIONARY
-        )
+        # no zlib state between header blocks: see protocol.spdy.headerzlib
+        self._inflate = HeaderInflater(max_header_bytes)
+        self._deflate = HeaderDeflater()
         self._open: set[int] = set()  # streams that may still carry data
         self._last_peer_stream = 0
         self._next_stream = 2 if server else 1
@@ -243,11 +239,9 @@ class SpdyConnection:
 
     def _headers(self, block: bytes) -> Headers:
         try:
-            raw = self._inflate.decompress(block, self.max_header_bytes + 1)
-        except zlib.error as exc:
-            self._fail(f"a header block that does not inflate ({exc})")
-        if len(raw) > self.max_header_bytes or self._inflate.unconsumed_tail:
-            self._fail(f"a header block over {self.max_header_bytes} bytes")
+            raw = self._inflate.inflate(block)
+        except HeaderBlockError as exc:
+            self._fail(str(exc))
         headers: Headers = {}
         try:
             (count,) = struct.unpack_from(">I", raw, 0)
@@ -286,7 +280,7 @@ class SpdyConnection:
             n = name.lower().encode()
             v = "\0".join(values).encode()
             raw += len(n).to_bytes(4, "big") + n + len(v).to_bytes(4, "big") + v
-        return self._deflate.compress(bytes(raw)) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
+        return self._deflate.deflate(bytes(raw))
 
     def open_stream(self, headers: Headers, *, fin: bool = False) -> int:
         """Client side of a stream (SYN_STREAM); returns its id."""

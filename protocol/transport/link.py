@@ -121,6 +121,7 @@ class Link:
         # the running loop up on every wait, a getpid() system call on Python 3.11).
         self._event_waiter: asyncio.Future[None] | None = None
         self._window_open = asyncio.Event()
+        self._room_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._ended = asyncio.Event()
         self._opened: asyncio.Future[Any] = self._loop.create_future()
         self._timer: asyncio.TimerHandle | None = None
@@ -152,6 +153,35 @@ class Link:
         self.bytes_in += len(data)
         session.receive_data(data, self._loop.time())
         self._pump()
+
+    def taken(self) -> None:
+        """The transport took bytes from the session (adapters call it after each take):
+        wake the :meth:`wait_room` callers whose bound the lanes are now under."""
+        waiters = self._room_waiters
+        if waiters:
+            queued = self._session.bytes_to_send
+            keep = []
+            for bound, waiter in waiters:
+                if queued <= bound or self._ended.is_set():
+                    if not waiter.done():
+                        waiter.set_result(None)
+                elif not waiter.done():
+                    keep.append((bound, waiter))
+            self._room_waiters = keep
+
+    async def wait_room(self, max_bytes: int) -> None:
+        """Wait until the session's lanes hold at most ``max_bytes`` bytes the transport
+        has not taken yet (or the link has ended).
+
+        A bulk sender that waits here before each message keeps its own queue short, so
+        what others send after it (an exec's echo behind a followed log) waits behind at
+        most ``max_bytes``, whatever the flow-control windows let it have in flight.
+        """
+        if self._session.bytes_to_send <= max_bytes or self._ended.is_set():
+            return
+        waiter = self._loop.create_future()
+        self._room_waiters.append((max_bytes, waiter))
+        await waiter
 
     def heard(self) -> None:
         """The transport read bytes from the peer that may not make a frame yet (a large
@@ -233,6 +263,7 @@ class Link:
         self._ended.set()
         self._arm_timer(None)
         self._window_open.set()
+        self.taken()  # room waiters: the link is over
         self._wake()
         if not self._opened.done():
             self._opened.set_result(None)

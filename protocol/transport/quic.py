@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import time
@@ -55,11 +56,15 @@ from protocol import pki
 from protocol.config import SessionConfig
 from protocol.events import Established
 from protocol.session import Role, Session
+from protocol.transport import pacing
 from protocol.transport.admission import serve_link, server_link, shut_down
+from protocol.transport.datagrams import LOOPBACK_DATAGRAM_SIZE as LOOPBACK_SIZE
+from protocol.transport.datagrams import MAX_DATAGRAM_SIZE, datagram_size
 from protocol.transport.errors import CertificateRejected, ConnectFailed, HandshakeTimeout
 from protocol.transport.link import Link
 from protocol.transport.link import handshake_failure as _rejection
 from protocol.transport.tls import PEMCredentials, TLSCredentials, tls_credentials
+from protocol.transport.udp import UDPSocket, open_udp
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -76,10 +81,8 @@ ALPN = "edgefleet/1"
 STREAM_ID = 0
 """The one bidirectional stream, opened by the client."""
 
-# TLS alerts as QUIC crypto errors (RFC 9001 §4.8: 0x0100 + alert).
-_BAD_CERTIFICATE = 0x100 + 42
-_CERTIFICATE_REQUIRED = 0x100 + 116
-_APPLICATION_CLOSE = 0x0
+# TLS alerts as QUIC crypto errors (RFC 9001 §4.8: 0x0100 + alert); an application close
+_BAD_CERTIFICATE, _CERTIFICATE_REQUIRED, _APPLICATION_CLOSE = 0x100 + 42, 0x100 + 116, 0x0
 
 ACK_DELAY = 0.005
 """Seconds before a received 1-RTT packet is acknowledged (aioquic's own: 0.001)."""
@@ -96,6 +99,7 @@ def _configuration(
     is_client: bool,
     server_name: str | None,
     idle_timeout: float,
+    max_datagram_size: int = MAX_DATAGRAM_SIZE,
 ) -> QuicConfiguration:
     credentials = tls_credentials(credentials)  # aioquic works on parsed certificates
     config = QuicConfiguration(
@@ -104,6 +108,7 @@ def _configuration(
         server_name=server_name,
         cadata=credentials.ca_pem,
         idle_timeout=idle_timeout,
+        max_datagram_size=max_datagram_size,
     )
     if credentials.chain:
         config.certificate = credentials.chain[0]
@@ -132,12 +137,13 @@ class _QuicEndpoint:
     def __init__(
         self,
         quic: QuicConnection,
-        send: Callable[[bytes, Any], None],
+        send: Callable[[list[bytes], Any], None],
         *,
         on_done: Callable[[_QuicEndpoint], None] | None = None,
         on_cid: Callable[[_QuicEndpoint, bytes, bool], None] | None = None,
     ) -> None:
         self.quic = quic
+        pacing.install(quic)  # bursts that outlast a loop turn (protocol/transport/pacing.py)
         self._send = send
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
@@ -157,9 +163,13 @@ class _QuicEndpoint:
 
     # bytes in
     def datagram_received(self, data: bytes, addr: Any) -> None:
+        """One datagram of a batch: fed to aioquic; answered in :meth:`batch_done`."""
         self.quic.receive_datagram(data, addr, now=self._loop.time())
         if self.link is not None:
             self.link.heard()  # any packet counts as liveness (acks of our bulk, too)
+
+    def batch_done(self) -> None:
+        """The socket's ready datagrams were all fed: their events, then one transmit."""
         self._process()
 
     def _process(self) -> None:
@@ -247,8 +257,8 @@ class _QuicEndpoint:
         return
 
     def schedule_transmit(self) -> None:
-        # Coalesce the writes of one loop iteration into one round of datagrams; a
-        # transmit() that runs first (after a datagram or a timer) makes this a no-op.
+        # The writes of one loop iteration: one round of datagrams (or none, if a
+        # transmit() after a datagram or timer ran first).
         self._transmit_needed = True
         if not self._transmit_scheduled:
             self._transmit_scheduled = True
@@ -278,24 +288,32 @@ class _QuicEndpoint:
             if data:
                 link.bytes_out += len(data)
                 self.quic.send_stream_data(STREAM_ID, data)
+                link.taken()
 
     def transmit(self) -> None:
         self._transmit_needed = False
         now = self._loop.time()
         link = self.link
+        out: list[bytes] = []
+        addr: Any = None
         for _ in range(_REFILLS):
             self._take_session_data()
-            for data, addr in self.quic.datagrams_to_send(now=now):
-                self._send(data, addr)
+            for data, to in self.quic.datagrams_to_send(now=now):
+                if out and to != addr:  # a new path: what is gathered goes first
+                    self._send(out, addr)
+                    out = []
+                out.append(data)
+                addr = to
             # More of the session's lanes while the congestion window drained what we gave.
             if link is None or not link.session.bytes_to_send or self._unsent() > QUIC_AHEAD // 2:
                 break
+        if out:
+            self._send(out, addr)  # one batch per connection and loop turn (udp.py)
         self._arm(self.quic.get_timer())
 
     def _arm(self, deadline: float | None) -> None:
-        # Re-arm only when the deadline moves earlier: every packet pushes the deadlines
-        # later, and moving a timer per packet costs more than one early wake-up, which
-        # handle_timer() takes harmlessly (it re-arms for the real deadline).
+        # Re-arm only for an earlier deadline: moving a timer per packet costs more than
+        # one early wake-up (handle_timer() then re-arms for the real deadline).
         if deadline is not None and self._timer_at is not None and self._timer_at <= deadline:
             return
         if self._timer is not None:
@@ -327,7 +345,9 @@ class _QuicEndpoint:
                     self._on_done(self)
 
 
-class _ClientProtocol(asyncio.DatagramProtocol):
+class _ClientProtocol:
+    """The client socket's receiver: everything goes to the one endpoint."""
+
     def __init__(self) -> None:
         self.endpoint: _QuicEndpoint | None = None
 
@@ -335,9 +355,14 @@ class _ClientProtocol(asyncio.DatagramProtocol):
         if self.endpoint is not None:
             self.endpoint.datagram_received(data, addr)
 
-    def error_received(self, exc: Exception) -> None:
-        # ICMP unreachable and the like: QUIC's loss recovery and our liveness deal with it.
-        logger.debug("QUIC socket error: %s", exc)
+    def batch_done(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.batch_done()
+
+
+async def _client_socket(host: str, port: int) -> tuple[UDPSocket, _ClientProtocol]:
+    protocol = _ClientProtocol()
+    return await open_udp(protocol, remote=(host, port)), protocol
 
 
 async def connect_quic(
@@ -351,6 +376,8 @@ async def connect_quic(
     config: SessionConfig | None = None,
     server_name: str | None = None,
     timeout: float = 3.0,
+    max_datagram_size: int = MAX_DATAGRAM_SIZE,
+    loopback_datagram_size: int = LOOPBACK_SIZE,
 ) -> Link:
     """Dial the hub over QUIC and open a session.
 
@@ -366,6 +393,10 @@ async def connect_quic(
         server_name: the name to verify the hub certificate against; ``host`` if omitted.
         timeout: seconds for the QUIC handshake and the hello/welcome exchange together
             (the dialer's short QUIC handshake timeout, 3 s by default).
+        max_datagram_size: bytes per UDP datagram toward a hub off this host (see
+            ``protocol.transport.datagrams``).
+        loopback_datagram_size: bytes per datagram toward a hub at a loopback address
+            (0: ``max_datagram_size``, for a local relay onto a real path).
 
     Returns:
         An established link (the welcome is in ``link.welcome``).
@@ -375,33 +406,34 @@ async def connect_quic(
         SessionRejected: the hub closed the session (version mismatch, unauthorized…).
         ConnectFailed: the address does not resolve, or the hub refused the connection
             or our certificate.
+        UsageError: a datagram size out of 1,200..16,000 bytes.
     """
     config = config if config is not None else SessionConfig()
+    datagram_size("", max_datagram_size, loopback_datagram_size)  # checked before opening
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-        transport, protocol = await loop.create_datagram_endpoint(
-            _ClientProtocol, remote_addr=infos[0][4][:2], family=infos[0][0]
-        )
+        transport, protocol = await _client_socket(host, port)
     except OSError as exc:
         raise ConnectFailed(f"QUIC {host}:{port}: {exc}") from exc
+    peer = transport.socket.getpeername()
     quic = QuicConnection(
         configuration=_configuration(
             credentials,
             is_client=True,
             server_name=server_name or host,
             idle_timeout=_idle_timeout(config),
+            max_datagram_size=datagram_size(peer[0], max_datagram_size, loopback_datagram_size),
         )
     )
     # The socket closes when the connection has ended, for whatever reason.
     endpoint = _QuicEndpoint(
-        quic, lambda data, addr: transport.sendto(data), on_done=lambda _: transport.close()
+        quic, lambda datagrams, addr: transport.send(datagrams), on_done=lambda _: transport.close()
     )
     protocol.endpoint = endpoint
     link: Link | None = None
     try:
-        quic.connect(transport.get_extra_info("peername"), now=loop.time())
+        quic.connect(transport.socket.getpeername(), now=loop.time())
         endpoint.transmit()
         try:
             await asyncio.wait_for(asyncio.shield(endpoint.handshake), deadline - loop.time())
@@ -470,10 +502,7 @@ async def quic_handshake_succeeds(
     """
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-        transport, protocol = await loop.create_datagram_endpoint(
-            _ClientProtocol, remote_addr=infos[0][4][:2], family=infos[0][0]
-        )
+        transport, protocol = await _client_socket(host, port)
     except OSError:
         return False
     quic = QuicConnection(
@@ -482,11 +511,11 @@ async def quic_handshake_succeeds(
         )
     )
     endpoint = _QuicEndpoint(
-        quic, lambda data, addr: transport.sendto(data), on_done=lambda _: transport.close()
+        quic, lambda datagrams, addr: transport.send(datagrams), on_done=lambda _: transport.close()
     )
     protocol.endpoint = endpoint
     try:
-        quic.connect(transport.get_extra_info("peername"), now=loop.time())
+        quic.connect(transport.socket.getpeername(), now=loop.time())
         endpoint.transmit()
         await asyncio.wait_for(asyncio.shield(endpoint.handshake), timeout)
         return True
@@ -528,7 +557,7 @@ def _describe(event: qe.ConnectionTerminated) -> str:
 Handler = Callable[[Link], Awaitable[None]]
 
 
-class QuicServer(asyncio.DatagramProtocol):
+class QuicServer:
     """A QUIC listener: one UDP socket, connections told apart by connection id.
 
     Made by :func:`serve_quic`. Each accepted connection whose client certificate verifies
@@ -545,22 +574,31 @@ class QuicServer(asyncio.DatagramProtocol):
         credentials: TLSCredentials,
         config: SessionConfig,
         hello_timeout: float,
+        max_datagram_size: int = MAX_DATAGRAM_SIZE,
+        loopback_datagram_size: int = LOOPBACK_SIZE,
     ) -> None:
         self._handler = handler
         self._credentials = credentials
         self._config = config
         self._hello_timeout = hello_timeout
+        self._max_datagram_size = max_datagram_size
+        self._loopback_datagram_size = loopback_datagram_size
         self._quic_config = _configuration(
-            credentials, is_client=False, server_name=None, idle_timeout=_idle_timeout(config)
+            credentials,
+            is_client=False,
+            server_name=None,
+            idle_timeout=_idle_timeout(config),
+            max_datagram_size=max_datagram_size,
         )
         self._endpoints: dict[bytes, _QuicEndpoint] = {}
         self._links: set[Link] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._transport: asyncio.DatagramTransport | None = None
+        self._transport: UDPSocket | None = None
+        self._touched: dict[int, _QuicEndpoint] = {}  # fed in this batch, not yet answered
         self._closing = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: UDPSocket) -> None:
+        self._transport = transport
 
     def set_credentials(self, credentials: TLSCredentials) -> None:
         """Serve new connections with ``credentials`` (a reissued or rotated certificate,
@@ -578,6 +616,7 @@ class QuicServer(asyncio.DatagramProtocol):
             is_client=False,
             server_name=None,
             idle_timeout=_idle_timeout(self._config),
+            max_datagram_size=self._max_datagram_size,
         )
         self._credentials, self._quic_config = credentials, config
 
@@ -585,14 +624,14 @@ class QuicServer(asyncio.DatagramProtocol):
     def port(self) -> int:
         """The UDP port the server listens on."""
         assert self._transport is not None
-        return self._transport.get_extra_info("sockname")[1]
+        return self._transport.sockname[1]
 
     @property
     def receive_buffer(self) -> int:
         """The UDP socket's receive buffer as the kernel reports it (``SO_RCVBUF``, bytes;
         Linux reports twice what it holds for data, its bookkeeping included)."""
         assert self._transport is not None
-        sock = self._transport.get_extra_info("socket")
+        sock = self._transport.socket
         return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
 
     @property
@@ -614,27 +653,34 @@ class QuicServer(asyncio.DatagramProtocol):
                 and header.packet_type != QuicPacketType.VERSION_NEGOTIATION
                 and header.version not in self._quic_config.supported_versions
             ):
-                self._transport.sendto(
-                    encode_quic_version_negotiation(
-                        source_cid=header.destination_cid,
-                        destination_cid=header.source_cid,
-                        supported_versions=self._quic_config.supported_versions,
-                    ),
-                    addr,
+                negotiation = encode_quic_version_negotiation(
+                    source_cid=header.destination_cid,
+                    destination_cid=header.source_cid,
+                    supported_versions=self._quic_config.supported_versions,
                 )
+                self._transport.send([negotiation], addr)
                 return
             if self._closing or header.packet_type != QuicPacketType.INITIAL or len(data) < 1200:
                 return
-            endpoint = self._accept(header.destination_cid)
+            endpoint = self._accept(header.destination_cid, addr)
         endpoint.datagram_received(data, addr)
+        self._touched[id(endpoint)] = endpoint
 
-    def _accept(self, original_cid: bytes) -> _QuicEndpoint:
+    def batch_done(self) -> None:
+        """The socket's ready datagrams were fed: each connection answers once."""
+        touched, self._touched = self._touched, {}
+        for endpoint in touched.values():
+            endpoint.batch_done()
+
+    def _accept(self, original_cid: bytes, addr: Any) -> _QuicEndpoint:
+        configuration = self._quic_config
+        size = datagram_size(addr[0], self._max_datagram_size, self._loopback_datagram_size)
+        if size != configuration.max_datagram_size:  # a peer on this host (datagrams.py)
+            configuration = dataclasses.replace(configuration, max_datagram_size=size)
         quic = _MutualTLSServerConnection(
-            configuration=self._quic_config, original_destination_connection_id=original_cid
+            configuration=configuration, original_destination_connection_id=original_cid
         )
-        endpoint = _QuicEndpoint(
-            quic, self._transport.sendto, on_done=self._forget, on_cid=self._cid
-        )
+        endpoint = _QuicEndpoint(quic, self._transport.send, on_done=self._forget, on_cid=self._cid)
         endpoint.credentials = self._credentials
         self._endpoints[original_cid] = endpoint
         self._endpoints[quic.host_cid] = endpoint
@@ -704,6 +750,8 @@ async def serve_quic(
     config: SessionConfig | None = None,
     hello_timeout: float = 10.0,
     receive_buffer: int = 0,
+    max_datagram_size: int = MAX_DATAGRAM_SIZE,
+    loopback_datagram_size: int = LOOPBACK_SIZE,
 ) -> QuicServer:
     """Listen for agents over QUIC.
 
@@ -721,29 +769,36 @@ async def serve_quic(
             burst of handshakes arriving while the loop is busy waits in the kernel instead
             of being dropped; the kernel grants at most ``net.core.rmem_max``
             (:attr:`QuicServer.receive_buffer` says what it granted). 0: the OS default.
+        max_datagram_size: bytes per UDP datagram toward agents off this host (see
+            ``protocol.transport.datagrams``).
+        loopback_datagram_size: bytes per datagram toward agents at a loopback address
+            (0: ``max_datagram_size``, for agents behind a local relay).
 
     Returns:
         The running server.
 
     Raises:
         TransportError: the address cannot be bound.
+        UsageError: a datagram size out of 1,200..16,000 bytes.
     """
     from protocol.transport.errors import TransportError
 
     config = config if config is not None else SessionConfig()
-    loop = asyncio.get_running_loop()
+    datagram_size("", max_datagram_size, loopback_datagram_size)  # checked before opening
+    server = QuicServer(
+        handler,
+        credentials=credentials,
+        config=config,
+        hello_timeout=hello_timeout,
+        max_datagram_size=max_datagram_size,
+        loopback_datagram_size=loopback_datagram_size,
+    )
     try:
-        _, server = await loop.create_datagram_endpoint(
-            lambda: QuicServer(
-                handler, credentials=credentials, config=config, hello_timeout=hello_timeout
-            ),
-            local_addr=(host, port),
-        )
+        udp = await open_udp(server, local=(host, port))
     except OSError as exc:
         raise TransportError(f"cannot listen on udp {host}:{port}: {exc}") from exc
+    server.connection_made(udp)
     if receive_buffer > 0:
-        sock = server._transport.get_extra_info("socket") if server._transport else None
-        if sock is not None:
-            with contextlib.suppress(OSError):  # "where the OS allows": capped, never fatal
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        with contextlib.suppress(OSError):  # "where the OS allows": capped, never fatal
+            udp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     return server

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,6 +37,10 @@ log = logging.getLogger(__name__)
 #: ``send(message)``: hand a message to the session (waits under back-pressure).
 Send = Callable[[Message], Awaitable[Any]]
 
+SEND_AHEAD = 64 * 1024
+"""Bytes the session's send lanes may hold before a stream's next data chunk waits (with
+``room``): an exec's echo queued behind a followed log waits behind about this much."""
+
 
 class Stream:
     """One open stream. Read with :meth:`read`, write with :meth:`write`.
@@ -48,26 +51,46 @@ class Stream:
         ended: set once the stream is over, with why.
     """
 
+    # An idle stream is most of what an open ``kubectl exec`` costs the hub, and thousands
+    # may be open: no asyncio.Event (each holds a 600-byte deque) and no deque of our own;
+    # readers, writers and waiters for the end get a future only while they wait (the
+    # readers share one, the writers another: each wake-up releases them all).
+    __slots__ = (
+        "_ended_waiters",
+        "_endpoint",
+        "_queue",
+        "_reader",
+        "_writer",
+        "ended",
+        "id",
+        "open",
+    )
+
     def __init__(self, endpoint: StreamEndpoint, open_: StreamOpen) -> None:
         self.id = open_.stream_id
         self.open = open_
         self.ended: StreamEnded | None = None
         self._endpoint = endpoint
-        self._queue: deque[DataReceived | Resized] = deque()
-        self._readable = asyncio.Event()
-        self._writable = asyncio.Event()
-        self._done = asyncio.Event()
+        self._queue: list[DataReceived | Resized] = []  # at most a window of chunks
+        self._reader: asyncio.Future[None] | None = None
+        self._writer: asyncio.Future[None] | None = None
+        self._ended_waiters: list[asyncio.Future[None]] | None = None
 
     def _push(self, event: DataReceived | Resized) -> None:
         self._queue.append(event)
-        self._readable.set()
+        self._reader = _wake(self._reader)
+
+    def _window_opened(self) -> None:
+        self._writer = _wake(self._writer)
 
     def _end(self, event: StreamEnded) -> None:
         if self.ended is None:
             self.ended = event
-        self._readable.set()
-        self._writable.set()
-        self._done.set()
+        self._reader = _wake(self._reader)
+        self._writer = _wake(self._writer)
+        waiters, self._ended_waiters = self._ended_waiters or [], None
+        for waiter in waiters:
+            _wake(waiter)
 
     async def read(self) -> DataReceived | Resized | None:
         """The next data (or terminal resize) from the peer; ``None`` once the stream
@@ -75,9 +98,9 @@ class Stream:
         while not self._queue:
             if self.ended is not None:
                 return None
-            self._readable.clear()
-            await self._readable.wait()
-        event = self._queue.popleft()
+            self._reader = _future(self._reader)
+            await self._reader
+        event = self._queue.pop(0)
         if isinstance(event, DataReceived) and event.data:
             grant = self._endpoint.mux.consumed(self.id, len(event.data))
             if grant is not None:
@@ -97,9 +120,15 @@ class Stream:
                 raise ConnectionResetError(f"stream {self.id} ended: {self.ended.reason}")
             size = min(len(view), MAX_STREAM_CHUNK, mux.credit(self.id))
             if view and size == 0:
-                self._writable.clear()
-                await self._writable.wait()
+                self._writer = _future(self._writer)
+                await self._writer
                 continue
+            room = self._endpoint._room
+            if room is not None and size:
+                await room(SEND_AHEAD)  # our queue short: others' data is not stuck behind
+                size = min(len(view), MAX_STREAM_CHUNK, mux.credit(self.id))
+                if self.ended is not None or size == 0:
+                    continue
             last = size == len(view)
             message = mux.data(self.id, channel, bytes(view[:size]), eof=eof and last)
             view = view[size:]
@@ -131,9 +160,28 @@ class Stream:
 
     async def wait_ended(self) -> StreamEnded:
         """Wait until the stream is over."""
-        await self._done.wait()
+        if self.ended is None:
+            waiter = asyncio.get_running_loop().create_future()
+            if self._ended_waiters is None:
+                self._ended_waiters = []
+            self._ended_waiters.append(waiter)
+            await waiter
         assert self.ended is not None
         return self.ended
+
+
+def _future(waiter: asyncio.Future[None] | None) -> asyncio.Future[None]:
+    """The waiter to await: the pending one, or a new one."""
+    if waiter is None or waiter.done():
+        return asyncio.get_running_loop().create_future()
+    return waiter
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    """Release whoever awaits ``waiter``; returns ``None``, the slot's next value."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+    return None
 
 
 class StreamEndpoint:
@@ -145,6 +193,9 @@ class StreamEndpoint:
             protocol's ``ConnectionClosed``) when the session is gone.
         on_open: edge side: called with every stream the hub opens, as a task this
             endpoint owns (cancelled by :meth:`aclose`).
+        room: ``room(max_bytes)`` waits until the session's send lanes hold at most that
+            many bytes (``Link.wait_room``); each data chunk waits for it first with
+            :data:`SEND_AHEAD`, so a stream's own queue stays short whatever its window.
     """
 
     def __init__(
@@ -152,9 +203,11 @@ class StreamEndpoint:
         mux: StreamMux,
         send: Send,
         on_open: Callable[[Stream], Awaitable[None]] | None = None,
+        room: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.mux = mux
         self._send = send
+        self._room = room
         self._on_open = on_open
         self._streams: dict[int, Stream] = {}
         self._replies: list[Message] = []
@@ -229,7 +282,7 @@ class StreamEndpoint:
             if cls is DataReceived or cls is Resized:
                 stream._push(event)  # type: ignore[arg-type]
             elif cls is WindowOpened:
-                stream._writable.set()
+                stream._window_opened()
             elif cls is StreamEnded:
                 assert isinstance(event, StreamEnded)
                 if not event.by_peer:

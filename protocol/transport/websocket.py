@@ -418,6 +418,8 @@ class _WebSocketConnection(asyncio.Protocol):
             if self._paused or not session.bytes_to_send:
                 return
             frames = session.frames_to_send(BATCH_BYTES)
+            if frames:
+                link.taken()
             if not frames or not self._send_frames(link, frames) or not session.bytes_to_send:
                 return
 

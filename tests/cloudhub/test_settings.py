@@ -44,6 +44,9 @@ def test_file_then_environment_then_overrides(tmp_path: pathlib.Path) -> None:
     ("overrides", "key"),
     [
         ({"listen.quic_port": 70000}, "listen.quic_port"),
+        ({"listen.quic_max_datagram_size": 1000}, "listen.quic_max_datagram_size"),
+        ({"listen.quic_max_datagram_size": 20000}, "listen.quic_max_datagram_size"),
+        ({"listen.quic_loopback_datagram_size": 100}, "listen.quic_loopback_datagram_size"),
         ({"nodes.lease_interval": 0}, "nodes.lease_interval"),
         ({"nodes.lease_interval": 50}, "nodes.lease_interval"),
         # 38 s * 1.05 = 39.9 s fits a 40 s Lease; 38.5 s * 1.05 does not

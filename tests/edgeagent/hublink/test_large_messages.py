@@ -108,9 +108,19 @@ async def test_configmaps_converge_over_a_slow_lossy_link_in_one_session(
         uids.append(made["metadata"]["uid"])
     volumes = [{"name": n, "configMap": {"name": n}} for n in names]
     await kube.create(PODS, pod("reader", namespace, node, "sleep 3600", volumes=volumes))
+    # The relay listens on loopback but stands for a real path: both ends use that
+    # path's datagram size, not the loopback interface's.
+    await fleet.hub.stop()
+    await fleet.hub.start(**{"listen.quic_loopback_datagram_size": 0})
     async with SlowLink(fleet.hub.port, rate=16_000, loss=0.02) as relay:
         agent = fleet.agent(
-            node, start=False, sets=(f"hub.transports={transport}", "hub.liveness_timeout=1.5")
+            node,
+            start=False,
+            sets=(
+                f"hub.transports={transport}",
+                "hub.liveness_timeout=1.5",
+                "hub.quic_loopback_datagram_size=0",
+            ),
         )
         agent.hub_url = f"quic://127.0.0.1:{relay.port}"
         agent.start()

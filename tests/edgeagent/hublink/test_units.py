@@ -53,6 +53,13 @@ def test_bad_hub_settings_are_refused(tmp_path: pathlib.Path):
     with pytest.raises(ConfigError) as info:
         load_settings(None, env={}, overrides={"hub.backoff_cap": "0"})
     assert info.value.key == "hub.backoff_cap"
+    for size in ("1199", "16001"):
+        with pytest.raises(ConfigError) as info:
+            load_settings(None, env={}, overrides={"hub.quic_max_datagram_size": size})
+        assert info.value.key == "hub.quic_max_datagram_size"
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env={}, overrides={"hub.quic_loopback_datagram_size": "100"})
+    assert info.value.key == "hub.quic_loopback_datagram_size"
     with pytest.raises(ConfigError) as info:
         load_settings(None, env={"EDGEAGENT_NODE__MAX_PODS": "0"})
     assert info.value.key == "node.max_pods"

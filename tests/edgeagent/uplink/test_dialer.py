@@ -273,7 +273,10 @@ def test_settings_are_checked() -> None:
         UplinkSettings(host="hub", quic_handshake_timeout=0)
     with pytest.raises(ValueError, match="backoff_cap must be > 0"):
         UplinkSettings(host="hub", backoff_cap=-1)
+    with pytest.raises(ValueError, match="quic_max_datagram_size must be >= 1200"):
+        UplinkSettings(host="hub", quic_max_datagram_size=576)
     defaults = UplinkSettings(host="hub")
+    assert defaults.quic_max_datagram_size == 1200
     assert (defaults.quic_handshake_timeout, defaults.quic_retry_interval) == (3.0, 600.0)
     assert (defaults.backoff_base, defaults.backoff_cap) == (1.0, 60.0)
 

@@ -63,7 +63,9 @@ async def make_hub(pki_ca: TestPKI) -> AsyncIterator[Callable[..., object]]:
     """Start a hub whose handler runs ``behaviour(link)`` (default: accept, then drain)."""
     servers = []
 
-    async def start(behaviour=None, config: SessionConfig | None = None) -> Hub:
+    async def start(
+        behaviour=None, config: SessionConfig | None = None, *, loopback_datagram_size: int = 8192
+    ) -> Hub:
         hub: Hub | None = None
 
         async def handler(link: Link) -> None:
@@ -78,7 +80,14 @@ async def make_hub(pki_ca: TestPKI) -> AsyncIterator[Callable[..., object]]:
             async for _ in link:
                 pass
 
-        quic = await serve_quic(handler, "127.0.0.1", 0, credentials=pki_ca.server, config=config)
+        quic = await serve_quic(
+            handler,
+            "127.0.0.1",
+            0,
+            credentials=pki_ca.server,
+            config=config,
+            loopback_datagram_size=loopback_datagram_size,
+        )
         servers.append(quic)
         ws = await serve_websocket(
             handler, "127.0.0.1", 0, credentials=pki_ca.server, config=config

@@ -30,6 +30,8 @@ def configmap(i: int, size: int) -> ObjectUpsert:
 
 
 async def dial(transport: str, port: int, pki_ca, config: SessionConfig) -> Link:
+    # the relay listens on loopback but stands for a real path: that path's datagram size
+    options = {"loopback_datagram_size": 0} if transport == "quic" else {}
     return await connect(transport)(
         "127.0.0.1",
         port,
@@ -38,6 +40,7 @@ async def dial(transport: str, port: int, pki_ca, config: SessionConfig) -> Link
         server_name="localhost",
         config=config,
         timeout=20.0,
+        **options,
     )
 
 
@@ -59,7 +62,7 @@ async def test_large_objects_converge_over_a_slow_link_without_a_session_drop(
         async for _ in link:
             pass
 
-    hub = await make_hub(behaviour, config=hub_config)
+    hub = await make_hub(behaviour, config=hub_config, loopback_datagram_size=0)
     async with SlowLink(hub.port(transport), rate=16_000, loss=0.02) as relay:
         link = await dial(transport, relay.port, pki_ca, edge_config)
         got = []
@@ -145,7 +148,7 @@ async def test_an_ack_overtakes_bulk_queued_on_a_slow_link(transport, make_hub, 
             if isinstance(event, MessageReceived) and event.seq is not None:
                 link.release(event.seq)
 
-    hub = await make_hub(behaviour, config=SessionConfig(manual_ack=True))
+    hub = await make_hub(behaviour, config=SessionConfig(manual_ack=True), loopback_datagram_size=0)
     async with SlowLink(hub.port(transport), rate=64_000) as relay:
         link = await dial(transport, relay.port, pki_ca, SessionConfig())
         async with link:
@@ -181,7 +184,7 @@ async def test_the_welcome_is_not_held_behind_bulk_sent_with_it(transport, make_
         async for _ in link:
             pass
 
-    hub = await make_hub(behaviour, config=config)
+    hub = await make_hub(behaviour, config=config, loopback_datagram_size=0)
     async with SlowLink(hub.port(transport), rate=8_000) as relay:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -221,7 +224,7 @@ async def test_a_big_configmap_and_a_followed_log_share_a_64_kbit_link(
                 if len(hub_got) == len(pieces):
                     hub_done.set()
 
-    hub = await make_hub(behaviour, config=config)
+    hub = await make_hub(behaviour, config=config, loopback_datagram_size=0)
     async with SlowLink(hub.port(transport), rate=8_000, loss=0.01) as relay:
         link = await dial(transport, relay.port, pki_ca, config)
         got = []
