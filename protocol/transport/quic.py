@@ -56,7 +56,7 @@ from protocol import pki
 from protocol.config import SessionConfig
 from protocol.events import Established
 from protocol.session import Role, Session
-from protocol.transport import pacing
+from protocol.transport import pacing, quicalerts
 from protocol.transport.admission import serve_link, server_link, shut_down
 from protocol.transport.datagrams import LOOPBACK_DATAGRAM_SIZE as LOOPBACK_SIZE
 from protocol.transport.datagrams import MAX_DATAGRAM_SIZE, datagram_size
@@ -234,7 +234,7 @@ class _QuicEndpoint:
             self.termination = event
         if not self.handshake.done():
             self.handshake.set_exception(
-                ConnectFailed(f"QUIC handshake failed: {_describe(event)}")
+                ConnectFailed(f"QUIC handshake failed: {quicalerts.describe(event)}")
             )
             self.handshake.exception()  # retrieved: nobody may be waiting any more
         if self.link is not None:
@@ -458,8 +458,8 @@ async def connect_quic(
         if not isinstance(opened, Established):
             termination = endpoint.termination
             if termination is not None and termination.error_code:
-                where = f"QUIC {host}:{port}: {_describe(termination)}"
-                alert = _alert(termination.error_code)
+                where = f"QUIC {host}:{port}: {quicalerts.describe(termination)}"
+                alert = quicalerts.alert(termination.error_code)
                 if alert is not None:
                     # Our side of the handshake was done: this is the hub's verdict on
                     # our client certificate (it checks it after its own Finished).
@@ -524,32 +524,6 @@ async def quic_handshake_succeeds(
     finally:
         await endpoint.aclose(0.2)
         transport.close()
-
-
-_TLS_ALERTS = {
-    42: "bad_certificate",
-    43: "unsupported_certificate",
-    44: "certificate_revoked",
-    45: "certificate_expired",
-    46: "certificate_unknown",
-    48: "unknown_ca",
-    116: "certificate_required",
-}
-
-
-def _alert(code: int) -> str | None:
-    """The TLS alert a QUIC crypto error carries (RFC 9001 §4.8), or ``None``."""
-    if 0x100 <= code <= 0x1FF:
-        alert = code - 0x100
-        return _TLS_ALERTS.get(alert, str(alert))
-    return None
-
-
-def _describe(event: qe.ConnectionTerminated) -> str:
-    """A QUIC close in words: the TLS alert for crypto errors (RFC 9001 §4.8)."""
-    alert = _alert(event.error_code)
-    what = f"TLS alert {alert}" if alert is not None else f"error 0x{event.error_code:x}"
-    return f"connection closed: {what} {event.reason_phrase}".rstrip()
 
 
 # -- server ---------------------------------------------------------------------------------
