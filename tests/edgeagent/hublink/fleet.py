@@ -247,6 +247,10 @@ class AgentProcess:
             return None
         store = Store.open_readonly(self.state / "store.db")
         try:
+            # The agent made the file but has not committed its first migration yet (a few
+            # milliseconds at its start; a loaded machine catches it): nothing to read.
+            if store.schema_version() == 0:
+                return None
             return reader(store)
         finally:
             store.close()
