@@ -264,14 +264,13 @@ class NodeSettings:
     """Edge nodes as Kubernetes Nodes: Leases, conditions, writes about nodes."""
 
     lease_interval: float = field(
-        default=32.0,
+        default=10.0,
         metadata=_h(
-            "renew a connected node's Lease about this often: 32 s, with a 40 s "
-            "leaseDurationSeconds, is the edge liveness profile (1.9 writes/node/min; "
-            "kubelet renews every 10 s, 6/min); a node moving between hub replicas after a "
-            "replica's death may then pass a 40 s node-monitor-grace-period: such clusters "
-            'set --node-monitor-grace-period=60s, or 10 here (docs/hub.md, "Liveness '
-            'writes")',
+            "renew a connected node's Lease about this often (kubelet: 10 s, 6 writes/node/min); "
+            "32 with status_report_interval 600 is the edge liveness profile (1.9 writes/node/"
+            "min) for clusters whose --node-monitor-grace-period is at least 50 s: with the "
+            "40 s default before Kubernetes 1.32 a node moving between hub replicas after a "
+            'replica\'s death could pass it (docs/hub.md, "Liveness writes")',
             "s",
         ),
     )
@@ -295,7 +294,7 @@ class NodeSettings:
         ),
     )
     status_report_interval: float = field(
-        default=600.0,
+        default=300.0,
         metadata=_h(
             "refresh a connected node's Ready heartbeat this often; the Lease is the "
             "frequent heartbeat and the node lifecycle controller judges by it "

@@ -14,8 +14,8 @@ from protocol.settings import describe
 def test_defaults() -> None:
     s = load_hub_settings()
     assert (s.listen.quic_port, s.listen.websocket_port) == (7443, 7443)
-    assert s.nodes.lease_interval == 32.0 and s.nodes.not_ready_grace == 40.0
-    assert (s.nodes.lease_duration, s.nodes.status_report_interval) == (40, 600.0)
+    assert s.nodes.lease_interval == 10.0 and s.nodes.not_ready_grace == 40.0
+    assert (s.nodes.lease_duration, s.nodes.status_report_interval) == (40, 300.0)
     assert s.authorization.node_authorization is True
     assert s.observability.http_port == 9095
     assert s.kube.mode == "embedded"
