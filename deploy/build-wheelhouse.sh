@@ -107,9 +107,11 @@ build_armv7l() {
     start=$(date +%s)
     "$TOP/scripts/qemu-root.sh" run "$root" --bind "$built/in:/in" --bind "$built/out:/out" \
         --bind "$cache:/root/.cache/pip" sh -euc '
-            python3 -m venv /opt/build
-            /opt/build/bin/python -m pip install -q --disable-pip-version-check --upgrade pip wheel
-            /opt/build/bin/python -m pip wheel -q --disable-pip-version-check -w /out "$(ls /in/*.whl)[agent]"
+            # Debian'"'"'s own pip wheel, run from the file (no venv to make under emulation);
+            # pip wheel builds each sdist in an isolated environment and installs nothing.
+            pip=$(ls /usr/share/python-wheels/pip-*.whl | tail -n 1)
+            python3 "$pip/pip" wheel -q --disable-pip-version-check --retries 10 --timeout 60 \
+                -w /out "$(ls /in/*.whl)[agent]"
         ' >"$WORK/armv7l.log" 2>&1 || {
         tail -n 25 "$WORK/armv7l.log" >&2
         say "armv7l: the build in the armhf root failed (output above)"

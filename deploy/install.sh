@@ -230,7 +230,10 @@ systemctl_q() {
     if [ -n "$ROOT" ]; then systemctl --root="$ROOT" "$@"; else systemctl "$@"; fi
 }
 
-systemd_version() { systemctl --version 2>/dev/null | awk 'NR==1 {print $2; exit}'; }
+systemd_version() {
+    command -v systemctl >/dev/null 2>&1 || return 0 # none (--no-start where systemd is absent)
+    systemctl --version 2>/dev/null | awk 'NR==1 {print $2; exit}'
+}
 
 # -- checks: everything that can fail is checked before anything is changed --------------
 

@@ -213,8 +213,10 @@ async def on_the_node(
         await eventually(running, "the pod Running in the hub's API", TIMEOUT)
 
         def printed() -> list[str]:
-            logs = (view / "var" / "lib" / "edgeagent").rglob("container.log")
-            return [p.read_text().strip() for p in logs if p.read_text().strip()]
+            """The last word of each line the container printed (its log files are
+            ``<logs>/<namespace>_<pod>_<uid>/<container>/<attempt>.log``, as kubelet's)."""
+            logs = (view / "var" / "lib" / "edgeagent").rglob("default_arch_*/c/*.log")
+            return [line.split()[-1] for p in logs for line in p.read_text().splitlines() if line]
 
         assert await eventually(printed, "the pod's log", TIMEOUT) == ["aarch64"]
 
