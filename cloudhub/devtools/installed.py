@@ -11,6 +11,7 @@ it leaves the pods alone (``KillMode=process``: only the agent's process is sign
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
 import pathlib
 import re
@@ -28,6 +29,7 @@ __all__ = [
     "install",
     "install_roots",
     "installed_env",
+    "installed_version",
 ]
 
 SCRIPT = REPO / "deploy" / "install.sh"
@@ -71,6 +73,16 @@ def installed_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NOTIFY_SOCKET")}
 
 
+def installed_version(prefix: pathlib.Path) -> str:
+    """The EdgeFleet version installed in the venv ``prefix``, read from its metadata
+    without running it (the hub does not import the agent); ``""`` when none is."""
+    paths = [str(p) for p in prefix.glob("lib/python*/site-packages")]
+    for dist in importlib.metadata.distributions(path=paths):
+        if (dist.metadata["Name"] or "").lower() == "edgefleet":
+            return dist.version
+    return ""
+
+
 class SystemdUnit:
     """The systemd unit's stand-in, mixed into an agent process class.
 
@@ -94,9 +106,7 @@ class SystemdUnit:
 
     def installed_version(self) -> str:
         """The version of the venv at ``prefix`` (``""`` when none is installed)."""
-        from edgeagent.upgrade import Layout
-
-        return Layout(self.prefix).version()
+        return installed_version(self.prefix)
 
     def exec_start_pre(self) -> None:
         """``ExecStartPre=-``: the installed start guard; its failure is ignored."""

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from cloudhub.__main__ import main
 from cloudhub.devtools.engine import unavailable_reason
 from cloudhub.devtools.errors import DevtoolsError
-from cloudhub.devtools.installed import bumped, current_version
+from cloudhub.devtools.installed import bumped, current_version, installed_version
 from cloudhub.devtools.wheels import REPO, build_wheel
 from tests.cloudhub.demo.test_demo import _processes_under
 from tests.environment import in_ci, missing
@@ -48,6 +48,18 @@ def test_the_next_version_and_its_bad_inputs(tmp_path: pathlib.Path) -> None:
         bumped("latest")
     with pytest.raises(ValueError, match="inside the tree"):
         build_wheel(REPO / "build" / "wheel")
+
+
+def test_the_installed_version_is_read_from_the_venv(tmp_path: pathlib.Path) -> None:
+    assert installed_version(tmp_path / "none") == ""  # no venv there
+    info = tmp_path / "lib" / "python3.11" / "site-packages" / "edgefleet-9.9.9.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: edgefleet\nVersion: 9.9.9\n")
+    assert installed_version(tmp_path) == "9.9.9"
+    other = info.parent / "other-1.0.dist-info"
+    other.mkdir()
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: other\nVersion: 1.0\n")
+    assert installed_version(tmp_path) == "9.9.9"
 
 
 def test_demo_upgrades_one_agent(tmp_path: pathlib.Path) -> None:
