@@ -126,10 +126,16 @@ async def prepare(root: pathlib.Path, node: str, artifacts: pathlib.Path) -> Pre
     try:
         old = current_version()
         new = bumped(old)
-        roots = await install_roots(work, (node,))
-        built = await asyncio.to_thread(build_wheel, work / "next", version=new)
-    except (DevtoolsError, subprocess.CalledProcessError, OSError) as exc:
+        roots = await install_roots(work, (node,), quiet=True)
+        built = await asyncio.to_thread(build_wheel, work / "next", version=new, quiet=True)
+    except subprocess.CalledProcessError as exc:
+        tail = "\n".join(f"{exc.stdout or ''}{exc.stderr or ''}".splitlines()[-20:])
+        raise DemoError(f"--upgrade: pip failed to build the agent's wheels:\n{tail}") from exc
+    except (DevtoolsError, OSError) as exc:
         raise DemoError(f"--upgrade: the agent's install failed: {exc}") from exc
+    # the venv has what it needs: the build's and wheelhouse's copies go (tens of MB)
+    for leftover in ("wheel", "house"):
+        shutil.rmtree(work / leftover, ignore_errors=True)
     wheel, digest = await asyncio.to_thread(_publish, built, artifacts)
     shutil.rmtree(work / "next", ignore_errors=True)
     return Prepared(roots[node], old, new, wheel, digest)

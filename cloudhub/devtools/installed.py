@@ -171,11 +171,12 @@ async def install(root: pathlib.Path, *args: str) -> None:
 
 
 async def install_roots(
-    work: pathlib.Path, nodes: tuple[str, ...], runtime: str = "process"
+    work: pathlib.Path, nodes: tuple[str, ...], runtime: str = "process", *, quiet: bool = False
 ) -> dict[str, pathlib.Path]:
     """Build this tree's wheel and the agent's wheelhouse under ``work``, and install the
     agent with install.sh (``--runtime RUNTIME``) into ``work/<node>`` for each node,
-    one at a time (two cores shared with the other tests).
+    one at a time (two cores shared with the other tests). ``quiet``: pip's output is
+    kept from the terminal (it is in the error).
 
     Returns:
         Each node's root.
@@ -184,10 +185,10 @@ async def install_roots(
         DevtoolsError: no source tree, or install.sh failed.
         subprocess.CalledProcessError: pip failed to build a wheel.
     """
-    wheel = await asyncio.to_thread(build_wheel, work / "wheel")
+    wheel = await asyncio.to_thread(build_wheel, work / "wheel", quiet=quiet)
     house = work / "house"
     house.mkdir()
-    await asyncio.to_thread(make_wheelhouse, wheel, house, "agent")
+    await asyncio.to_thread(make_wheelhouse, wheel, house, "agent", quiet=quiet)
     roots = {node: work / node for node in nodes}
     for root in roots.values():
         root.mkdir()

@@ -26,8 +26,30 @@ _SOURCES = ("protocol", "cloudhub", "edgeagent", "systemd")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
 
+def _pip(args: list[str], timeout: float, quiet: bool, cwd: pathlib.Path | None = None) -> None:
+    """``python -m pip ARGS``; with ``quiet`` its output is kept from the terminal (the
+    demo's live view) and given in the error.
+
+    Raises:
+        subprocess.CalledProcessError: pip failed (``quiet``: with its output).
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *args],
+        cwd=cwd,
+        timeout=timeout,
+        capture_output=quiet,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+
+
 def build_wheel(
-    work: pathlib.Path, *, version: str | None = None, agent_main: str | None = None
+    work: pathlib.Path,
+    *,
+    version: str | None = None,
+    agent_main: str | None = None,
+    quiet: bool = False,
 ) -> pathlib.Path:
     """Build the EdgeFleet wheel from a copy of this tree under ``work``.
 
@@ -36,6 +58,7 @@ def build_wheel(
         version: replaces pyproject's version (an upgrade's "new" wheel).
         agent_main: replaces ``edgeagent/__main__.py`` (a broken agent for the rollback
             tests).
+        quiet: keep pip's output from the terminal (it is in the error).
 
     Returns:
         The wheel file, under ``work/dist``.
@@ -62,12 +85,7 @@ def build_wheel(
         project.write_text(text)
     if agent_main is not None:
         (source / "edgeagent" / "__main__.py").write_text(agent_main)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), "."],
-        cwd=source,
-        check=True,
-        timeout=300,
-    )
+    _pip(["wheel", "--no-deps", "-q", "-w", str(work / "dist"), "."], 300, quiet, source)
     shutil.rmtree(source)
     (built,) = (work / "dist").glob("edgefleet-*.whl")
     return built
@@ -84,12 +102,14 @@ def write_manifest(house: pathlib.Path) -> pathlib.Path:
     return manifest
 
 
-def make_wheelhouse(wheel: pathlib.Path, house: pathlib.Path, extra: str = "agent") -> None:
+def make_wheelhouse(
+    wheel: pathlib.Path, house: pathlib.Path, extra: str = "agent", *, quiet: bool = False
+) -> None:
     """Fill ``house`` with ``wheel`` and the wheels of its dependencies (with ``extra``),
-    from pip's cache (the test environment's install filled it), and its manifest."""
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(house), f"{wheel}[{extra}]"],
-        check=True,
-        timeout=600,
-    )
+    from pip's cache (the test environment's install filled it), and its manifest.
+
+    Raises:
+        subprocess.CalledProcessError: pip failed (``quiet``: its output kept, in the error).
+    """
+    _pip(["wheel", "-q", "-w", str(house), f"{wheel}[{extra}]"], 600, quiet)
     write_manifest(house)

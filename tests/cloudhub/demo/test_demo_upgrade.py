@@ -50,6 +50,12 @@ def test_the_next_version_and_its_bad_inputs(tmp_path: pathlib.Path) -> None:
         build_wheel(REPO / "build" / "wheel")
 
 
+def test_a_quiet_build_that_pip_refuses_gives_pips_output(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        build_wheel(tmp_path / "wheel", version="not a version", quiet=True)
+    assert "not a version" in failed.value.stdout + failed.value.stderr
+
+
 def test_the_installed_version_is_read_from_the_venv(tmp_path: pathlib.Path) -> None:
     assert installed_version(tmp_path / "none") == ""  # no venv there
     info = tmp_path / "lib" / "python3.11" / "site-packages" / "edgefleet-9.9.9.dist-info"
