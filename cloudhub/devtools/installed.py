@@ -127,6 +127,8 @@ class SystemdUnit:
     async def _supervise(self) -> None:
         while not self._stopping:
             await asyncio.to_thread(self.exec_start_pre)
+            if self._stopping:  # stopped while the guard ran: no start after the stop
+                break
             self.starts.append(self.installed_version())
             self.start_once()
             proc = self.proc
