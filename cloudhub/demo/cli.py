@@ -26,7 +26,13 @@ What happens (about a minute):
      a desired setpoint change in the cloud and a value is reported on the
      edge; its pods keep running; the link returns; convergence is timed;
   7. day 2: one `kubectl logs` and one `kubectl exec` (the real kubectl)
-     on an edge pod, through the hub to the node's agent.
+     on an edge pod, through the hub to the node's agent;
+  8. with --upgrade (a few minutes more): the first node's agent is
+     installed by deploy/install.sh from a wheel of this tree and, at the
+     end, an EdgeUpgrade upgrades it to the next version (0.1.0 -> 0.1.1,
+     also built here); the live view shows its progress as `cloudhub
+     upgrade status NAME` does; the check `upgrade` converges when the node
+     is Healthy on the new version and none of its pods restarted.
 
 \b
 Exit code: 0 when everything converged; 1 when something did not (the
@@ -81,6 +87,13 @@ Afterwards, with --keep:
     metavar="PATH",
     help="The kubectl for the day-2 checks (default: kubectl on PATH).",
 )
+@click.option(
+    "--upgrade",
+    is_flag=True,
+    help="Also upgrade one agent by an EdgeUpgrade: the first node runs an agent installed "
+    "by deploy/install.sh, upgraded to the next version (built from this tree) at the end, "
+    "with the upgrade's progress view (needs a source tree and systemctl; a few minutes).",
+)
 def demo(
     nodes: int,
     transport: str,
@@ -88,6 +101,7 @@ def demo(
     keep: bool,
     summary_json: str | None,
     kubectl: str | None,
+    upgrade: bool,
 ) -> None:
     """Run a whole edge fleet on this machine, cut one node off, and show it converge.
 
@@ -102,7 +116,12 @@ def demo(
 
     console = Console()
     options = DemoOptions(
-        nodes=nodes, transport=transport, runtime=runtime, keep=keep, kubectl=kubectl
+        nodes=nodes,
+        transport=transport,
+        runtime=runtime,
+        keep=keep,
+        kubectl=kubectl,
+        upgrade=upgrade,
     )
     runner = Demo(options, on_event=lambda line: console.print(line, highlight=False))
 

@@ -49,7 +49,9 @@ AGENT_SETS = (
 class HubProcess(Child):
     """``python -m cloudhub serve`` on its embedded API, the PKI generating the CA."""
 
-    def __init__(self, root: pathlib.Path) -> None:
+    def __init__(self, root: pathlib.Path, flags: dict[str, str] | None = None) -> None:
+        """Args: ``root``, the demo's directory; ``flags``, more ``cloudhub serve`` flags
+        (name without ``--``: value)."""
         self.root = root / "hub"
         self.root.mkdir(parents=True)
         self.session_port = free_port()
@@ -72,6 +74,7 @@ class HubProcess(Child):
             "pki-server-names": "127.0.0.1,localhost",
             "pki-public-address": f"127.0.0.1:{self.join_port}",
             **HUB_FLAGS,
+            **(flags or {}),
         }
         for key, value in flags.items():
             args += [f"--{key}", value]
@@ -187,8 +190,14 @@ class AgentProcess:
 
     def start(self) -> None:
         """Start the agent, dialling the relay."""
+        agent = Child(f"{self.node}/agent", self.agent_args(), self.root, self.dir / "agent.log")
+        self.children = [agent]
+        agent.start()
+
+    def agent_args(self, python: str = sys.executable) -> list[str]:
+        """``edgeagent run``'s command line, run by ``python``."""
         args = [
-            sys.executable,
+            python,
             "-m",
             "edgeagent",
             "run",
@@ -208,9 +217,7 @@ class AgentProcess:
             )
         else:
             args += ["--runtime", "process"]
-        agent = Child(f"{self.node}/agent", args, self.root, self.dir / "agent.log")
-        self.children = [agent]
-        agent.start()
+        return args
 
     def start_mappers(self, sysfs_root: pathlib.Path) -> None:
         """Start the simulated and thermal mappers on the node's device API (once its

@@ -21,6 +21,9 @@ only when every one converged):
    offline, a ConfigMap and a thermostat's desired setpoint change in the cloud and a
    reported value changes on the edge; the node's pods keep running (its own store says
    so); the link comes back; the time until everything converged is measured.
+8. **day2**: ``kubectl logs`` and ``kubectl exec`` on an edge pod.
+9. **upgrade** (``--upgrade`` only, :mod:`cloudhub.demo.upgrade`): the first node's agent,
+   installed by deploy/install.sh, is upgraded to the next version by an EdgeUpgrade.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from cloudhub.demo.errors import DemoError
 from cloudhub.demo.phases import Phases, Stuck
 from cloudhub.demo.processes import AgentProcess, HubProcess
 from cloudhub.demo.relay import Relay
+from cloudhub.demo.upgrade import InstalledAgent, Prepared, UpgradePhase, prepare
 from cloudhub.devtools.fleet import free_port, sweep
 from cloudhub.errors import ConfigError, HubError, KubeAPIError, KubeConflict
 from cloudhub.kube import CONFIGMAPS, CRDS, NODES, PODS, SECRETS, KubeClient, ResourceType
@@ -75,6 +79,8 @@ class DemoOptions:
         outage_seconds: seconds the link stays cut after the hub saw the node go offline.
         kubectl: the kubectl for the day-2 checks (``None``: found by
             :func:`cloudhub.demo.day2.find_kubectl`).
+        upgrade: install the first node's agent with deploy/install.sh and, at the end,
+            upgrade it to the next version by an EdgeUpgrade (:mod:`cloudhub.demo.upgrade`).
     """
 
     nodes: int = 3
@@ -84,6 +90,7 @@ class DemoOptions:
     converge_timeout: float = 30.0
     outage_seconds: float = 4.0
     kubectl: str | None = None
+    upgrade: bool = False
 
 
 @dataclass
@@ -127,6 +134,7 @@ class DemoState:
     kubeconfig: str = ""
     directory: str = ""
     day2_pod: tuple[str, str, str] | None = None
+    upgrade: dict[str, Any] | None = None  # the EdgeUpgrade object (--upgrade)
 
     def check(self, name: str, what: str) -> Check:
         return self.checks.setdefault(name, Check(name, what))
@@ -152,6 +160,7 @@ class DemoState:
             "cut_node": self.cut_node,
             "convergence_seconds": self.convergence_seconds,
             "outage_seconds": self.outage_length,
+            "upgrade": self.upgrade.get("status") if self.upgrade else None,
             "checks": {
                 c.name: {"what": c.what, "state": c.state, "detail": c.detail, "seconds": c.seconds}
                 for c in self.checks.values()
@@ -183,7 +192,7 @@ def _desired(device: dict, prop: str) -> str | None:
     return None
 
 
-class Demo(Phases, Day2):
+class Demo(Phases, Day2, UpgradePhase):
     """Runs the demo (see the module docstring); :meth:`run` returns the exit code.
 
     Args:
@@ -204,6 +213,7 @@ class Demo(Phases, Day2):
         self.client: KubeClient | None = None
         self._poller: asyncio.Task | None = None
         self._metrics_prev: dict[str, tuple[float, float]] = {}
+        self._prepare: asyncio.Future[Prepared] | None = None
 
     def event(self, text: str) -> None:
         self.state.log.append(text)
@@ -254,10 +264,16 @@ class Demo(Phases, Day2):
         names = [f"edge-{i + 1}" for i in range(o.nodes)]
         kept = "kept" if o.keep else "removed at the end"
         self.event(f"directory: {self.root} (state and logs; {kept})")
+        flags = {}
+        if o.upgrade:  # pip's builds and install.sh run while the engine and hub start
+            artifacts = self.root / "artifacts"
+            self._prepare = asyncio.ensure_future(prepare(self.root, names[0], artifacts))
+            flags = {"upgrade-artifact-dir": str(artifacts), "upgrade-interval": "0.5"}
+            self.event(f"upgrade: installing {names[0]}'s agent with deploy/install.sh…")
         self.state.phase = "engine"
         docker = await self._engine()
         self.state.phase = "hub"
-        self.hub = HubProcess(self.root)
+        self.hub = HubProcess(self.root, flags)
         self.hub.start()
         self.event("hub: cloudhub serve on its embedded API (PKI makes the CA)")
         # The CRDs go in as soon as the embedded API answers, before the hub is ready: a
@@ -266,8 +282,14 @@ class Demo(Phases, Day2):
         self.state.kubeconfig = str(self.hub.kubeconfig)
         await self._install_crds()
         await self.hub.wait_ready(60)
+        prepared = None
+        if self._prepare is not None:
+            self.state.phase = "install"
+            prepared = await self._prepare
+            where = prepared.install_root
+            self.event(f"upgrade: {names[0]} runs edgefleet {prepared.old} from {where}")
         self.state.phase = "join"
-        await self._join(names, docker)
+        await self._join(names, docker, prepared)
         self.state.phase = "fleet"
         await self._start_fleet()
         self._poller = asyncio.ensure_future(self._poll())
@@ -279,6 +301,9 @@ class Demo(Phases, Day2):
         await self._outage()
         self.state.phase = "day2"
         await self._day2()
+        if prepared is not None:
+            self.state.phase = "upgrade"
+            await self._upgrade(prepared)
 
     # -- phases ---------------------------------------------------------------------------------
 
@@ -356,7 +381,9 @@ class Demo(Phases, Day2):
             return False
         return True
 
-    async def _join(self, names: list[str], docker: dict[str, str] | None) -> None:
+    async def _join(
+        self, names: list[str], docker: dict[str, str] | None, prepared: Prepared | None
+    ) -> None:
         from cloudhub.pki.ca import read_hub_info
         from cloudhub.pki.settings import PKISettings
         from cloudhub.pki.tokens import TokenStore
@@ -372,7 +399,13 @@ class Demo(Phases, Day2):
         transports = self.options.transport
         for i, name in enumerate(names):
             kind = transports if transports != "mixed" else ("websocket" if i % 2 else "quic")
-            self.agents.append(AgentProcess(name, self.root, kind, free_port(), docker=docker))
+            if i == 0 and prepared is not None:
+                agent = InstalledAgent(
+                    name, self.root, kind, free_port(), docker, install_root=prepared.install_root
+                )
+            else:
+                agent = AgentProcess(name, self.root, kind, free_port(), docker=docker)
+            self.agents.append(agent)
             self.state.nodes[name] = {
                 "transport": kind,
                 "ready": "-",
@@ -648,9 +681,10 @@ class Demo(Phases, Day2):
 
     async def cleanup(self) -> None:
         """Stop everything the demo started; remove its directory unless ``keep``."""
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
+        for task in (self._poller, self._prepare):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*(a.stop() for a in self.agents), return_exceptions=True)
         if self.client is not None:
             await self.client.close()

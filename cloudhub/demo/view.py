@@ -57,6 +57,10 @@ def live_view(s: DemoState) -> Group:
     for c in s.checks.values():
         took = f" ({c.seconds:.1f} s)" if c.seconds is not None and c.state == "converged" else ""
         checks.add_row(_MARK[c.state], c.what, (c.detail or "") + took)
+    if s.upgrade is not None:  # --upgrade: the view of `cloudhub upgrade status NAME`
+        from cloudhub.upgrade.cli import render
+
+        return Group(nodes, devices, render(s.upgrade), checks)
     return Group(nodes, devices, checks)
 
 
@@ -91,6 +95,13 @@ def summary_view(s: DemoState) -> Group:
             else "some changes had not converged (below)"
         )
     lines.add_row("outage", outage)
+    if s.upgrade is not None:
+        status = s.upgrade.get("status") or {}
+        versions = ", ".join(f"{n}: {v['version']}" for n, v in s.nodes.items() if "version" in v)
+        lines.add_row(
+            "upgrade",
+            f"{s.upgrade['metadata']['name']} {status.get('phase', 'Pending')}; {versions or '-'}",
+        )
     if data["converged"]:
         verdict = Text("everything converged", style="bold green")
     else:

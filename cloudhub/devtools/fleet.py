@@ -87,12 +87,14 @@ class Child:
     cwd: pathlib.Path
     log_path: pathlib.Path
     proc: subprocess.Popen | None = None
+    env: dict[str, str] | None = None
+    """The child's environment (``None``: :func:`child_env`)."""
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.args,
-                env=child_env(),
+                env=child_env() if self.env is None else self.env,
                 cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
