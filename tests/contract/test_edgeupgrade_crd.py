@@ -181,11 +181,12 @@ async def test_cloudhub_upgrade_status_shows_the_progress(kube: Kube, edgeupgrad
 async def test_cloudhub_upgrade_status_of_a_missing_upgrade_fails_clearly(
     kube: Kube, edgeupgrades: None
 ) -> None:
+    name = kube.unique("absent")
     proc = await asyncio.create_subprocess_exec(
         str(pathlib.Path(sys.executable).parent / "cloudhub"),
         "upgrade",
         "status",
-        kube.unique("absent"),
+        name,
         "--once",
         "--kubeconfig",
         str(kube.cluster.kubeconfig),
@@ -193,5 +194,5 @@ async def test_cloudhub_upgrade_status_of_a_missing_upgrade_fails_clearly(
         stderr=asyncio.subprocess.PIPE,
     )
     _, err = await proc.communicate()
-    assert proc.returncode == 1
-    assert "404" in err.decode()
+    assert proc.returncode == 2
+    assert f"there is no EdgeUpgrade named {name!r}" in err.decode()
