@@ -562,8 +562,15 @@ class StoreCore:
     # --- introspection ------------------------------------------------------------------
 
     def schema_version(self) -> int:
-        """The highest applied migration number."""
-        names = [m.name for m in MIGRATIONS.applied(self._db)]
+        """The highest applied migration number.
+
+        Raises:
+            StoreError: the file cannot be read (damaged: not a database).
+        """
+        try:
+            names = [m.name for m in MIGRATIONS.applied(self._db)]
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path) from exc
         return max((migration_number(n) for n in names), default=0)
 
     @staticmethod

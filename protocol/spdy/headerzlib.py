@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import zlib
 
+from protocol.errors import RemoteProtocolError
 from protocol.spdy.dictionary import HEADER_DICTIONARY
 
 __all__ = ["REPLAY_LIMIT", "HeaderBlockError", "HeaderDeflater", "HeaderInflater"]
@@ -30,8 +31,8 @@ REPLAY_LIMIT = 4096
 """Bytes of history replayed for a new block before the zlib object is kept instead."""
 
 
-class HeaderBlockError(ValueError):
-    """A header block that does not inflate, or inflates past the limit."""
+class HeaderBlockError(RemoteProtocolError):
+    """A header block that does not inflate, or inflates past the limit (the peer sent it)."""
 
 
 def _inflater() -> zlib._Decompress:

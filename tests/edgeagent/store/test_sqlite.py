@@ -114,3 +114,20 @@ def test_atomic_alone_commits_or_rolls_back(tmp_path: pathlib.Path) -> None:
         db.execute("INSERT INTO nowhere VALUES (3)")
     assert not db.conn.in_transaction
     assert [x for (x,) in db.execute("SELECT x FROM t")] == [1]
+
+
+def test_a_damaged_file_read_only_is_a_store_error_not_sqlite3s(tmp_path: pathlib.Path) -> None:
+    """A reader (``edgeagent status``, the tests) that opens the store while it is damaged gets
+    the store's own error, as the agent's own opening does before it moves the file aside."""
+    from edgeagent.errors import StoreError
+
+    path = tmp_path / "store.db"
+    Store.open(path).close()
+    with open(path, "r+b") as f:
+        f.write(b"\x00garbage" * 512)
+    with pytest.raises(StoreError):
+        store = Store.open_readonly(path)
+        try:
+            store.schema_version()
+        finally:
+            store.close()
