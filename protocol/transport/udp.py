@@ -230,7 +230,9 @@ async def open_udp(
     host, port = remote if remote is not None else (local or ("::", 0))
     flags = 0 if remote is not None else socket.AI_PASSIVE
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM, flags=flags)
+        infos = _numeric_address(host, port, flags)
+        if infos is None:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM, flags=flags)
     except socket.gaierror as exc:
         raise OSError(f"{host}: {exc}") from exc
     family, kind, proto, _, address = infos[0]
@@ -244,3 +246,17 @@ async def open_udp(
         sock.close()
         raise
     return UDPSocket(sock, receiver, gso=gso)
+
+
+def _numeric_address(host: str, port: int, flags: int) -> list | None:
+    """``getaddrinfo`` for an address literal, answered at once without DNS
+    (``AI_NUMERICHOST``), or None for a name. As asyncio's own endpoints do (its
+    ``_ipaddr_info``): a literal never goes to the loop's resolver, whose default executor
+    would start a thread (a stack and a malloc arena kept for the agent's lifetime) to
+    resolve what needs no resolving."""
+    try:
+        return socket.getaddrinfo(
+            host, port, type=socket.SOCK_DGRAM, flags=flags | socket.AI_NUMERICHOST
+        )
+    except socket.gaierror:
+        return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import socket
 from typing import Any
 
@@ -143,3 +145,37 @@ async def test_an_address_in_use_is_an_os_error() -> None:
             await open_udp(Recorder(), local=("127.0.0.1", first.sockname[1]))
     finally:
         first.close()
+
+
+class _CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor, counting the jobs given to it (getaddrinfo's)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.jobs = 0
+
+    def submit(self, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        self.jobs += 1
+        return super().submit(*args, **kwargs)
+
+
+@pytest.mark.parametrize("literal", ["127.0.0.1", "::1"])
+async def test_an_address_literal_is_not_resolved_in_a_thread(literal: str) -> None:
+    # An agent dialling its hub by address keeps one thread (no resolver thread, with its
+    # stack and malloc arena, for the process's lifetime); a name still goes to the loop.
+    loop = asyncio.get_running_loop()
+    executor = _CountingExecutor()
+    loop.set_default_executor(executor)
+    try:
+        family = socket.AF_INET6 if ":" in literal else socket.AF_INET
+        server = await open_udp(Recorder(), local=(literal, 0))
+        client = await open_udp(Recorder(), remote=(literal, server.sockname[1]))
+        assert (server.socket.family, client.socket.family) == (family, family)
+        assert client.socket.getpeername()[:2] == (literal, server.sockname[1])
+        assert executor.jobs == 0
+        named = await open_udp(Recorder(), remote=("localhost", server.sockname[1]))
+        assert executor.jobs == 1
+        for sock in (server, client, named):
+            sock.close()
+    finally:
+        executor.shutdown(wait=True)
