@@ -67,11 +67,18 @@ def installed_bytes(venv: pathlib.Path) -> dict[str, int]:
     return {"total": total, **{f"site:{k}": v for k, v in largest.items()}}
 
 
-def _rss_mib(pid: int) -> float:
+def _status(pid: int) -> dict[str, float]:
+    """/proc/PID/status: the resident set split into anonymous memory (heap, Python
+    objects), file-backed pages (the interpreter's and extensions' code), and the thread
+    count (each thread a stack and possibly a malloc arena). MiB but Threads."""
+    out = {}
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+            out[key] = int(value.split()[0]) / 1024
+        elif key == "Threads":
+            out[key] = int(value)
+    return out
 
 
 def _cpu_s(pid: int) -> float:
@@ -137,8 +144,12 @@ async def quic_footprint(venv: pathlib.Path, tmp: pathlib.Path, n: int, idle_s: 
             c0, w0 = _cpu_s(agent.pid), time.monotonic()
             await asyncio.sleep(idle_s)
             c1, w1 = _cpu_s(agent.pid), time.monotonic()
+            status = _status(agent.pid)
             return {
-                "rss_mib": round(_rss_mib(agent.pid), 1),
+                "rss_mib": round(status["VmRSS"], 1),
+                "rss_anon_mib": round(status["RssAnon"], 1),
+                "rss_file_mib": round(status["RssFile"], 1),
+                "threads": status["Threads"],
                 "cpu_pct": round(100.0 * (c1 - c0) / (w1 - w0), 2),
                 "cpu_s_idle_window": round(c1 - c0, 2),
                 "idle_window_s": round(w1 - w0, 1),
