@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 Send = Callable[[Message], Awaitable[Any]]
 
 SEND_AHEAD = 64 * 1024
-"""Bytes the session's send lanes may hold before a stream's next data chunk waits (with
-``room``): an exec's echo queued behind a followed log waits behind about this much."""
+"""Bytes of one stream the session's BULK lane may hold before that stream's next data
+chunk waits (with ``room``); the lane's streams take turns, so another stream's echo
+waits behind one chunk of it, not this much."""
 
 
 class Stream:
@@ -125,7 +126,7 @@ class Stream:
                 continue
             room = self._endpoint._room
             if room is not None and size:
-                await room(SEND_AHEAD)  # our queue short: others' data is not stuck behind
+                await room(SEND_AHEAD, self.id)  # our own queue short (streams take turns)
                 size = min(len(view), MAX_STREAM_CHUNK, mux.credit(self.id))
                 if self.ended is not None or size == 0:
                     continue
@@ -193,9 +194,10 @@ class StreamEndpoint:
             protocol's ``ConnectionClosed``) when the session is gone.
         on_open: edge side: called with every stream the hub opens, as a task this
             endpoint owns (cancelled by :meth:`aclose`).
-        room: ``room(max_bytes)`` waits until the session's send lanes hold at most that
-            many bytes (``Link.wait_room``); each data chunk waits for it first with
-            :data:`SEND_AHEAD`, so a stream's own queue stays short whatever its window.
+        room: ``room(max_bytes, stream_id)`` waits until the session's BULK lane holds at
+            most that many bytes of the stream (``Link.wait_room``); each data chunk
+            waits for it first with :data:`SEND_AHEAD`, so a stream's own queue stays
+            short whatever its window.
     """
 
     def __init__(
