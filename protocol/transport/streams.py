@@ -108,6 +108,41 @@ class Stream:
                 await self._endpoint.send_now(grant)
         return event
 
+    async def read_joined(self, max_bytes: int) -> DataReceived | Resized | None:
+        """As :meth:`read`, with the data queued behind the first on its channel joined
+        into it, up to ``max_bytes`` (at least the first chunk whole): a relay then makes
+        one write of what one batch of datagrams brought, not one per 16 KiB chunk."""
+        while not self._queue:
+            if self.ended is not None:
+                return None
+            self._reader = _future(self._reader)
+            await self._reader
+        queue = self._queue
+        first = queue[0]
+        if not isinstance(first, DataReceived) or not first.data or first.eof:
+            return await self.read()
+        parts, size, eof, taken = [first.data], len(first.data), False, 1
+        for event in queue[1:]:
+            if (
+                not isinstance(event, DataReceived)
+                or event.channel != first.channel
+                or size + len(event.data) > max_bytes
+            ):
+                break
+            parts.append(event.data)
+            size += len(event.data)
+            taken += 1
+            if event.eof:
+                eof = True
+                break
+        if taken == 1:
+            return await self.read()
+        del queue[:taken]
+        grant = self._endpoint.mux.consumed(self.id, size)
+        if grant is not None:
+            await self._endpoint.send_now(grant)
+        return DataReceived(self.id, first.channel, b"".join(parts), eof)
+
     async def write(self, channel: int, data: bytes, *, eof: bool = False) -> None:
         """Send ``data`` on ``channel``, in chunks within the peer's window (waiting for
         credit as needed); ``eof`` marks the channel's end after it.
