@@ -131,7 +131,16 @@ class _Chunked:
 class SendQueue:
     """Three send lanes (CONTROL > STATUS > BULK), cutting large payloads into chunks.
 
-    Lanes are made when first used (an idle session holds none: 10,000 sessions per hub).
+    The BULK lane is fair-queued: a frame put with a ``flow`` (a day-2 stream's id) joins
+    that flow's queue, and the flows (frames put without one are the one ``None`` flow)
+    take turns, one whole message each, so an exec's one-byte echo waits for at most one
+    message of a followed log, not for everything that log has queued. A flow keeps its
+    own order; only one chunked message of the lane is in progress at a time (the
+    receiver reassembles at most one per lane). Frames put with :meth:`put_last` (the
+    session's close) leave after everything else queued.
+
+    Lanes and flows are made when first used (an idle session holds none: 10,000
+    sessions per hub).
 
     Args:
         limits: what we may send; :meth:`configure` replaces it after the handshake.
@@ -143,15 +152,23 @@ class SendQueue:
         "_chunk_size",
         "_chunked",
         "_chunks",
+        "_flow_bytes",
+        "_flows",
         "_lanes",
         "_largest",
         "_next_id",
+        "_tail",
         "bytes",
         "limits",
     )
 
     def __init__(self, limits: Limits, chunk_size: int = CHUNK_SIZE) -> None:
-        self._lanes: list[deque[bytes | _Chunked] | None] = [None, None, None]
+        self._lanes: list[deque[bytes | _Chunked] | None] = [None, None]  # CONTROL, STATUS
+        # BULK: flow -> its queue, in turn order (dicts keep insertion order; the flow
+        # whose turn it is comes first), and flow -> its bytes queued
+        self._flows: dict[object, deque[bytes | _Chunked]] | None = None
+        self._flow_bytes: dict[object, int] | None = None
+        self._tail: list[bytes] | None = None
         self._next_id = 0
         self._chunked = 0  # payloads queued as chunks (0: every lane holds whole frames)
         self._chunk_size = chunk_size
@@ -169,27 +186,57 @@ class SendQueue:
 
     def backlog(self, priority: Priority) -> int:
         """Frames and chunked messages waiting in one lane (streams stop reading at a bound)."""
+        if priority is Priority.BULK:
+            flows = self._flows
+            return 0 if flows is None else sum(len(q) for q in flows.values())
         lane = self._lanes[priority]
         return 0 if lane is None else len(lane)
+
+    def flow_bytes(self, flow: object) -> int:
+        """Bytes queued in one flow of the BULK lane (``None``: the frames put without one)."""
+        counts = self._flow_bytes
+        return 0 if counts is None else counts.get(flow, 0)
 
     def fits(self, payload_size: int) -> bool:
         """True if a frame with this payload (bytes) can be sent under the limits."""
         return payload_size <= self._largest
 
-    def put(self, frame: bytes, priority: Priority, seq: int = 0) -> None:
-        """Queue one encoded frame (length prefix included) at the end of its lane.
+    def put(self, frame: bytes, priority: Priority, seq: int = 0, flow: object = None) -> None:
+        """Queue one encoded frame (length prefix included) at the end of its lane (of its
+        ``flow`` in the BULK lane; ignored in the others).
 
-        A payload over the chunk size is sent as chunks when the peer takes them. Check
-        :meth:`fits` first: a frame over the limits is a usage error of the caller.
+        A payload over the chunk size plus a chunk's own overhead is sent as chunks when
+        the peer takes them (so a message carrying a chunk's worth of data, a full
+        ``stream_data``, goes whole). Check :meth:`fits` first: a frame over the limits is
+        a usage error of the caller.
         """
-        lane = self._lanes[priority]
-        if lane is None:
-            lane = self._lanes[priority] = deque()
-        if len(frame) - HEADER_SIZE > self._chunk_size and self._chunks:
+        if priority is Priority.BULK:
+            flows = self._flows
+            if flows is None:
+                flows = self._flows = {}
+                self._flow_bytes = {}
+            lane = flows.get(flow)
+            if lane is None:
+                lane = flows[flow] = deque()
+            counts = self._flow_bytes
+            assert counts is not None
+            counts[flow] = counts.get(flow, 0) + len(frame)
+        else:
+            lane = self._lanes[priority]
+            if lane is None:
+                lane = self._lanes[priority] = deque()
+        if len(frame) - HEADER_SIZE > self._chunk_size + CHUNK_OVERHEAD and self._chunks:
             lane.append(_Chunked(-1, memoryview(frame)[HEADER_SIZE:], seq))
             self._chunked += 1
         else:
             lane.append(frame)
+        self.bytes += len(frame)
+
+    def put_last(self, frame: bytes) -> None:
+        """Queue a frame to leave after everything else queued (whole, never chunked)."""
+        if self._tail is None:
+            self._tail = []
+        self._tail.append(frame)
         self.bytes += len(frame)
 
     def pull(self, max_bytes: int | None = None) -> list[bytes]:
@@ -212,6 +259,13 @@ class SendQueue:
                 if lane is not None:
                     out.extend(lane)  # type: ignore[arg-type]
                     lanes[i] = None  # an empty deque is ~600 bytes: idle sessions hold none
+            if self._flows is not None:
+                for lane in self._flows.values():  # all of it leaves in this one write
+                    out.extend(lane)  # type: ignore[arg-type]
+                self._flows = self._flow_bytes = None
+            if self._tail is not None:
+                out.extend(self._tail)
+                self._tail = None
             self.bytes = 0
             return out
         out = []
@@ -226,19 +280,47 @@ class SendQueue:
                 taken += len(frame)
             lanes[0] = None
         budget = None if max_bytes is None else max_bytes - taken
-        others = lanes[1:]
         while budget is None or budget > 0:
-            lane = next((lane for lane in others if lane), None)
-            if lane is None:
+            status = lanes[1]
+            if status:
+                frame = self._take(status)
+            elif self._flows:
+                frame = self._take_bulk(self._flows)
+            elif self._tail:
+                frame = self._tail.pop(0)
+                self.bytes -= len(frame)
+            else:
                 break
-            frame = self._take(lane)
             out.append(frame)
             if budget is not None:
                 budget -= len(frame)
-        for i in (1, 2):
-            if lanes[i] is not None and not lanes[i]:
-                lanes[i] = None
+        if lanes[1] is not None and not lanes[1]:
+            lanes[1] = None
+        if self._flows is not None and not self._flows:
+            self._flows = self._flow_bytes = None
+        if self._tail is not None and not self._tail:
+            self._tail = None
         return out
+
+    def _take_bulk(self, flows: dict[object, deque[bytes | _Chunked]]) -> bytes:
+        """One frame or chunk of the flow whose turn it is; the turn passes on once its
+        message is out (a chunked one is finished first)."""
+        flow = next(iter(flows))
+        lane = flows[flow]
+        head = lane[0]
+        before = self.bytes
+        frame = self._take(lane)
+        counts = self._flow_bytes
+        assert counts is not None
+        counts[flow] -= before - self.bytes
+        if not lane:
+            del flows[flow]
+            del counts[flow]
+        elif lane[0] is not head or not isinstance(head, _Chunked):
+            # a whole message left: the next flow's turn
+            del flows[flow]
+            flows[flow] = lane
+        return frame
 
     def _take(self, lane: deque[bytes | _Chunked]) -> bytes:
         head = lane[0]

@@ -103,6 +103,10 @@ class Message:
     """Sent by the session itself; ``Session.send()`` refuses it."""
     priority: ClassVar[Priority] = Priority.STATUS
     """The send lane (:class:`Priority`); numbered kinds always ride STATUS."""
+    flow_field: ClassVar[str | None] = None
+    """In the BULK lane: the field whose value is the message's flow (messages of one flow
+    keep their order, flows take turns: ``protocol.chunking.SendQueue``); ``None``: the
+    lane's one ordered flow."""
     _expected: ClassVar[dict[str, str]] = {}
 
     def _check(self) -> None:

@@ -220,6 +220,11 @@ class Session(SessionTimers):
         """What we send: the frame and message limits (bytes) agreed at the handshake."""
         return self._sendq.limits
 
+    def flow_bytes(self, flow: object) -> int:
+        """Bytes of one flow of the BULK lane not yet taken by the transport (a day-2
+        stream's, by its id: ``Message.flow_field``)."""
+        return self._sendq.flow_bytes(flow)
+
     def backlog(self, priority: Priority) -> int:
         """Messages queued in one send lane and not yet taken by the transport (streams
         stop producing while their lane's backlog is above their bound)."""
@@ -271,8 +276,10 @@ class Session(SessionTimers):
 
     def _queue(self, message: Message, seq: int | None, now: float) -> None:
         # Session control jumps every queue; a close leaves after what was said before it.
-        lane = Priority.BULK if message.__class__ is Close else Priority.CONTROL
-        self._sendq.put(encode(message, seq), lane)
+        if message.__class__ is Close:
+            self._sendq.put_last(encode(message, seq))
+        else:
+            self._sendq.put(encode(message, seq), Priority.CONTROL)
         self._last_sent = now
 
     # --- client ----------------------------------------------------------------------------
@@ -496,7 +503,8 @@ class Session(SessionTimers):
             self._unacked.append((seq, message))
             self._last_sent = now
             return seq
-        self._sendq.put(self._encode_to_send(message, None), cls.priority)
+        flow = None if cls.flow_field is None else getattr(message, cls.flow_field)
+        self._sendq.put(self._encode_to_send(message, None), cls.priority, flow=flow)
         self._last_sent = now
         return None
 

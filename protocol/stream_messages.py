@@ -97,6 +97,7 @@ class StreamData(Message):
     from_edge: ClassVar[bool] = True
     from_hub: ClassVar[bool] = True
     priority: ClassVar[Priority] = Priority.BULK
+    flow_field: ClassVar[str | None] = "stream_id"  # streams take turns in the lane
 
     stream_id: int
     """The stream."""
@@ -169,6 +170,7 @@ class StreamClose(Message):
     kind: ClassVar[str] = "stream_close"
     from_edge: ClassVar[bool] = True
     priority: ClassVar[Priority] = Priority.BULK  # after the stream's data, never before it
+    flow_field: ClassVar[str | None] = "stream_id"  # in its stream's flow: after its data
 
     stream_id: int
     """The stream."""

@@ -36,6 +36,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+WRITE_BYTES = 256 * 1024
+"""Most bytes of a node's output written to the caller at once: the chunks that arrived
+together go in one TLS write (measured, one write per 16 KiB chunk cost the hub more CPU
+in socket sends than in QUIC)."""
+
 _TRUE = ("true", "1", "True")
 _INT64_MAX = 2**63 - 1
 
@@ -189,7 +194,7 @@ async def serve_logs(
         while event is not None:
             if isinstance(event, DataReceived) and event.data:
                 await response.write(event.data)
-            event = await stream.read()
+            event = await stream.read_joined(WRITE_BYTES)
         cancelled = False
         await response.write_eof()
         return response

@@ -121,7 +121,7 @@ class Link:
         # the running loop up on every wait, a getpid() system call on Python 3.11).
         self._event_waiter: asyncio.Future[None] | None = None
         self._window_open = asyncio.Event()
-        self._room_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._room_waiters: list[tuple[int, object, asyncio.Future[None]]] = []
         self._ended = asyncio.Event()
         self._opened: asyncio.Future[Any] = self._loop.create_future()
         self._timer: asyncio.TimerHandle | None = None
@@ -159,28 +159,34 @@ class Link:
         wake the :meth:`wait_room` callers whose bound the lanes are now under."""
         waiters = self._room_waiters
         if waiters:
-            queued = self._session.bytes_to_send
+            session = self._session
             keep = []
-            for bound, waiter in waiters:
+            for bound, flow, waiter in waiters:
+                queued = session.bytes_to_send if flow is None else session.flow_bytes(flow)
                 if queued <= bound or self._ended.is_set():
                     if not waiter.done():
                         waiter.set_result(None)
                 elif not waiter.done():
-                    keep.append((bound, waiter))
+                    keep.append((bound, flow, waiter))
             self._room_waiters = keep
 
-    async def wait_room(self, max_bytes: int) -> None:
+    async def wait_room(self, max_bytes: int, flow: object = None) -> None:
         """Wait until the session's lanes hold at most ``max_bytes`` bytes the transport
-        has not taken yet (or the link has ended).
+        has not taken yet (or the link has ended); with a ``flow`` (a day-2 stream's id),
+        only that flow's bytes in the BULK lane count.
 
-        A bulk sender that waits here before each message keeps its own queue short, so
-        what others send after it (an exec's echo behind a followed log) waits behind at
-        most ``max_bytes``, whatever the flow-control windows let it have in flight.
+        A bulk sender that waits here before each message keeps its own queue short;
+        the BULK lane's flows take turns (``protocol.chunking.SendQueue``), so what
+        another stream sends after it (an exec's echo beside a followed log) waits behind
+        at most one of its messages, whatever the flow-control windows let it have in
+        flight.
         """
-        if self._session.bytes_to_send <= max_bytes or self._ended.is_set():
+        session = self._session
+        queued = session.bytes_to_send if flow is None else session.flow_bytes(flow)
+        if queued <= max_bytes or self._ended.is_set():
             return
         waiter = self._loop.create_future()
-        self._room_waiters.append((max_bytes, waiter))
+        self._room_waiters.append((max_bytes, flow, waiter))
         await waiter
 
     def heard(self) -> None:

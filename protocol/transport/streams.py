@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 Send = Callable[[Message], Awaitable[Any]]
 
 SEND_AHEAD = 64 * 1024
-"""Bytes the session's send lanes may hold before a stream's next data chunk waits (with
-``room``): an exec's echo queued behind a followed log waits behind about this much."""
+"""Bytes of one stream the session's BULK lane may hold before that stream's next data
+chunk waits (with ``room``); the lane's streams take turns, so another stream's echo
+waits behind one chunk of it, not this much."""
 
 
 class Stream:
@@ -107,6 +108,41 @@ class Stream:
                 await self._endpoint.send_now(grant)
         return event
 
+    async def read_joined(self, max_bytes: int) -> DataReceived | Resized | None:
+        """As :meth:`read`, with the data queued behind the first on its channel joined
+        into it, up to ``max_bytes`` (at least the first chunk whole): a relay then makes
+        one write of what one batch of datagrams brought, not one per 16 KiB chunk."""
+        while not self._queue:
+            if self.ended is not None:
+                return None
+            self._reader = _future(self._reader)
+            await self._reader
+        queue = self._queue
+        first = queue[0]
+        if not isinstance(first, DataReceived) or not first.data or first.eof:
+            return await self.read()
+        parts, size, eof, taken = [first.data], len(first.data), False, 1
+        for event in queue[1:]:
+            if (
+                not isinstance(event, DataReceived)
+                or event.channel != first.channel
+                or size + len(event.data) > max_bytes
+            ):
+                break
+            parts.append(event.data)
+            size += len(event.data)
+            taken += 1
+            if event.eof:
+                eof = True
+                break
+        if taken == 1:
+            return await self.read()
+        del queue[:taken]
+        grant = self._endpoint.mux.consumed(self.id, size)
+        if grant is not None:
+            await self._endpoint.send_now(grant)
+        return DataReceived(self.id, first.channel, b"".join(parts), eof)
+
     async def write(self, channel: int, data: bytes, *, eof: bool = False) -> None:
         """Send ``data`` on ``channel``, in chunks within the peer's window (waiting for
         credit as needed); ``eof`` marks the channel's end after it.
@@ -125,7 +161,7 @@ class Stream:
                 continue
             room = self._endpoint._room
             if room is not None and size:
-                await room(SEND_AHEAD)  # our queue short: others' data is not stuck behind
+                await room(SEND_AHEAD, self.id)  # our own queue short (streams take turns)
                 size = min(len(view), MAX_STREAM_CHUNK, mux.credit(self.id))
                 if self.ended is not None or size == 0:
                     continue
@@ -193,9 +229,10 @@ class StreamEndpoint:
             protocol's ``ConnectionClosed``) when the session is gone.
         on_open: edge side: called with every stream the hub opens, as a task this
             endpoint owns (cancelled by :meth:`aclose`).
-        room: ``room(max_bytes)`` waits until the session's send lanes hold at most that
-            many bytes (``Link.wait_room``); each data chunk waits for it first with
-            :data:`SEND_AHEAD`, so a stream's own queue stays short whatever its window.
+        room: ``room(max_bytes, stream_id)`` waits until the session's BULK lane holds at
+            most that many bytes of the stream (``Link.wait_room``); each data chunk
+            waits for it first with :data:`SEND_AHEAD`, so a stream's own queue stays
+            short whatever its window.
     """
 
     def __init__(

@@ -242,7 +242,9 @@ async def _on(quick: bool, hub: HubProcess, kube: KubeClient, agent: AgentProces
     }
     stream.close()
 
-    count = 50 if quick else 200
+    # twice this many open at once: within a session's 256 streams (protocol.streams
+    # StreamMux.max_streams, both sides; 200 beside 200 had the edge refuse the 257th)
+    count = 50 if quick else 120
     # a first batch warms the allocator's arenas and caches; the second is what each more
     # idle stream costs
     warm = [await Exec.open(api, ns, "echo") for _ in range(count)]

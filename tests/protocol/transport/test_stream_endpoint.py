@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, UsageError
 from protocol.stream_messages import MAX_STREAM_CHUNK
 from protocol.streams import DEFAULT_WINDOW, DataReceived, StreamMux
 from protocol.transport.streams import Stream, StreamEndpoint
@@ -138,5 +138,36 @@ async def test_a_cancelled_read_leaves_the_stream_readable() -> None:
         assert isinstance(event, DataReceived) and event.data == b"late"
         assert await stream.read() is None
         assert (await stream.wait_ended()).exit_code == 0
+    finally:
+        await pair.aclose()
+
+
+async def test_read_joined_takes_what_is_queued_in_one_piece_and_returns_its_credit() -> None:
+    done, written = asyncio.Event(), asyncio.Event()
+
+    async def serve(stream: Stream) -> None:
+        for n in range(6):
+            await stream.write(1, bytes([n]) * 1000)
+        await stream.write(2, b"err")  # another channel: not joined with the output
+        await stream.write(1, b"last", eof=True)
+        written.set()  # each write returned once the hub had it queued (no wire delay)
+        await done.wait()
+
+    pair = Pair(serve, hub_window=4 * MAX_STREAM_CHUNK)
+    try:
+        stream = await pair.hub.open("logs", "ns", "pod", "c", {})
+        await asyncio.wait_for(written.wait(), 10)
+        first = await stream.read_joined(2500)
+        assert first == DataReceived(stream.id, 1, b"\0" * 1000 + b"\1" * 1000, False)
+        rest = await stream.read_joined(1 << 20)
+        assert rest == DataReceived(
+            stream.id, 1, b"".join(bytes([n]) * 1000 for n in range(2, 6)), False
+        )
+        assert await stream.read_joined(1 << 20) == DataReceived(stream.id, 2, b"err", False)
+        assert await stream.read_joined(1 << 20) == DataReceived(stream.id, 1, b"last", True)
+        with pytest.raises(UsageError, match="of 0 received"):  # every byte was accounted
+            pair.hub.mux.consumed(stream.id, 1)
+        done.set()
+        assert await stream.read_joined(1 << 20) is None
     finally:
         await pair.aclose()
