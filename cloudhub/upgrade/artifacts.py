@@ -42,9 +42,9 @@ class ArtifactServer:
         """``node`` was ordered the artifact ``name`` with digest ``sha256``."""
         self._orders[(node, sha256)] = name
 
-    def revoke(self, node: str) -> None:
-        """Forget every order of ``node`` (its upgrade finished)."""
-        for key in [k for k in self._orders if k[0] == node]:
+    def revoke(self, node: str, sha256: str | None = None) -> None:
+        """Forget ``node``'s order for ``sha256`` (every order of it when None)."""
+        for key in [k for k in self._orders if k[0] == node and sha256 in (None, k[1])]:
             del self._orders[key]
 
     def _path(self, name: str, sha256: str) -> pathlib.Path | None:

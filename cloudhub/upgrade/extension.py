@@ -226,22 +226,27 @@ class UpgradeExtension:
         assert hub is not None and hub.kube is not None
         # rbac: hub's ClusterRole (list edgeupgrades, nodes, pods)
         upgrades, _ = await hub.kube.list(EDGEUPGRADES)
+        seen = {str((obj.get("metadata") or {}).get("uid", "")) for obj in upgrades}
+        for uid in set(self.rollouts) - seen:  # deleted (the last one too): no more orders
+            self._forget(uid)
         if not upgrades:
             return
         nodes, _ = await hub.kube.list(NODES)
         pods, _ = await hub.kube.list(PODS)
         ready = pods_ready_by_node(pods)
-        seen = set()
         for obj in upgrades:
-            uid = str((obj.get("metadata") or {}).get("uid", ""))
-            seen.add(uid)
             await self._step(obj, nodes, ready)
-        for uid in set(self.rollouts) - seen:
-            del self.rollouts[uid]
-            for table in (self._changes, self._written, self._locks):
-                table.pop(uid, None)
-            for key in [k for k in self._observed if k[0] == uid]:
-                del self._observed[key]
+
+    def _forget(self, uid: str) -> None:
+        """Drop a deleted EdgeUpgrade: its rollout, its bookkeeping and the artifact
+        grants of its nodes (a reconnecting node is not ordered again, nor served)."""
+        upgrade, rollout = self.rollouts.pop(uid)
+        for node in rollout.nodes:
+            self.server.revoke(node, upgrade.spec.artifact.sha256)
+        for table in (self._changes, self._written, self._locks):
+            table.pop(uid, None)
+        for key in [k for k in self._observed if k[0] == uid]:
+            del self._observed[key]
 
     async def _step(self, obj: Mapping[str, Any], nodes: list[dict], ready: dict) -> None:
         hub = self._hub

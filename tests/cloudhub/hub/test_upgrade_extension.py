@@ -234,3 +234,39 @@ async def test_an_invalid_edgeupgrade_is_marked_invalid_naming_the_field(
     status = (await kube.get(EDGEUPGRADES, name))["status"]
     assert status["reason"] == "spec.healthGate.soakSeconds"
     assert "below timeoutSeconds" in status["message"]
+
+
+async def test_deleting_the_last_edgeupgrade_mid_rollout_stops_its_orders(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    digest = hashlib.sha256(b"wheel bytes").hexdigest()
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    agent = hubs.agent(unique("pi"), agent_version="0.4.0", node_info=info)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    name = unique("deleted")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    await agent.wait_for(lambda: bool(orders(agent)), DEADLINE)
+    agent.send(UpgradeProgress(name, orders(agent)[0].uid, "Downloading", "0.4.0", 1.0))
+    await kube.delete(EDGEUPGRADES, name)
+    await eventually(lambda: not extension.rollouts, "the deleted rollout forgotten", 10)
+    await agent.stop()
+    again = agent.restarted(agent_version="0.4.0")
+    again.start()
+    try:
+        await again.wait_for(lambda: again.synced, DEADLINE)
+        # The chunk answers a request sent after the sync: an order of the reconnect
+        # (sent right after the sync) would have come before it.
+        again.send(ArtifactRequest(digest, 0, 1024))
+        await again.wait_for(lambda: bool(chunks(again)), DEADLINE)
+        assert orders(again) == []
+        assert chunks(again)[0].error == "NotOrdered"
+    finally:
+        await again.stop()
