@@ -39,7 +39,12 @@ from cloudhub.nodes.model import AGENT_VERSION_ANNOTATION
 from cloudhub.upgrade.artifacts import ArtifactServer
 from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.errors import IllegalTransition, InvalidUpgrade
-from cloudhub.upgrade.model import Upgrade, parse_upgrade
+from cloudhub.upgrade.model import (
+    MAX_REPORT_MESSAGE,
+    MAX_REPORT_REASON,
+    Upgrade,
+    parse_upgrade,
+)
 from cloudhub.upgrade.rollout import NodeFacts, NodePhase, Order, Rollback, Rollout
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.upgrade import ArtifactRequest, UpgradeOrder, UpgradeProgress, UpgradeRollback
@@ -140,16 +145,17 @@ class UpgradeExtension:
             log.debug("duplicate progress of %s from %s", found[0].name, inbound.node)
             return
         seen.add((message.phase, message.observed_at))
+        reason = message.reason[:MAX_REPORT_REASON]
         try:
             if message.phase == "Deferred":
-                found[1].defer(inbound.node, self.clock(), message.reason)
+                found[1].defer(inbound.node, self.clock(), reason)
             else:
                 found[1].report(
                     inbound.node,
                     NodePhase(message.phase),
                     self.clock(),
-                    message.reason,
-                    message.message,
+                    reason,
+                    message.message[:MAX_REPORT_MESSAGE],
                 )
         except (IllegalTransition, ValueError) as exc:
             log.warning("upgrade %s: %s", found[0].name, exc)
