@@ -423,7 +423,9 @@ class Rollout:
 
     def phase(self) -> tuple[RolloutPhase, str]:
         """The rollout's phase and its reason."""
-        if self.nodes and all(s.phase in TERMINAL for s in self.nodes.values()):
+        if not self.nodes:
+            return RolloutPhase.PROGRESSING, "NoMatchingNodes"
+        if all(s.phase in TERMINAL for s in self.nodes.values()):
             return RolloutPhase.COMPLETED, ""
         if self.halted:
             return RolloutPhase.PAUSED, "FailureBudgetExceeded"
@@ -456,6 +458,11 @@ class Rollout:
             "observedGeneration": generation,
             "phase": phase.value,
             "reason": reason,
+            # Always written: a merge patch without it would keep an Invalid's message.
+            "message": "the nodeSelector matches no Node (a label typo?); nothing to do until "
+            "one does"
+            if reason == "NoMatchingNodes"
+            else "",
             "nodeCount": len(states),
             "healthy": sum(s.phase is P.HEALTHY for s in states),
             "upgrading": sum(s.upgrading for s in states),

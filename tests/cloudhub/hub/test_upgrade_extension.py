@@ -270,3 +270,26 @@ async def test_deleting_the_last_edgeupgrade_mid_rollout_stops_its_orders(
         assert chunks(again)[0].error == "NotOrdered"
     finally:
         await again.stop()
+
+
+async def test_a_fixed_edgeupgrade_loses_the_invalid_message(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    """Found by breakit5: the status is merge-patched and a valid rollout's status had no
+    ``message``, so the Invalid's message stayed after the spec was fixed."""
+    digest = await start_hub(hubs, kube, tmp_path)
+    name = unique("fixed")
+    body = edgeupgrade(name, digest, unique("s"), maxUnavailable="150%")
+    await kube.create(EDGEUPGRADES, body)
+
+    async def status() -> dict:
+        return (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+
+    await eventually(lambda: _is(status, "phase", "Invalid"), "the EdgeUpgrade marked Invalid")
+    await kube.patch(EDGEUPGRADES, name, {"spec": {"maxUnavailable": "50%"}})
+    await eventually(lambda: _is(status, "reason", "NoMatchingNodes"), "the fixed one progressing")
+    assert "150%" not in (await status())["message"]
+
+
+async def _is(status, key: str, value: str) -> bool:
+    return (await status()).get(key) == value
