@@ -148,7 +148,9 @@ class UpgradeExtension:
         reason = message.reason[:MAX_REPORT_REASON]
         try:
             if message.phase == "Deferred":
-                found[1].defer(inbound.node, self.clock(), reason)
+                found[1].defer(
+                    inbound.node, self.clock(), reason, message=message.message[:MAX_REPORT_MESSAGE]
+                )
             else:
                 found[1].report(
                     inbound.node,

@@ -234,9 +234,12 @@ class Rollout:
             return state
         return self._move(state, phase, now, reason, message)
 
-    def defer(self, node: str, now: float, reason: str, recheck_s: float = 300.0) -> NodeState:
+    def defer(
+        self, node: str, now: float, reason: str, recheck_s: float = 300.0, message: str = ""
+    ) -> NodeState:
         """``node`` reported Deferred (it holds upgrades): it leaves its batch untouched
-        and is not ordered again for ``recheck_s`` seconds.
+        and is not ordered again for ``recheck_s`` seconds; ``message`` (the hold's own
+        reason, ``Held: ...``) is shown in its status entry.
 
         Raises:
             IllegalTransition: it is not ordered, or it already started.
@@ -249,6 +252,7 @@ class Rollout:
             batch=0,
             start_time=None,
             reason=reason or "Held",
+            message=message,
             last_transition=now,
             deferred_until=now + recheck_s,
         )
@@ -388,6 +392,7 @@ class Rollout:
                 from_version=fact.version,
                 start_time=now,
                 reason="",
+                message="",
                 deferred_until=None,
                 last_transition=now,
             )

@@ -293,3 +293,29 @@ async def test_a_fixed_edgeupgrade_loses_the_invalid_message(
 
 async def _is(status, key: str, value: str) -> bool:
     return (await status()).get(key) == value
+
+
+async def test_a_held_node_shows_the_reason_given_to_edgeagent_hold(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    """Found by breakit5: ``edgeagent hold --reason TEXT`` says the text is "shown in the
+    node's upgrade status", but the hub kept only ``Held`` (the report's reason) and
+    dropped the message that carries it."""
+    digest = await start_hub(hubs, kube, tmp_path)
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    agent = hubs.agent(unique("pi"), agent_version="0.4.0", node_info=info)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    name = unique("held")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    await agent.wait_for(lambda: bool(orders(agent)), DEADLINE)
+    uid = orders(agent)[0].uid
+    agent.send(UpgradeProgress(name, uid, "Deferred", "0.4.0", 1.0, "Held", "Held: SD card swap"))
+
+    async def entry() -> dict:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return next((e for e in status.get("nodes") or () if e.get("deferredUntil")), {})
+
+    held = await eventually(entry, "the node deferred")
+    assert (held["reason"], held.get("message")) == ("Held", "Held: SD card swap")
