@@ -56,16 +56,20 @@ class ArtifactServer:
         known = self._verified.get(name)
         if known is None or known[:2] != (stat.st_size, stat.st_mtime_ns):
             digest = hashlib.sha256()
-            with open(path, "rb") as src:
-                while block := src.read(1 << 20):
-                    digest.update(block)
+            try:  # a directory of that name, a file the hub may not read: not servable
+                with open(path, "rb") as src:
+                    while block := src.read(1 << 20):
+                        digest.update(block)
+            except OSError:
+                return None
             known = (stat.st_size, stat.st_mtime_ns, digest.hexdigest())
             self._verified[name] = known
         return path if known[2] == sha256 else None
 
     def answer(self, node: str, request: ArtifactRequest) -> ArtifactChunk:
         """The chunk for ``node``'s request (``error`` set when there is none to give:
-        ``NotOrdered``, ``NotFound`` (missing, or its digest is not the ordered one))."""
+        ``NotOrdered``, ``NotFound`` (missing, unreadable, or its digest is not the ordered
+        one))."""
         name = self._orders.get((node, request.sha256))
         if name is None:
             return ArtifactChunk(request.sha256, request.offset, b"", request.offset, "NotOrdered")
@@ -75,8 +79,11 @@ class ArtifactServer:
         total = self._verified[name][0]
         offset = min(request.offset, total)
         length = min(request.length, MAX_ARTIFACT_CHUNK, total - offset)
-        with open(path, "rb") as src:
-            src.seek(offset, os.SEEK_SET)
-            data = src.read(length)
+        try:
+            with open(path, "rb") as src:
+                src.seek(offset, os.SEEK_SET)
+                data = src.read(length)
+        except OSError:  # removed or made unreadable since it was checked
+            return ArtifactChunk(request.sha256, request.offset, b"", request.offset, "NotFound")
         self.bytes_served += len(data)
         return ArtifactChunk(request.sha256, offset, data, total)
