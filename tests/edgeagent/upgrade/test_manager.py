@@ -277,3 +277,30 @@ async def test_a_rollback_order_touches_only_the_switch_its_upgrade_made(node: N
     # The same order again (a resend) must not undo an older switch.
     assert await back.handle_rollback(UpgradeRollback("agent", "u-1", "BatchRolledBack")) is False
     assert node.layout.version() == "0.4.0" and node.restarts == 2
+
+
+async def test_a_resumed_download_with_damaged_partial_bytes_starts_over_once(
+    node: Node,
+) -> None:
+    """Found by breakit5: a power cut while the partial download was written can leave
+    zeros at its end (delayed allocation); the resumed download then failed the node
+    with DigestMismatch (a failure the rollout counts: maxFailures 0 paused it) although
+    nothing was wrong with the artifact. A resumed download that does not verify is
+    fetched once more from the start; only a fresh one that does not is a mismatch."""
+    order = publish(node, "0.5.0", padding=3 * CHUNK_BYTES)
+    agent = node.agent()
+    node.drop_after = 2
+    with pytest.raises(ConnectionResetError):
+        await agent.handle_order(order)
+    part = node.state / "upgrade" / "artifacts" / f"{order.sha256}.part"
+    damaged = bytearray(part.read_bytes())
+    damaged[-4096:] = bytes(4096)
+    part.write_bytes(bytes(damaged))
+    assert await agent.handle_order(order) == "restarting"
+    assert "Failed" not in node.phases() and node.layout.version() == "0.5.0"
+
+    # A fresh download that does not verify is still refused at once.
+    tampered = publish(node, "0.6.0")
+    node.tamper = True
+    assert await node.agent().handle_order(dataclasses.replace(tampered, uid="u-2")) == "failed"
+    assert node.reports[-1].reason == "DigestMismatch"
