@@ -279,16 +279,17 @@ async def test_a_fixed_edgeupgrade_loses_the_invalid_message(
     ``message``, so the Invalid's message stayed after the spec was fixed."""
     digest = await start_hub(hubs, kube, tmp_path)
     name = unique("fixed")
-    body = edgeupgrade(name, digest, unique("s"), maxUnavailable="150%")
+    gate = {"soakSeconds": 60, "timeoutSeconds": 30}  # the schema cannot compare the two
+    body = edgeupgrade(name, digest, unique("s"), healthGate=gate)
     await kube.create(EDGEUPGRADES, body)
 
     async def status() -> dict:
         return (await kube.get(EDGEUPGRADES, name)).get("status") or {}
 
     await eventually(lambda: _is(status, "phase", "Invalid"), "the EdgeUpgrade marked Invalid")
-    await kube.patch(EDGEUPGRADES, name, {"spec": {"maxUnavailable": "50%"}})
+    await kube.patch(EDGEUPGRADES, name, {"spec": {"healthGate": {"timeoutSeconds": 600}}})
     await eventually(lambda: _is(status, "reason", "NoMatchingNodes"), "the fixed one progressing")
-    assert "150%" not in (await status())["message"]
+    assert "below timeoutSeconds" not in (await status())["message"]
 
 
 async def _is(status, key: str, value: str) -> bool:
