@@ -243,7 +243,12 @@ class UpgradeExtension:
         pods, _ = await hub.kube.list(PODS)
         ready = pods_ready_by_node(pods)
         for obj in upgrades:
-            await self._step(obj, nodes, ready)
+            try:
+                await self._step(obj, nodes, ready)
+            except KubeAPIError as exc:  # this one's write; the others still get their pass
+                name = (obj.get("metadata") or {}).get("name")
+                if exc.status != 404:  # 404: deleted since the list
+                    log.warning("EdgeUpgrade %s: status not written (%s)", name, exc)
 
     def _forget(self, uid: str) -> None:
         """Drop a deleted EdgeUpgrade: its rollout, its bookkeeping and the artifact

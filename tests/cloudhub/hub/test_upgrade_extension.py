@@ -320,3 +320,39 @@ async def test_a_held_node_shows_the_reason_given_to_edgeagent_hold(
 
     held = await eventually(entry, "the node deferred")
     assert (held["reason"], held.get("message")) == ("Held", "Held: SD card swap")
+
+
+async def test_an_edgeupgrade_whose_status_cannot_be_written_does_not_stop_the_others(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    """Found by breakit5: one EdgeUpgrade whose Invalid status write failed (stored before
+    the schema refused its maxUnavailable, so the API refuses every write of it now; or
+    deleted between the list and the write: a 404 read as "no CRD") ended the controller's
+    pass, and every EdgeUpgrade listed after it stalled."""
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    batch = schema["properties"]["spec"]["properties"]["maxUnavailable"]
+    strict = dict(batch)
+    batch.pop("minimum"), batch.pop("pattern")  # the CRD as it was before
+    await kube.create(CRDS, crd)
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    digest = hashlib.sha256(b"wheel bytes").hexdigest()
+    site = unique("site")
+    await kube.create(
+        EDGEUPGRADES, edgeupgrade(f"a-{unique('legacy')}", digest, site, maxUnavailable=-1)
+    )
+    current = await kube.get(CRDS, crd["metadata"]["name"])
+    current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "maxUnavailable"
+    ] = strict
+    await kube.replace(CRDS, current)
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    agent = hubs.agent(unique("pi"), agent_version="0.4.0", node_info=info)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    await kube.create(EDGEUPGRADES, edgeupgrade(f"b-{unique('good')}", digest, site))
+    await agent.wait_for(lambda: bool(orders(agent)), DEADLINE)
