@@ -282,7 +282,17 @@ class PrePullExtension:
         seen = set()
         for obj in objects:
             seen.add(str((obj.get("metadata") or {}).get("uid", "")))
-            await self._step(obj, labels)
+            try:
+                await self._step(obj, labels)
+            except KubeAPIError as exc:  # this one's write; the others still get their pass
+                meta = obj.get("metadata") or {}
+                if exc.status != 404:  # 404: deleted since the list
+                    log.warning(
+                        "EdgeImagePrePull %s/%s: status not written (%s)",
+                        meta.get("namespace"),
+                        meta.get("name"),
+                        exc,
+                    )
         for uid in set(self.prepulls) - seen:
             del self.prepulls[uid]
             self._written.pop(uid, None)

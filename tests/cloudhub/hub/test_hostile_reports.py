@@ -110,3 +110,38 @@ async def test_an_image_pull_report_s_fields_are_bounded_in_the_status(
     assert len(failed["reason"]) <= 128 and failed["reason"].startswith("RRR")
     assert len(failed["message"]) <= 1000 and failed["message"].startswith("mmm")
     assert failed["images"] <= 1  # at most the images ordered
+
+
+async def test_an_edgeimageprepull_whose_status_cannot_be_written_does_not_stop_the_others(
+    hubs: Hubs, kube: KubeClient, unique, namespace: str
+) -> None:
+    """Found by breakit5: as for EdgeUpgrades, one EdgeImagePrePull whose Invalid status
+    the API refuses (stored before the schema refused its image) ended the
+    controller's pass, and every pre-pull listed after it stalled."""
+    crd = yaml.safe_load(PREPULL_CRD_PATH.read_text())
+    images = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["images"]
+    pattern = images["items"].pop("pattern")  # a CRD that let this image through
+    await kube.create(CRDS, crd)
+    site = unique("site")
+
+    def body(name: str, refs: list[str]) -> dict:
+        return {
+            "apiVersion": "apps.edgefleet.io/v1alpha1",
+            "kind": "EdgeImagePrePull",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"images": refs, "nodeSelector": {"matchLabels": {"edgefleet.io/site": site}}},
+        }
+
+    await kube.create(PREPULLS, body("a-legacy", ["Registry.Local/A:1"]), namespace)
+    current = await kube.get(CRDS, crd["metadata"]["name"])
+    current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "images"
+    ]["items"]["pattern"] = pattern
+    await kube.replace(CRDS, current)
+    await hubs.start(extensions=[PrePullExtension(UpgradeSettings(interval=0.1))])
+    agent = _agent(hubs, unique, site)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    await kube.create(PREPULLS, body("b-good", ["registry.local/a:1"]), namespace)
+    await agent.wait_for(lambda: any(isinstance(m, ImagePullOrder) for m in agent.others))
