@@ -239,6 +239,12 @@ def _artifact(raw: object) -> Artifact:
         or any(ch.isspace() or ord(ch) < 32 for ch in url)
     ):
         raise InvalidUpgrade(f"{path}.url", f"must be an https:// URL, got {url!r}")
+    else:  # the agents refuse one (URLNotSupported): every node would fail
+        raise InvalidUpgrade(
+            f"{path}.url",
+            "is not supported yet: put the wheel in the hub's upgrade.artifact_dir and give "
+            "its file name as artifact.name",
+        )
     size = _count(raw, "size", path, 0, 0)
     return Artifact(sha256=sha256, name=name, url=url, size=size)
 
