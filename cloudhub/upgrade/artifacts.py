@@ -47,12 +47,13 @@ class ArtifactServer:
         for key in [k for k in self._orders if k[0] == node and sha256 in (None, k[1])]:
             del self._orders[key]
 
-    def _path(self, name: str, sha256: str) -> pathlib.Path | None:
+    def _path(self, name: str, sha256: str) -> pathlib.Path | str:
+        """The file to serve, or why there is none (``NotFound``, ``WrongDigest``)."""
         try:
             path = self.artifact_dir / check_artifact_name(name)
             stat = path.stat()
         except (ArtifactError, OSError):
-            return None
+            return "NotFound"
         known = self._verified.get(name)
         if known is None or known[:2] != (stat.st_size, stat.st_mtime_ns):
             digest = hashlib.sha256()
@@ -61,21 +62,21 @@ class ArtifactServer:
                     while block := src.read(1 << 20):
                         digest.update(block)
             except OSError:
-                return None
+                return "NotFound"
             known = (stat.st_size, stat.st_mtime_ns, digest.hexdigest())
             self._verified[name] = known
-        return path if known[2] == sha256 else None
+        return path if known[2] == sha256 else "WrongDigest"
 
     def answer(self, node: str, request: ArtifactRequest) -> ArtifactChunk:
         """The chunk for ``node``'s request (``error`` set when there is none to give:
-        ``NotOrdered``, ``NotFound`` (missing, unreadable, or its digest is not the ordered
-        one))."""
+        ``NotOrdered``, ``NotFound`` (missing or unreadable), ``WrongDigest`` (the file's
+        SHA-256 is not the ordered one))."""
         name = self._orders.get((node, request.sha256))
         if name is None:
             return ArtifactChunk(request.sha256, request.offset, b"", request.offset, "NotOrdered")
         path = self._path(name, request.sha256)
-        if path is None:
-            return ArtifactChunk(request.sha256, request.offset, b"", request.offset, "NotFound")
+        if isinstance(path, str):
+            return ArtifactChunk(request.sha256, request.offset, b"", request.offset, path)
         total = self._verified[name][0]
         offset = min(request.offset, total)
         length = min(request.length, MAX_ARTIFACT_CHUNK, total - offset)

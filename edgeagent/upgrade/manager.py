@@ -61,6 +61,14 @@ log = logging.getLogger(__name__)
 #: Bytes asked per artifact_request: small enough for a slow link, few enough round trips.
 CHUNK_BYTES = 256 * 1024
 
+_UNAVAILABLE = {
+    "NotFound": " (no {name} in its upgrade.artifact_dir, or the hub cannot read it)",
+    "WrongDigest": " (its {name} does not hash to the ordered sha256: check"
+    " spec.artifact.sha256 against the file)",
+    "NotOrdered": " (this node has no order for it now)",
+}
+"""The hub's ``artifact_chunk`` errors in words, for the node's status message."""
+
 Fetch = Callable[[str, int, int], Awaitable[ArtifactChunk]]
 Report = Callable[[UpgradeProgress], Awaitable[None]]
 Restart = Callable[[], Awaitable[None]]
@@ -224,8 +232,9 @@ class UpgradeManager:
         while total is None or offset < total:
             chunk = await self._fetch(order.sha256, offset, CHUNK_BYTES)
             if chunk.error:
+                why = _UNAVAILABLE.get(chunk.error, "").format(name=order.artifact)
                 raise UpgradeFailed(
-                    f"the hub has no artifact: {chunk.error}", reason="ArtifactUnavailable"
+                    f"the hub has no artifact: {chunk.error}{why}", reason="ArtifactUnavailable"
                 )
             if chunk.sha256 != order.sha256 or chunk.offset != offset:
                 raise OrderRefused("a chunk of another artifact or offset", reason="BadChunk")

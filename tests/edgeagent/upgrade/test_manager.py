@@ -240,7 +240,25 @@ async def test_the_hub_serves_only_ordered_artifacts_with_the_ordered_digest(nod
     (node.tmp / "artifacts" / order.artifact).write_bytes(b"swapped on the hub's disk")
     node.reports.clear()
     assert await node.agent().handle_order(order) == "failed"
-    assert "NotFound" in node.reports[-1].message
+    assert "WrongDigest" in node.reports[-1].message
+
+
+async def test_an_unavailable_artifact_is_reported_in_words_an_operator_can_act_on(
+    node: Node,
+) -> None:
+    """Found by breakit5: a wheel whose digest is not the EdgeUpgrade's (a typo in
+    spec.artifact.sha256, the wrong file copied) and a wheel missing from the hub were
+    both reported as "the hub has no artifact: NotFound", though the file was there."""
+    order = publish(node, "0.5.0")
+    (node.tmp / "artifacts" / order.artifact).write_bytes(b"another wheel")
+    assert await node.agent().handle_order(order) == "failed"
+    said = node.reports[-1].message
+    assert "WrongDigest" in said and "does not hash to the ordered sha256" in said
+    assert "spec.artifact.sha256" in said
+    (node.tmp / "artifacts" / order.artifact).unlink()
+    assert await node.agent().handle_order(order) == "failed"
+    said = node.reports[-1].message
+    assert "NotFound" in said and f"no {order.artifact} in its upgrade.artifact_dir" in said
 
 
 async def test_a_held_node_defers_until_unheld(node: Node) -> None:
