@@ -561,7 +561,7 @@ make_venv() {
     fi
     new_venv "$VENV"
     CHANGED=1
-    say "created the venv $VENV"
+    [ "$DRY_RUN" = 1 ] || say "created the venv $VENV"
 }
 
 # relocate DIR: make the venv at DIR work at $PREFIX, where it runs on the device: the
@@ -899,7 +899,11 @@ start_unit() {
         systemctl_do enable "$UNIT"
     fi
     if [ -n "$ROOT" ]; then
-        [ "$CHANGED" = 0 ] || say "enabled: the agent starts when the device boots (joining first if it has not)"
+        if [ "$DRY_RUN" = 1 ]; then
+            say "the agent would start when the device boots (enabled as above)"
+        elif [ "$CHANGED" = 1 ]; then
+            say "enabled: the agent starts when the device boots (joining first if it has not)"
+        fi
     elif [ "$NO_START" = 1 ]; then
         say "not started (--no-start): systemctl start edgeagent"
     elif ! joined; then

@@ -251,6 +251,13 @@ def hold_cmd(config: str | None, state_dir: str | None, sets: tuple[str, ...], r
 
     try:
         settings = _load(config, state_dir, sets)
+        if not pathlib.Path(settings.state_dir).is_dir():  # a typo would hold nothing
+            click.echo(
+                f"edgeagent: the state directory {settings.state_dir} does not exist: nothing "
+                "there to hold (give the agent's own --state-dir, or the --config it runs with)",
+                err=True,
+            )
+            sys.exit(1)
         hold(settings.state_dir, reason, time.time())
     except (AgentError, OSError) as exc:
         click.echo(f"edgeagent: {exc}", err=True)

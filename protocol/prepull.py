@@ -50,8 +50,10 @@ def check_image(value: object) -> str:
         InvalidMessage: not a string, empty, too long, upper case in the name, a space,
             a leading ``-`` or any character outside the reference grammar.
     """
-    if not isinstance(value, str) or len(value) > 255 or _IMAGE.fullmatch(value) is None:
-        raise InvalidMessage("images", f"{value!r} is not an image reference")
+    if isinstance(value, str) and len(value) > 255:  # quoted whole, a 1 MiB name would be
+        raise InvalidMessage("images", f"{value[:40]!r}... ({len(value)} characters) is over 255")
+    if not isinstance(value, str) or _IMAGE.fullmatch(value) is None:
+        raise InvalidMessage("images", f"{value!r:.300} is not an image reference")
     return value
 
 

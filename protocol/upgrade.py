@@ -303,7 +303,7 @@ class ArtifactChunk(Message):
     total: int
     """The artifact's size in bytes."""
     error: str = ""
-    """Why no data came (``"NotFound"``, ``"NotOrdered"``), or ""."""
+    """Why no data came (``"NotFound"``, ``"NotOrdered"``, ``"WrongDigest"``), or ""."""
 
     def _check(self) -> None:
         if self.offset < 0 or self.total < 0 or self.offset + len(self.data) > self.total:

@@ -48,6 +48,8 @@ from cloudhub.placement.selectors import (
     parse_tolerations,
 )
 from cloudhub.placement.shape import PodShape, pod_shape
+from protocol.errors import InvalidMessage
+from protocol.prepull import MAX_IMAGES, check_image
 
 __all__ = [
     "ANNOTATION_REBALANCE",
@@ -74,6 +76,7 @@ __all__ = [
     "parse_placement",
     "parse_spec",
     "parse_timestamp",
+    "template_images",
 ]
 
 API_GROUP = "apps.edgefleet.io"
@@ -575,6 +578,32 @@ _SPEC_FIELDS = {
 }
 
 
+def template_images(template: Mapping[str, Any]) -> tuple[str, ...]:
+    """The images of a PodTemplateSpec's init containers and containers, first seen
+    first, each once."""
+    spec = template.get("spec") or {}
+    images: list[str] = []
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or ():
+            image = container.get("image") if isinstance(container, Mapping) else None
+            if isinstance(image, str) and image and image not in images:
+                images.append(image)
+    return tuple(images)
+
+
+def _check_prepullable(template: Mapping[str, Any], path: str) -> None:
+    """The EdgeImagePrePull the template asks for could not exist (the update would wait
+    for it forever): too many images, or one outside the reference grammar."""
+    images = template_images(template)
+    if len(images) > MAX_IMAGES:
+        raise InvalidSpec(path, f"{len(images)} images cannot be pre-pulled (at most {MAX_IMAGES})")
+    for image in images:
+        try:
+            check_image(image)
+        except InvalidMessage:
+            raise InvalidSpec(path, f"image {image[:80]!r} cannot be pre-pulled") from None
+
+
 def parse_spec(raw: object, path: str = "spec") -> PlacementSpec:
     """Parse and validate the ``spec`` of an EdgePlacement.
 
@@ -676,6 +705,8 @@ def parse_spec(raw: object, path: str = "spec") -> PlacementSpec:
         )
         if strategy.max_unavailable.value == 0 and strategy.max_surge.value == 0:
             raise InvalidSpec(spath, "maxUnavailable and maxSurge must not both be 0")
+        if pre_pull:
+            _check_prepullable(template, f"{spath}.prePull")
     return PlacementSpec(
         template=template,
         mode=mode,

@@ -20,7 +20,7 @@ from typing import Any
 
 from cloudhub.errors import KubeAPIError, KubeConflict
 from cloudhub.kube import ResourceType
-from cloudhub.placement.model import API_GROUP, API_VERSION, KIND, PlacementKey
+from cloudhub.placement.model import API_GROUP, API_VERSION, KIND, PlacementKey, template_images
 
 __all__ = [
     "PREPULLS",
@@ -41,19 +41,6 @@ PREPULLS = ResourceType(API_GROUP, "v1alpha1", "edgeimageprepulls", PREPULL_KIND
 
 PREPULL_CRD_PATH = pathlib.Path(__file__).with_name("prepull_crd.yaml")
 """The EdgeImagePrePull CRD (the same file as ``deploy/crds/``)."""
-
-
-def template_images(template: Mapping[str, Any]) -> tuple[str, ...]:
-    """The images of a PodTemplateSpec's init containers and containers, first seen
-    first, each once."""
-    spec = template.get("spec") or {}
-    images: list[str] = []
-    for key in ("initContainers", "containers"):
-        for container in spec.get(key) or ():
-            image = container.get("image") if isinstance(container, Mapping) else None
-            if isinstance(image, str) and image and image not in images:
-                images.append(image)
-    return tuple(images)
 
 
 def prepull_for(placement: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -42,41 +42,49 @@ class ArtifactServer:
         """``node`` was ordered the artifact ``name`` with digest ``sha256``."""
         self._orders[(node, sha256)] = name
 
-    def revoke(self, node: str) -> None:
-        """Forget every order of ``node`` (its upgrade finished)."""
-        for key in [k for k in self._orders if k[0] == node]:
+    def revoke(self, node: str, sha256: str | None = None) -> None:
+        """Forget ``node``'s order for ``sha256`` (every order of it when None)."""
+        for key in [k for k in self._orders if k[0] == node and sha256 in (None, k[1])]:
             del self._orders[key]
 
-    def _path(self, name: str, sha256: str) -> pathlib.Path | None:
+    def _path(self, name: str, sha256: str) -> pathlib.Path | str:
+        """The file to serve, or why there is none (``NotFound``, ``WrongDigest``)."""
         try:
             path = self.artifact_dir / check_artifact_name(name)
             stat = path.stat()
         except (ArtifactError, OSError):
-            return None
+            return "NotFound"
         known = self._verified.get(name)
         if known is None or known[:2] != (stat.st_size, stat.st_mtime_ns):
             digest = hashlib.sha256()
-            with open(path, "rb") as src:
-                while block := src.read(1 << 20):
-                    digest.update(block)
+            try:  # a directory of that name, a file the hub may not read: not servable
+                with open(path, "rb") as src:
+                    while block := src.read(1 << 20):
+                        digest.update(block)
+            except OSError:
+                return "NotFound"
             known = (stat.st_size, stat.st_mtime_ns, digest.hexdigest())
             self._verified[name] = known
-        return path if known[2] == sha256 else None
+        return path if known[2] == sha256 else "WrongDigest"
 
     def answer(self, node: str, request: ArtifactRequest) -> ArtifactChunk:
         """The chunk for ``node``'s request (``error`` set when there is none to give:
-        ``NotOrdered``, ``NotFound`` (missing, or its digest is not the ordered one))."""
+        ``NotOrdered``, ``NotFound`` (missing or unreadable), ``WrongDigest`` (the file's
+        SHA-256 is not the ordered one))."""
         name = self._orders.get((node, request.sha256))
         if name is None:
             return ArtifactChunk(request.sha256, request.offset, b"", request.offset, "NotOrdered")
         path = self._path(name, request.sha256)
-        if path is None:
-            return ArtifactChunk(request.sha256, request.offset, b"", request.offset, "NotFound")
+        if isinstance(path, str):
+            return ArtifactChunk(request.sha256, request.offset, b"", request.offset, path)
         total = self._verified[name][0]
         offset = min(request.offset, total)
         length = min(request.length, MAX_ARTIFACT_CHUNK, total - offset)
-        with open(path, "rb") as src:
-            src.seek(offset, os.SEEK_SET)
-            data = src.read(length)
+        try:
+            with open(path, "rb") as src:
+                src.seek(offset, os.SEEK_SET)
+                data = src.read(length)
+        except OSError:  # removed or made unreadable since it was checked
+            return ArtifactChunk(request.sha256, request.offset, b"", request.offset, "NotFound")
         self.bytes_served += len(data)
         return ArtifactChunk(request.sha256, offset, data, total)

@@ -54,6 +54,7 @@ def render(obj: Mapping[str, Any]) -> Group:
         f"{healthy}/{total} healthy, {status.get('upgrading', 0)} upgrading, ",
         f"{status.get('failed', 0)} failed, batch {status.get('batch', 0)}",
     )
+    why = Text(str(status.get("message", "")), style="red" if phase == "Invalid" else "")
     bar = ProgressBar(total=max(total, 1), completed=healthy, width=60)
     table = Table("node", "phase", "batch", "from", "reason", "message", box=None)
     for node in status.get("nodes") or ():
@@ -67,7 +68,7 @@ def render(obj: Mapping[str, Any]) -> Group:
             str(node.get("reason", "")),
             str(node.get("message", "")),
         )
-    return Group(head, bar, table)
+    return Group(head, *([why] if status.get("message") else []), bar, table)
 
 
 async def _get(kubeconfig: str | None, name: str) -> dict[str, Any]:
@@ -77,6 +78,10 @@ async def _get(kubeconfig: str | None, name: str) -> dict[str, Any]:
         return await client.get(EDGEUPGRADES, name)
     finally:
         await client.close()
+
+
+_FINAL = ("Completed", "Invalid")
+"""Phases the live view stops at: nothing changes until the spec does."""
 
 
 def _finite(value: float) -> float:
@@ -105,8 +110,10 @@ def upgrade() -> None:
 def status(name: str, kubeconfig: str | None, once: bool, interval: float) -> None:
     """Show an EdgeUpgrade's progress, live until it completes (or once with --once).
 
-    Exits 2 when there is no EdgeUpgrade ``NAME`` (or it was deleted while followed),
-    1 when the API cannot be used, 130 on Ctrl-C."""
+    The live view ends when the EdgeUpgrade is Completed, or Invalid (the hub refused
+    its spec: the message names the field; exit 1). Exits 2 when there is no
+    EdgeUpgrade NAME (or it was deleted while followed), 1 when the API cannot be
+    used, 130 on Ctrl-C."""
     path = kubeconfig_path(kubeconfig)
     console = Console()
     try:
@@ -115,10 +122,12 @@ def status(name: str, kubeconfig: str | None, once: bool, interval: float) -> No
             console.print(render(obj))
             return
         with Live(render(obj), console=console, refresh_per_second=4) as live:
-            while (obj.get("status") or {}).get("phase") != "Completed":
+            while (obj.get("status") or {}).get("phase") not in _FINAL:
                 time.sleep(interval)
                 obj = asyncio.run(_get(path, name))
                 live.update(render(obj))
+        if obj["status"]["phase"] == "Invalid":
+            sys.exit(1)  # it cannot progress until its spec is fixed (the message says how)
     except KubeNotFound:
         click.echo(
             f"cloudhub upgrade status: there is no EdgeUpgrade named {name!r} "

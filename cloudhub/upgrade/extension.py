@@ -39,7 +39,12 @@ from cloudhub.nodes.model import AGENT_VERSION_ANNOTATION
 from cloudhub.upgrade.artifacts import ArtifactServer
 from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.errors import IllegalTransition, InvalidUpgrade
-from cloudhub.upgrade.model import Upgrade, parse_upgrade
+from cloudhub.upgrade.model import (
+    MAX_REPORT_MESSAGE,
+    MAX_REPORT_REASON,
+    Upgrade,
+    parse_upgrade,
+)
 from cloudhub.upgrade.rollout import NodeFacts, NodePhase, Order, Rollback, Rollout
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.upgrade import ArtifactRequest, UpgradeOrder, UpgradeProgress, UpgradeRollback
@@ -140,16 +145,19 @@ class UpgradeExtension:
             log.debug("duplicate progress of %s from %s", found[0].name, inbound.node)
             return
         seen.add((message.phase, message.observed_at))
+        reason = message.reason[:MAX_REPORT_REASON]
         try:
             if message.phase == "Deferred":
-                found[1].defer(inbound.node, self.clock(), message.reason)
+                found[1].defer(
+                    inbound.node, self.clock(), reason, message=message.message[:MAX_REPORT_MESSAGE]
+                )
             else:
                 found[1].report(
                     inbound.node,
                     NodePhase(message.phase),
                     self.clock(),
-                    message.reason,
-                    message.message,
+                    reason,
+                    message.message[:MAX_REPORT_MESSAGE],
                 )
         except (IllegalTransition, ValueError) as exc:
             log.warning("upgrade %s: %s", found[0].name, exc)
@@ -226,22 +234,32 @@ class UpgradeExtension:
         assert hub is not None and hub.kube is not None
         # rbac: hub's ClusterRole (list edgeupgrades, nodes, pods)
         upgrades, _ = await hub.kube.list(EDGEUPGRADES)
+        seen = {str((obj.get("metadata") or {}).get("uid", "")) for obj in upgrades}
+        for uid in set(self.rollouts) - seen:  # deleted (the last one too): no more orders
+            self._forget(uid)
         if not upgrades:
             return
         nodes, _ = await hub.kube.list(NODES)
         pods, _ = await hub.kube.list(PODS)
         ready = pods_ready_by_node(pods)
-        seen = set()
         for obj in upgrades:
-            uid = str((obj.get("metadata") or {}).get("uid", ""))
-            seen.add(uid)
-            await self._step(obj, nodes, ready)
-        for uid in set(self.rollouts) - seen:
-            del self.rollouts[uid]
-            for table in (self._changes, self._written, self._locks):
-                table.pop(uid, None)
-            for key in [k for k in self._observed if k[0] == uid]:
-                del self._observed[key]
+            try:
+                await self._step(obj, nodes, ready)
+            except KubeAPIError as exc:  # this one's write; the others still get their pass
+                name = (obj.get("metadata") or {}).get("name")
+                if exc.status != 404:  # 404: deleted since the list
+                    log.warning("EdgeUpgrade %s: status not written (%s)", name, exc)
+
+    def _forget(self, uid: str) -> None:
+        """Drop a deleted EdgeUpgrade: its rollout, its bookkeeping and the artifact
+        grants of its nodes (a reconnecting node is not ordered again, nor served)."""
+        upgrade, rollout = self.rollouts.pop(uid)
+        for node in rollout.nodes:
+            self.server.revoke(node, upgrade.spec.artifact.sha256)
+        for table in (self._changes, self._written, self._locks):
+            table.pop(uid, None)
+        for key in [k for k in self._observed if k[0] == uid]:
+            del self._observed[key]
 
     async def _step(self, obj: Mapping[str, Any], nodes: list[dict], ready: dict) -> None:
         hub = self._hub

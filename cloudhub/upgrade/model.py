@@ -45,6 +45,8 @@ __all__ = [
     "API_GROUP",
     "API_VERSION",
     "KIND",
+    "MAX_REPORT_MESSAGE",
+    "MAX_REPORT_REASON",
     "PLURAL",
     "Artifact",
     "Batching",
@@ -61,6 +63,11 @@ API_GROUP = "apps.edgefleet.io"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 KIND = "EdgeUpgrade"
 PLURAL = "edgeupgrades"
+#: Characters of a node report's ``reason`` and ``message`` the hub copies into a status
+#: (EdgeUpgrade and EdgeImagePrePull): a node's report is bounded only by the frame size
+#: (4 MiB), and one entry that large would make the status of every node unwritable.
+MAX_REPORT_REASON = 128
+MAX_REPORT_MESSAGE = 1000
 
 _SPEC_FIELDS = {
     "version",
@@ -232,6 +239,12 @@ def _artifact(raw: object) -> Artifact:
         or any(ch.isspace() or ord(ch) < 32 for ch in url)
     ):
         raise InvalidUpgrade(f"{path}.url", f"must be an https:// URL, got {url!r}")
+    else:  # the agents refuse one (URLNotSupported): every node would fail
+        raise InvalidUpgrade(
+            f"{path}.url",
+            "is not supported yet: put the wheel in the hub's upgrade.artifact_dir and give "
+            "its file name as artifact.name",
+        )
     size = _count(raw, "size", path, 0, 0)
     return Artifact(sha256=sha256, name=name, url=url, size=size)
 

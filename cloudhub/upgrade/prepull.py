@@ -36,6 +36,7 @@ from cloudhub.kube import NODES
 from cloudhub.placement.errors import InvalidSpec
 from cloudhub.placement.prepull import PREPULLS
 from cloudhub.placement.selectors import LabelSelector, parse_label_selector
+from cloudhub.upgrade.model import MAX_REPORT_MESSAGE, MAX_REPORT_REASON
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.errors import InvalidMessage
 from protocol.prepull import MAX_IMAGES, ImagePullOrder, ImagePullProgress, check_image
@@ -216,9 +217,9 @@ class PrePullExtension:
         prepull.nodes[inbound.node] = NodePull(
             phase=message.phase,
             generation=message.generation,
-            images=message.pulled,
-            reason=message.reason,
-            message=message.message,
+            images=min(message.pulled, len(prepull.images)),
+            reason=message.reason[:MAX_REPORT_REASON],
+            message=message.message[:MAX_REPORT_MESSAGE],
             last_transition=_iso(self.clock())
             if message.phase != old.phase
             else old.last_transition,
@@ -281,7 +282,17 @@ class PrePullExtension:
         seen = set()
         for obj in objects:
             seen.add(str((obj.get("metadata") or {}).get("uid", "")))
-            await self._step(obj, labels)
+            try:
+                await self._step(obj, labels)
+            except KubeAPIError as exc:  # this one's write; the others still get their pass
+                meta = obj.get("metadata") or {}
+                if exc.status != 404:  # 404: deleted since the list
+                    log.warning(
+                        "EdgeImagePrePull %s/%s: status not written (%s)",
+                        meta.get("namespace"),
+                        meta.get("name"),
+                        exc,
+                    )
         for uid in set(self.prepulls) - seen:
             del self.prepulls[uid]
             self._written.pop(uid, None)

@@ -234,9 +234,12 @@ class Rollout:
             return state
         return self._move(state, phase, now, reason, message)
 
-    def defer(self, node: str, now: float, reason: str, recheck_s: float = 300.0) -> NodeState:
+    def defer(
+        self, node: str, now: float, reason: str, recheck_s: float = 300.0, message: str = ""
+    ) -> NodeState:
         """``node`` reported Deferred (it holds upgrades): it leaves its batch untouched
-        and is not ordered again for ``recheck_s`` seconds.
+        and is not ordered again for ``recheck_s`` seconds; ``message`` (the hold's own
+        reason, ``Held: ...``) is shown in its status entry.
 
         Raises:
             IllegalTransition: it is not ordered, or it already started.
@@ -249,6 +252,7 @@ class Rollout:
             batch=0,
             start_time=None,
             reason=reason or "Held",
+            message=message,
             last_transition=now,
             deferred_until=now + recheck_s,
         )
@@ -388,6 +392,7 @@ class Rollout:
                 from_version=fact.version,
                 start_time=now,
                 reason="",
+                message="",
                 deferred_until=None,
                 last_transition=now,
             )
@@ -423,7 +428,9 @@ class Rollout:
 
     def phase(self) -> tuple[RolloutPhase, str]:
         """The rollout's phase and its reason."""
-        if self.nodes and all(s.phase in TERMINAL for s in self.nodes.values()):
+        if not self.nodes:
+            return RolloutPhase.PROGRESSING, "NoMatchingNodes"
+        if all(s.phase in TERMINAL for s in self.nodes.values()):
             return RolloutPhase.COMPLETED, ""
         if self.halted:
             return RolloutPhase.PAUSED, "FailureBudgetExceeded"
@@ -456,6 +463,11 @@ class Rollout:
             "observedGeneration": generation,
             "phase": phase.value,
             "reason": reason,
+            # Always written: a merge patch without it would keep an Invalid's message.
+            "message": "the nodeSelector matches no Node (a label typo?); nothing to do until "
+            "one does"
+            if reason == "NoMatchingNodes"
+            else "",
             "nodeCount": len(states),
             "healthy": sum(s.phase is P.HEALTHY for s in states),
             "upgrading": sum(s.upgrading for s in states),

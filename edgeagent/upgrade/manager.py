@@ -9,7 +9,8 @@ sent over the node's authenticated session:
 2. ``Downloading``: fetch the artifact in chunks over the session, resuming from what
    the cache has (a dropped link costs only the chunk in flight), within the cache's
    byte budget; ``Downloaded`` once its SHA-256 matched the order's (else ``Failed``,
-   reason DigestMismatch, the bytes deleted).
+   reason DigestMismatch, the bytes deleted; a resumed download that does not
+   verify is fetched once more from the start first).
 3. ``Installing``: build ``<prefix>.new`` beside the running venv and smoke-test it
    (:class:`~edgeagent.upgrade.venvs.Layout`); the running venv is untouched until then.
 4. Start a probation (:mod:`~edgeagent.upgrade.guard`), switch the venvs, restart the
@@ -39,7 +40,7 @@ from collections.abc import Awaitable, Callable
 
 from edgeagent.upgrade import guard
 from edgeagent.upgrade.artifact import ArtifactCache
-from edgeagent.upgrade.errors import OrderRefused, UpgradeFailed
+from edgeagent.upgrade.errors import DigestMismatch, OrderRefused, UpgradeFailed
 from edgeagent.upgrade.hold import Window, held
 from edgeagent.upgrade.venvs import Layout
 from protocol.upgrade import (
@@ -59,6 +60,14 @@ log = logging.getLogger(__name__)
 
 #: Bytes asked per artifact_request: small enough for a slow link, few enough round trips.
 CHUNK_BYTES = 256 * 1024
+
+_UNAVAILABLE = {
+    "NotFound": " (no {name} in its upgrade.artifact_dir, or the hub cannot read it)",
+    "WrongDigest": " (its {name} does not hash to the ordered sha256: check"
+    " spec.artifact.sha256 against the file)",
+    "NotOrdered": " (this node has no order for it now)",
+}
+"""The hub's ``artifact_chunk`` errors in words, for the node's status message."""
 
 Fetch = Callable[[str, int, int], Awaitable[ArtifactChunk]]
 Report = Callable[[UpgradeProgress], Awaitable[None]]
@@ -201,6 +210,21 @@ class UpgradeManager:
         await self._restart()
 
     async def _download(self, order: UpgradeOrder) -> pathlib.Path:
+        """Fetch the artifact (resuming) and verify it. A resumed download that does not
+        verify is fetched once more from the start: its partial bytes may be what broke
+        (a power cut can leave zeros at the end of a file being written)."""
+        resumed = self.cache.offset(order.sha256) > 0
+        await self._fetch_all(order)
+        try:
+            return self.cache.complete(order.sha256, order.artifact)
+        except DigestMismatch:
+            if not resumed:
+                raise
+            log.warning("upgrade %s: the resumed download did not verify; again", order.upgrade)
+        await self._fetch_all(order)  # complete() deleted the bytes: from offset 0
+        return self.cache.complete(order.sha256, order.artifact)
+
+    async def _fetch_all(self, order: UpgradeOrder) -> None:
         offset = self.cache.offset(order.sha256)
         total = order.size or None
         if total is not None:
@@ -208,8 +232,9 @@ class UpgradeManager:
         while total is None or offset < total:
             chunk = await self._fetch(order.sha256, offset, CHUNK_BYTES)
             if chunk.error:
+                why = _UNAVAILABLE.get(chunk.error, "").format(name=order.artifact)
                 raise UpgradeFailed(
-                    f"the hub has no artifact: {chunk.error}", reason="ArtifactUnavailable"
+                    f"the hub has no artifact: {chunk.error}{why}", reason="ArtifactUnavailable"
                 )
             if chunk.sha256 != order.sha256 or chunk.offset != offset:
                 raise OrderRefused("a chunk of another artifact or offset", reason="BadChunk")
@@ -223,7 +248,6 @@ class UpgradeManager:
             if not chunk.data and offset < total:
                 raise UpgradeFailed("the hub sent an empty chunk", reason="BadChunk")
             offset = self.cache.append(order.sha256, offset, chunk.data, total)
-        return self.cache.complete(order.sha256, order.artifact)
 
     async def handle_rollback(self, message: UpgradeRollback) -> bool:
         """The hub's failure policy: go back to the previous venv and restart.

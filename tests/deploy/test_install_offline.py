@@ -118,6 +118,18 @@ async def test_root_image_with_the_same_python_passes_the_check(tmp_path: pathli
     assert "warning: --root" not in result.stdout and "would write" in result.stdout
 
 
+async def test_a_dry_run_claims_nothing_was_done(tmp_path: pathlib.Path) -> None:
+    """Found by breakit5: ``--dry-run`` printed "created the venv" and "enabled: the agent
+    starts when the device boots" for a venv and a unit it did not make."""
+    version = "{}.{}".format(*sys.version_info[:2])
+    root = image_with_python(tmp_path / "root", version)
+    result = await install("--root", str(root), "--python", sys.executable, "--dry-run", *JOIN)
+    assert result.returncode == 0, result.stderr
+    said = result.stdout.splitlines()
+    assert [line for line in said if "created" in line or "enabled:" in line] == [], said
+    assert any("would run: systemctl" in line and "enable" in line for line in said)
+
+
 async def test_root_image_without_its_python_is_warned_about(tmp_path: pathlib.Path) -> None:
     root = tmp_path / "root"
     root.mkdir()

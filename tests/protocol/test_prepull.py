@@ -71,3 +71,12 @@ def test_the_messages_cross_the_codec() -> None:
     assert decode_payload(encode(order)[4:])[1] == order
     assert ImagePullOrder.from_hub and not ImagePullOrder.from_edge
     assert ImagePullProgress.needs_ack and ImagePullProgress.from_edge
+
+
+def test_a_huge_image_name_is_refused_without_quoting_all_of_it() -> None:
+    """Found by breakit5: the error (a hub's close reason, a status message, a log line)
+    quoted the whole value: 1 MiB of it for a 1 MiB image name."""
+    with pytest.raises(InvalidMessage) as caught:
+        check_image("a" * (1 << 20))
+    assert len(str(caught.value)) < 300
+    assert "1048576 characters" in str(caught.value)

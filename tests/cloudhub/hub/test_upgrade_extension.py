@@ -234,3 +234,125 @@ async def test_an_invalid_edgeupgrade_is_marked_invalid_naming_the_field(
     status = (await kube.get(EDGEUPGRADES, name))["status"]
     assert status["reason"] == "spec.healthGate.soakSeconds"
     assert "below timeoutSeconds" in status["message"]
+
+
+async def test_deleting_the_last_edgeupgrade_mid_rollout_stops_its_orders(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    digest = hashlib.sha256(b"wheel bytes").hexdigest()
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    agent = hubs.agent(unique("pi"), agent_version="0.4.0", node_info=info)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    name = unique("deleted")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    await agent.wait_for(lambda: bool(orders(agent)), DEADLINE)
+    agent.send(UpgradeProgress(name, orders(agent)[0].uid, "Downloading", "0.4.0", 1.0))
+    await kube.delete(EDGEUPGRADES, name)
+    await eventually(lambda: not extension.rollouts, "the deleted rollout forgotten", 10)
+    await agent.stop()
+    again = agent.restarted(agent_version="0.4.0")
+    again.start()
+    try:
+        await again.wait_for(lambda: again.synced, DEADLINE)
+        # The chunk answers a request sent after the sync: an order of the reconnect
+        # (sent right after the sync) would have come before it.
+        again.send(ArtifactRequest(digest, 0, 1024))
+        await again.wait_for(lambda: bool(chunks(again)), DEADLINE)
+        assert orders(again) == []
+        assert chunks(again)[0].error == "NotOrdered"
+    finally:
+        await again.stop()
+
+
+async def test_a_fixed_edgeupgrade_loses_the_invalid_message(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    """Found by breakit5: the status is merge-patched and a valid rollout's status had no
+    ``message``, so the Invalid's message stayed after the spec was fixed."""
+    digest = await start_hub(hubs, kube, tmp_path)
+    name = unique("fixed")
+    gate = {"soakSeconds": 60, "timeoutSeconds": 30}  # the schema cannot compare the two
+    body = edgeupgrade(name, digest, unique("s"), healthGate=gate)
+    await kube.create(EDGEUPGRADES, body)
+
+    async def status() -> dict:
+        return (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+
+    await eventually(lambda: _is(status, "phase", "Invalid"), "the EdgeUpgrade marked Invalid")
+    await kube.patch(EDGEUPGRADES, name, {"spec": {"healthGate": {"timeoutSeconds": 600}}})
+    await eventually(lambda: _is(status, "reason", "NoMatchingNodes"), "the fixed one progressing")
+    assert "below timeoutSeconds" not in (await status())["message"]
+
+
+async def _is(status, key: str, value: str) -> bool:
+    return (await status()).get(key) == value
+
+
+async def test_a_held_node_shows_the_reason_given_to_edgeagent_hold(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    """Found by breakit5: ``edgeagent hold --reason TEXT`` says the text is "shown in the
+    node's upgrade status", but the hub kept only ``Held`` (the report's reason) and
+    dropped the message that carries it."""
+    digest = await start_hub(hubs, kube, tmp_path)
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    agent = hubs.agent(unique("pi"), agent_version="0.4.0", node_info=info)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    name = unique("held")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    await agent.wait_for(lambda: bool(orders(agent)), DEADLINE)
+    uid = orders(agent)[0].uid
+    agent.send(UpgradeProgress(name, uid, "Deferred", "0.4.0", 1.0, "Held", "Held: SD card swap"))
+
+    async def entry() -> dict:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return next((e for e in status.get("nodes") or () if e.get("deferredUntil")), {})
+
+    held = await eventually(entry, "the node deferred")
+    assert (held["reason"], held.get("message")) == ("Held", "Held: SD card swap")
+
+
+async def test_an_edgeupgrade_whose_status_cannot_be_written_does_not_stop_the_others(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    """Found by breakit5: one EdgeUpgrade whose Invalid status write failed (stored before
+    the schema refused its maxUnavailable, so the API refuses every write of it now; or
+    deleted between the list and the write: a 404 read as "no CRD") ended the controller's
+    pass, and every EdgeUpgrade listed after it stalled."""
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    batch = schema["properties"]["spec"]["properties"]["maxUnavailable"]
+    strict = dict(batch)
+    batch.pop("minimum"), batch.pop("pattern")  # the CRD as it was before
+    await kube.create(CRDS, crd)
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    digest = hashlib.sha256(b"wheel bytes").hexdigest()
+    site = unique("site")
+    await kube.create(
+        EDGEUPGRADES, edgeupgrade(f"a-{unique('legacy')}", digest, site, maxUnavailable=-1)
+    )
+    current = await kube.get(CRDS, crd["metadata"]["name"])
+    current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "maxUnavailable"
+    ] = strict
+    await kube.replace(CRDS, current)
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    agent = hubs.agent(unique("pi"), agent_version="0.4.0", node_info=info)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    await kube.create(EDGEUPGRADES, edgeupgrade(f"b-{unique('good')}", digest, site))
+    await agent.wait_for(lambda: bool(orders(agent)), DEADLINE)

@@ -124,3 +124,24 @@ def test_pulled_nodes_are_those_of_the_current_images_and_generation() -> None:
     assert pulled_nodes(obj, (V2,)) == {"a0"}
     assert pulled_nodes(obj, ("registry.local/app:3",)) == frozenset()
     assert pulled_nodes({}, (V2,)) == frozenset()
+
+
+@pytest.mark.parametrize("count", [33, 1], ids=["33-images", "bad-reference"])
+def test_a_template_whose_images_cannot_be_pre_pulled_is_refused(count: int) -> None:
+    """Found by breakit5: with prePull, a template of more than 32 images (or one the
+    reference grammar refuses) asked for an EdgeImagePrePull the API refuses; the hub
+    retried the create every second with a warning, and the rolling update waited for a
+    pull that could never happen, forever, with nothing in the placement's status."""
+    spec = {"template": template(), "updateStrategy": {"prePull": True}}
+    if count == 1:
+        spec["template"]["spec"]["containers"][0]["image"] = "Registry.Local/App:1"
+    else:
+        spec["template"]["spec"]["initContainers"] = [
+            {"name": f"i{i}", "image": f"registry.local/i:{i}"} for i in range(count - 1)
+        ]
+    with pytest.raises(InvalidSpec) as caught:
+        parse_placement(placement_obj("web", spec))
+    assert caught.value.path == "spec.updateStrategy.prePull"
+    assert "cannot be pre-pulled" in caught.value.reason
+    spec["updateStrategy"] = {"prePull": False}  # without the pre-pull, nothing to refuse
+    parse_placement(placement_obj("web", spec))

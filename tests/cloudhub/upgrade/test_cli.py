@@ -77,3 +77,38 @@ async def test_an_existing_upgrade_is_shown_once(api: EmbeddedAPIServer) -> None
     result = await status_of(api, "rollout-1", "--once")
     assert result.exit_code == 0, result.output
     assert "rollout-1 -> 1.2.3" in result.stdout
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["once", "live"])
+async def test_an_invalid_upgrade_shows_why_and_the_live_view_ends(
+    api: EmbeddedAPIServer, once: bool
+) -> None:
+    """Found by breakit5: the view showed ``Invalid (spec.healthGate.soakSeconds)`` without the
+    hub's message (what is wrong with it), and the live view waited forever for an
+    EdgeUpgrade that cannot progress until it is edited."""
+    kube = await KubeClient.from_kubeconfig(str(api.kubeconfig_path))
+    why = "spec.healthGate.soakSeconds: must be below timeoutSeconds"
+    try:
+        await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+        await kube.create(
+            EDGEUPGRADES,
+            {
+                "apiVersion": "apps.edgefleet.io/v1alpha1",
+                "kind": "EdgeUpgrade",
+                "metadata": {"name": "soak-too-long"},
+                "spec": {
+                    "version": "1.2.3",
+                    "artifact": {"sha256": "ab" * 32, "name": "edgefleet-1.2.3-py3-none-any.whl"},
+                    "healthGate": {"soakSeconds": 60, "timeoutSeconds": 30},
+                },
+            },
+        )
+        status = {"phase": "Invalid", "reason": "spec.healthGate.soakSeconds", "message": why}
+        await kube.patch(EDGEUPGRADES, "soak-too-long", {"status": status}, subresource="status")
+    finally:
+        await kube.close()
+    result = await asyncio.wait_for(
+        status_of(api, "soak-too-long", "--interval", "0.1", *(["--once"] if once else [])), 30
+    )
+    assert result.exit_code == (0 if once else 1), result.output
+    assert why in " ".join(result.stdout.split())

@@ -59,7 +59,7 @@ def test_defaults() -> None:
 def test_every_field() -> None:
     spec = parse_upgrade(
         example(
-            artifact={"sha256": DIGEST, "url": "https://example.org/a.whl", "size": 1234},
+            artifact={"sha256": DIGEST, "name": "a-1-py3-none-any.whl", "size": 1234},
             nodeSelector={"matchLabels": {"fleet": "pi"}},
             maxUnavailable=3,
             healthGate={"podsReady": False, "soakSeconds": 30, "timeoutSeconds": 120},
@@ -70,7 +70,7 @@ def test_every_field() -> None:
             allowDowngrade=True,
         )
     ).spec
-    assert spec.artifact.url == "https://example.org/a.whl" and spec.artifact.size == 1234
+    assert spec.artifact.name == "a-1-py3-none-any.whl" and spec.artifact.size == 1234
     assert spec.node_selector.matches({"fleet": "pi"})
     assert not spec.node_selector.matches({"fleet": "jetson"})
     assert spec.batching.size(1000) == 3
@@ -162,3 +162,14 @@ def test_the_crd_schema_takes_the_examples_and_refuses_what_the_api_can_check() 
         body = copy.deepcopy(example(**change))
         if path in ("spec.version", "spec.artifact.sha256", "spec.failurePolicy"):
             assert list(validator.iter_errors(body)), (change, path)
+
+
+def test_a_url_artifact_is_invalid_until_agents_can_fetch_one() -> None:
+    """Found by breakit5: the CRD and the model took ``artifact.url`` ("an https URL the
+    agent fetches"), the hub ordered it, and every agent refused it (URLNotSupported):
+    each node Failed, the first failure paused the rollout. Refused at the resource now,
+    saying what to do instead."""
+    with pytest.raises(InvalidUpgrade) as caught:
+        parse_upgrade(example(artifact={"sha256": DIGEST, "url": "https://example.org/a.whl"}))
+    assert caught.value.path == "spec.artifact.url"
+    assert "not supported yet" in caught.value.reason and "artifact_dir" in caught.value.reason

@@ -328,3 +328,18 @@ def test_a_node_that_reports_deferred_leaves_its_batch_and_is_asked_again_later(
     fleet.rollout.report("n00", NodePhase.DOWNLOADING, fleet.clock())
     with pytest.raises(IllegalTransition):
         fleet.rollout.defer("n00", fleet.clock(), "Held")  # started already
+
+
+def test_a_selector_that_matches_no_node_says_so() -> None:
+    """Found by breakit5: an EdgeUpgrade whose nodeSelector matched nothing showed
+    ``Progressing`` with 0 nodes forever, no reason (a typo in a label looked like a
+    rollout that had not started yet)."""
+    fleet = Fleet(0, nodeSelector={"matchLabels": {"fleet": "pj"}})
+    assert fleet.step() == []
+    status = fleet.rollout.to_status(1)
+    assert (status["phase"], status["reason"], status["nodeCount"]) == (
+        "Progressing",
+        "NoMatchingNodes",
+        0,
+    )
+    assert "matches no Node" in status["message"]

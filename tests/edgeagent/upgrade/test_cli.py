@@ -31,3 +31,15 @@ def test_hold_with_an_unusable_state_dir_fails_clearly(tmp_path: pathlib.Path) -
     failed = edgeagent("hold", "--state-dir", str(blocker / "sub"))
     assert failed.returncode != 0
     assert "edgeagent:" in failed.stderr or "Error" in failed.stderr
+
+
+def test_hold_in_a_state_dir_that_does_not_exist_is_refused(tmp_path: pathlib.Path) -> None:
+    """Found by breakit5: ``edgeagent hold --state-dir`` with a typo made that directory
+    and said "upgrades held on this node" while the agent (reading its own state
+    directory) was not held at all."""
+    typo = tmp_path / "var" / "lib" / "edgagent"
+    failed = edgeagent("hold", "--state-dir", str(typo), "--reason", "audit")
+    assert failed.returncode == 1, failed.stdout
+    assert f"{typo}" in failed.stderr and "does not exist" in failed.stderr
+    assert "--state-dir" in failed.stderr
+    assert not typo.exists()

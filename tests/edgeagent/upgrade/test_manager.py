@@ -240,7 +240,25 @@ async def test_the_hub_serves_only_ordered_artifacts_with_the_ordered_digest(nod
     (node.tmp / "artifacts" / order.artifact).write_bytes(b"swapped on the hub's disk")
     node.reports.clear()
     assert await node.agent().handle_order(order) == "failed"
-    assert "NotFound" in node.reports[-1].message
+    assert "WrongDigest" in node.reports[-1].message
+
+
+async def test_an_unavailable_artifact_is_reported_in_words_an_operator_can_act_on(
+    node: Node,
+) -> None:
+    """Found by breakit5: a wheel whose digest is not the EdgeUpgrade's (a typo in
+    spec.artifact.sha256, the wrong file copied) and a wheel missing from the hub were
+    both reported as "the hub has no artifact: NotFound", though the file was there."""
+    order = publish(node, "0.5.0")
+    (node.tmp / "artifacts" / order.artifact).write_bytes(b"another wheel")
+    assert await node.agent().handle_order(order) == "failed"
+    said = node.reports[-1].message
+    assert "WrongDigest" in said and "does not hash to the ordered sha256" in said
+    assert "spec.artifact.sha256" in said
+    (node.tmp / "artifacts" / order.artifact).unlink()
+    assert await node.agent().handle_order(order) == "failed"
+    said = node.reports[-1].message
+    assert "NotFound" in said and f"no {order.artifact} in its upgrade.artifact_dir" in said
 
 
 async def test_a_held_node_defers_until_unheld(node: Node) -> None:
@@ -277,3 +295,30 @@ async def test_a_rollback_order_touches_only_the_switch_its_upgrade_made(node: N
     # The same order again (a resend) must not undo an older switch.
     assert await back.handle_rollback(UpgradeRollback("agent", "u-1", "BatchRolledBack")) is False
     assert node.layout.version() == "0.4.0" and node.restarts == 2
+
+
+async def test_a_resumed_download_with_damaged_partial_bytes_starts_over_once(
+    node: Node,
+) -> None:
+    """Found by breakit5: a power cut while the partial download was written can leave
+    zeros at its end (delayed allocation); the resumed download then failed the node
+    with DigestMismatch (a failure the rollout counts: maxFailures 0 paused it) although
+    nothing was wrong with the artifact. A resumed download that does not verify is
+    fetched once more from the start; only a fresh one that does not is a mismatch."""
+    order = publish(node, "0.5.0", padding=3 * CHUNK_BYTES)
+    agent = node.agent()
+    node.drop_after = 2
+    with pytest.raises(ConnectionResetError):
+        await agent.handle_order(order)
+    part = node.state / "upgrade" / "artifacts" / f"{order.sha256}.part"
+    damaged = bytearray(part.read_bytes())
+    damaged[-4096:] = bytes(4096)
+    part.write_bytes(bytes(damaged))
+    assert await agent.handle_order(order) == "restarting"
+    assert "Failed" not in node.phases() and node.layout.version() == "0.5.0"
+
+    # A fresh download that does not verify is still refused at once.
+    tampered = publish(node, "0.6.0")
+    node.tamper = True
+    assert await node.agent().handle_order(dataclasses.replace(tampered, uid="u-2")) == "failed"
+    assert node.reports[-1].reason == "DigestMismatch"
