@@ -47,6 +47,7 @@ from cloudhub.ha import owner_of  # noqa: E402
 from cloudhub.kube import CRDS, LEASES, NAMESPACES, NODES, Informer, KubeClient  # noqa: E402
 from cloudhub.kube.times import parse_time  # noqa: E402
 from protocol import pki  # noqa: E402
+from tests.bench.apiproc import popen, start_api, stop_api  # noqa: E402
 from tests.bench.profiles import node_profile  # noqa: E402
 from tests.cloudhub.ha.processes import Balancer, ReplicaProcess  # noqa: E402
 from tests.crds import crd_documents  # noqa: E402
@@ -172,38 +173,6 @@ def _keep_logs(root: pathlib.Path, keep: str) -> None:
         shutil.copy(log, pathlib.Path(keep) / f"{log.parent.name}-{log.name}")
 
 
-def _popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
-    """A child process in a session of its own, with the repository on its path."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True, **kwargs)
-
-
-async def _start_api(root: pathlib.Path) -> tuple[subprocess.Popen, pathlib.Path]:
-    kubeconfig = root / "kubeconfig"
-    log = (root / "api.log").open("wb")
-    proc = _popen(
-        [
-            sys.executable,
-            "-m",
-            "cloudhub.standalone",
-            "--in-memory",
-            "--port",
-            "0",
-            "--kubeconfig-out",
-            str(kubeconfig),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log,
-    )
-    assert proc.stdout is not None
-    while True:
-        line = await asyncio.to_thread(proc.stdout.readline)
-        if not line:
-            raise RuntimeError("the API exited: " + (root / "api.log").read_text())
-        if line.startswith(b"kubeconfig "):
-            return proc, kubeconfig
-
-
 async def run_async(quick: bool) -> dict:
     n = 60 if quick else 1000
     idle_s = 25.0 if quick else 60.0
@@ -211,7 +180,7 @@ async def run_async(quick: bool) -> dict:
     prefix = "ha-"
     with tempfile.TemporaryDirectory(prefix="bench-hub-ha-") as tmp:
         root = pathlib.Path(tmp)
-        api, kubeconfig = await _start_api(root)
+        api, kubeconfig = await start_api(root)
         kube = await KubeClient.from_kubeconfig(str(kubeconfig))
         replicas: list[ReplicaProcess] = []
         sim: subprocess.Popen | None = None
@@ -244,7 +213,7 @@ async def run_async(quick: bool) -> dict:
             async with Balancer([r.port for r in replicas]) as balancer:
                 (root / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
                 (root / "ca.key").write_bytes(pki.dump_private_key_pem(pki_ca.ca.private_key))
-                sim = _popen(
+                sim = popen(
                     [
                         sys.executable,
                         "-m",
@@ -384,8 +353,7 @@ async def run_async(quick: bool) -> dict:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await kube.close()
-            api.terminate()
-            await asyncio.to_thread(api.wait, 30)
+            await stop_api(api)
     results["note"] = (
         f"{n} simulated idle WebSocket nodes, 3 replicas, embedded API in its own process, "
         "all on one shared 2-core machine; --quick sizes are a smoke run, not the goals' sizes"
