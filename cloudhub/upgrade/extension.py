@@ -5,7 +5,9 @@ At install it registers the edge's ``artifact_request`` (answered by the
 ``upgrade_progress`` (applied to the node's rollout); it sends an upgrading node its order
 again right after every reconnect (``registry.on_synced``); and it runs the controller
 loop as a task the hub owns. Every ``upgrade.interval`` seconds the loop lists the
-EdgeUpgrades, the Nodes and the Pods, and for each EdgeUpgrade:
+EdgeUpgrades and reads the edge Nodes and bound Pods from the hub's informer caches (a
+list of 1,000 Nodes and their Pods every pass cost the hub more than the rollout itself),
+and for each EdgeUpgrade:
 
 1. validates it (an invalid one gets ``status.phase: Invalid`` with the field and reason);
 2. builds each selected node's facts: connected (the hub's session registry), the agent
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from cloudhub.errors import KubeAPIError, KubeConflict
-from cloudhub.kube import CRDS, NODES, PODS
+from cloudhub.kube import CRDS
 from cloudhub.nodes.model import AGENT_VERSION_ANNOTATION
 from cloudhub.upgrade.artifacts import ArtifactServer
 from cloudhub.upgrade.cli import EDGEUPGRADES
@@ -54,12 +56,27 @@ if TYPE_CHECKING:
     from cloudhub.bridge.session import NodeSession
     from cloudhub.hub import Hub
 
-__all__ = ["AGENT_VERSION_ANNOTATION", "CRD_PATH", "UpgradeExtension", "upgrade_extension"]
+__all__ = [
+    "AGENT_VERSION_ANNOTATION",
+    "CRD_PATH",
+    "UpgradeExtension",
+    "cached_fleet",
+    "upgrade_extension",
+]
 
 log = logging.getLogger(__name__)
 
 CRD_PATH = pathlib.Path(__file__).with_name("crd.yaml")
 """The EdgeUpgrade CRD (the same file as ``deploy/crds/``)."""
+
+
+def cached_fleet(hub: Hub) -> tuple[list[dict], list[dict]] | None:
+    """The edge Nodes (slim: labels, ``edgefleet.io/`` annotations, Ready) and the Pods bound
+    to nodes, from the hub's informers; ``None`` until every informer of the hub synced
+    (the controllers skip that pass)."""
+    if hub.nodes is None or not all(i.synced.is_set() for i in hub.informers):
+        return None
+    return hub.nodes.items(), hub.pods.items()
 
 
 def pods_ready_by_node(pods: list[dict]) -> dict[str, bool]:
@@ -232,15 +249,17 @@ class UpgradeExtension:
         """One pass over every EdgeUpgrade (see the module docstring)."""
         hub = self._hub
         assert hub is not None and hub.kube is not None
-        # rbac: hub's ClusterRole (list edgeupgrades, nodes, pods)
+        fleet = cached_fleet(hub)
+        if fleet is None:
+            return
+        # rbac: hub's ClusterRole (list edgeupgrades)
         upgrades, _ = await hub.kube.list(EDGEUPGRADES)
         seen = {str((obj.get("metadata") or {}).get("uid", "")) for obj in upgrades}
         for uid in set(self.rollouts) - seen:  # deleted (the last one too): no more orders
             self._forget(uid)
         if not upgrades:
             return
-        nodes, _ = await hub.kube.list(NODES)
-        pods, _ = await hub.kube.list(PODS)
+        nodes, pods = fleet
         ready = pods_ready_by_node(pods)
         for obj in upgrades:
             try:

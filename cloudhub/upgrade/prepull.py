@@ -1,7 +1,7 @@
 """Image pre-pull as a hub extension: ``Hub(settings, extensions=[prepull_extension(...)])``.
 
-Every ``upgrade.interval`` seconds the controller lists the EdgeImagePrePulls and the
-Nodes, and for each EdgeImagePrePull:
+Every ``upgrade.interval`` seconds the controller lists the EdgeImagePrePulls and reads the
+edge Nodes from the hub's informer cache, and for each EdgeImagePrePull:
 
 1. checks it (images by :func:`protocol.prepull.check_image`, 1 to 32; the node selector);
    an invalid one gets ``status.phase: Invalid`` with the field and reason;
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cloudhub.errors import KubeAPIError
-from cloudhub.kube import NODES
 from cloudhub.placement.errors import InvalidSpec
 from cloudhub.placement.prepull import PREPULLS
 from cloudhub.placement.selectors import LabelSelector, parse_label_selector
+from cloudhub.upgrade.extension import cached_fleet
 from cloudhub.upgrade.model import MAX_REPORT_MESSAGE, MAX_REPORT_REASON
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.errors import InvalidMessage
@@ -270,11 +270,14 @@ class PrePullExtension:
         """One pass over every EdgeImagePrePull (see the module docstring)."""
         hub = self._hub
         assert hub is not None and hub.kube is not None
-        # rbac: hub's ClusterRole (list edgeimageprepulls, nodes)
+        fleet = cached_fleet(hub)
+        if fleet is None:
+            return
+        # rbac: hub's ClusterRole (list edgeimageprepulls)
         objects, _ = await hub.kube.list(PREPULLS)
         if not objects and not self.prepulls:
             return
-        nodes, _ = await hub.kube.list(NODES)
+        nodes = fleet[0]
         labels = {
             (n.get("metadata") or {}).get("name", ""): (n.get("metadata") or {}).get("labels") or {}
             for n in nodes

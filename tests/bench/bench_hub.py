@@ -16,7 +16,9 @@ ready and settled with no session (``rss_0``), then the fleet grows step by step
 5,000, 10,000 WebSocket sessions; 1,000 and 5,000 QUIC; a few hundred with ``--quick``).
 At each step, once the hub reports every session connected and every Node registered
 (the one-time registration burst is over: 50 Node writes/s, so 200 s for 10,000), the
-*steady state* is a window (60 s; 10 s quick) in which nothing but heartbeats and Lease
+*steady state* is a window (60 s, rounded up to two or more whole Lease renew
+intervals of the node liveness profile, ``EDGEFLEET_BENCH_NODE_PROFILE``:
+tests/bench/profiles.py; 5 s with ``--quick``) in which nothing but heartbeats and Lease
 renewals happen; over it:
 
 - **CPU**: the hub's user + system CPU time over the window, as % of one core;
@@ -59,6 +61,7 @@ if str(ROOT) not in sys.path:
 from cloudhub.errors import KubeConflict  # noqa: E402
 from cloudhub.kube import NAMESPACES, PODS, KubeClient  # noqa: E402
 from protocol import pki  # noqa: E402
+from tests.bench.profiles import node_profile  # noqa: E402
 from tests.edgeagent.hublink.fleet import free_port  # noqa: E402
 from tests.sim.agent import CREATED_AT  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
@@ -526,7 +529,7 @@ async def delivery(stack: Stack, fleet: Fleet, seconds: float, transport: str) -
 async def run_transport(
     root: pathlib.Path, pki_ca: Any, transport: str, plan: dict
 ) -> dict[str, Any]:
-    stack = Stack(root / transport, pki_ca, plan["hub_flags"])
+    stack = Stack(root / transport, pki_ca, [*plan["hub_flags"], *node_profile().flags])
     out: dict[str, Any] = {"steps": []}
     await stack.start()
     fleet = Fleet(stack, transport)
@@ -545,7 +548,10 @@ async def run_transport(
                 _progress(f"{transport} {n}", **step)
                 break
             await asyncio.sleep(plan["settle"])
-            step.update(await steady_window(stack, fleet, n, plan["window"]))
+            window = plan["window"]
+            if plan is FULL:  # whole renew intervals; a smoke run keeps its short window
+                window = node_profile().window(window)
+            step.update(await steady_window(stack, fleet, n, window))
             step["rss_per_session_kib"] = round((step["hub_rss_kib"] - out["rss_0_kib"]) / n, 1)
             step["client_sessions_opened"] = fleet.sessions()
             out["steps"].append(step)
@@ -579,6 +585,7 @@ async def run_async(quick: bool) -> dict:
             f"steady window {plan['window']:.0f} s"
         ),
         "cpus": os.cpu_count(),
+        "node_profile": node_profile().name,
     }
     with tempfile.TemporaryDirectory(prefix="bench-hub-") as tmp:
         for transport in ("websocket", "quic"):

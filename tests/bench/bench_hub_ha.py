@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import pathlib
 import subprocess
@@ -48,6 +47,8 @@ from cloudhub.ha import owner_of  # noqa: E402
 from cloudhub.kube import CRDS, LEASES, NAMESPACES, NODES, Informer, KubeClient  # noqa: E402
 from cloudhub.kube.times import parse_time  # noqa: E402
 from protocol import pki  # noqa: E402
+from tests.bench.apiproc import popen, start_api, stop_api  # noqa: E402
+from tests.bench.profiles import node_profile  # noqa: E402
 from tests.cloudhub.ha.processes import Balancer, ReplicaProcess  # noqa: E402
 from tests.crds import crd_documents  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
@@ -56,36 +57,6 @@ NAMESPACE = "edgefleet-ha"
 REPLICAS = 3
 GRACE_S = 40.0  # nodes.not_ready_grace: the offline time after which placements fail over
 FLAGS = ("--observability-log-level", "warning", "--listen-backlog", "4096")
-#: ``EDGEFLEET_BENCH_NODE_PROFILE=edge``: the edge liveness profile of docs/hub.md (node
-#: Leases renewed every 32 s ± 5 %, Ready heartbeats every 10 min) instead of the hub's
-#: default, kubelet's own intervals (10 s, 5 min).
-EDGE_PROFILE = (
-    "--nodes-lease-interval",
-    "32",
-    "--nodes-status-report-interval",
-    "600",
-)
-#: ``EDGEFLEET_BENCH_NODE_PROFILE=edge60``: for clusters run with
-#: ``--node-monitor-grace-period=60s``: renewals every 40 s, a 60 s grace.
-EDGE60_PROFILE = (
-    "--nodes-lease-interval",
-    "40",
-    "--nodes-lease-duration",
-    "60",
-    "--nodes-status-report-interval",
-    "600",
-    "--nodes-not-ready-grace",
-    "60",
-)
-#: name -> (hub flags, the grace after which a node's placements would fail over, s)
-PROFILES = {
-    "default": ((), GRACE_S),
-    "edge": (EDGE_PROFILE, GRACE_S),
-    "edge60": (EDGE60_PROFILE, 60.0),
-}
-#: name -> nodes.lease_interval, s: the idle window is a whole number of them (at least two),
-#: so that every node's renewals fall in it as often as the interval says.
-LEASE_INTERVALS = {"default": 10.0, "edge": 32.0, "edge60": 40.0}
 #: Replica Lease writes per second of the three replicas (one every 2 s each).
 REPLICA_LEASE_WRITES_PER_S = REPLICAS / 2.0
 
@@ -202,38 +173,6 @@ def _keep_logs(root: pathlib.Path, keep: str) -> None:
         shutil.copy(log, pathlib.Path(keep) / f"{log.parent.name}-{log.name}")
 
 
-def _popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
-    """A child process in a session of its own, with the repository on its path."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True, **kwargs)
-
-
-async def _start_api(root: pathlib.Path) -> tuple[subprocess.Popen, pathlib.Path]:
-    kubeconfig = root / "kubeconfig"
-    log = (root / "api.log").open("wb")
-    proc = _popen(
-        [
-            sys.executable,
-            "-m",
-            "cloudhub.standalone",
-            "--in-memory",
-            "--port",
-            "0",
-            "--kubeconfig-out",
-            str(kubeconfig),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log,
-    )
-    assert proc.stdout is not None
-    while True:
-        line = await asyncio.to_thread(proc.stdout.readline)
-        if not line:
-            raise RuntimeError("the API exited: " + (root / "api.log").read_text())
-        if line.startswith(b"kubeconfig "):
-            return proc, kubeconfig
-
-
 async def run_async(quick: bool) -> dict:
     n = 60 if quick else 1000
     idle_s = 25.0 if quick else 60.0
@@ -241,7 +180,7 @@ async def run_async(quick: bool) -> dict:
     prefix = "ha-"
     with tempfile.TemporaryDirectory(prefix="bench-hub-ha-") as tmp:
         root = pathlib.Path(tmp)
-        api, kubeconfig = await _start_api(root)
+        api, kubeconfig = await start_api(root)
         kube = await KubeClient.from_kubeconfig(str(kubeconfig))
         replicas: list[ReplicaProcess] = []
         sim: subprocess.Popen | None = None
@@ -259,11 +198,10 @@ async def run_async(quick: bool) -> dict:
             nodes.add_handler(watch.on_node)
             leases.add_handler(watch.on_lease)
             tasks = [asyncio.create_task(i.run()) for i in (nodes, leases)]
-            profile = os.environ.get("EDGEFLEET_BENCH_NODE_PROFILE", "default")
-            profile_flags, grace = PROFILES[profile]
-            interval = LEASE_INTERVALS[profile]
-            idle_s = interval * max(2, math.ceil(idle_s / interval))
-            flags = FLAGS + profile_flags
+            chosen = node_profile()
+            profile, grace = chosen.name, chosen.grace
+            idle_s = chosen.window(idle_s)
+            flags = FLAGS + chosen.flags
             replicas = [
                 ReplicaProcess(
                     root / f"hub-{i}", pki_ca, str(kubeconfig), f"hub-{i}", NAMESPACE, flags
@@ -275,7 +213,7 @@ async def run_async(quick: bool) -> dict:
             async with Balancer([r.port for r in replicas]) as balancer:
                 (root / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
                 (root / "ca.key").write_bytes(pki.dump_private_key_pem(pki_ca.ca.private_key))
-                sim = _popen(
+                sim = popen(
                     [
                         sys.executable,
                         "-m",
@@ -415,8 +353,7 @@ async def run_async(quick: bool) -> dict:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await kube.close()
-            api.terminate()
-            await asyncio.to_thread(api.wait, 30)
+            await stop_api(api)
     results["note"] = (
         f"{n} simulated idle WebSocket nodes, 3 replicas, embedded API in its own process, "
         "all on one shared 2-core machine; --quick sizes are a smoke run, not the goals' sizes"
