@@ -11,7 +11,8 @@ and for each EdgeUpgrade:
 
 1. validates it (an invalid one gets ``status.phase: Invalid`` with the field and reason);
 2. builds each selected node's facts: connected (the hub's session registry), the agent
-   version (the Node's ``edgefleet.io/agent-version`` annotation, written from the hello),
+   version (the hello of its session here; the Node's ``edgefleet.io/agent-version``
+   annotation, written from the hello, when it has none),
    its pods Running and Ready (or Succeeded);
 3. steps its :class:`~cloudhub.upgrade.rollout.Rollout` (rebuilt from the status when the
    hub starts, so a restarted hub carries on) and sends the orders and rollbacks to the
@@ -309,10 +310,17 @@ class UpgradeExtension:
                 continue
             node_name = meta.get("name", "")
             session = hub.registry.get(node_name)
+            connected = session is not None and not session.closed
+            hello = session.link.hello if connected and session is not None else None
             facts[node_name] = NodeFacts(
                 node_name,
-                connected=session is not None and not session.closed,
-                version=(meta.get("annotations") or {}).get(AGENT_VERSION_ANNOTATION, ""),
+                connected=connected,
+                # The live session's hello is the agent's own word, at once; the Node's
+                # annotation is the same word written later, through the rate limiter
+                # (100 reconnects of a batch waited ~20 s for it).
+                version=hello.agent_version
+                if hello is not None
+                else (meta.get("annotations") or {}).get(AGENT_VERSION_ANNOTATION, ""),
                 pods_ready=ready.get(node_name, True),
             )
         before = rollout.to_status(upgrade.generation)
