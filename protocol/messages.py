@@ -63,6 +63,7 @@ __all__ = [
     "TwinDesired",
     "TwinReported",
     "Welcome",
+    "register_message",
 ]
 
 PROTOCOL_VERSION = 1
@@ -130,8 +131,9 @@ REGISTRY: dict[str, type[Message]] = {}
 """Every message class by its wire tag."""
 
 
-def _register(cls: type[M]) -> type[M]:
-    """Record a message class by its tag and compile its checks and wire mapping."""
+def register_message(cls: type[M]) -> type[M]:
+    """Record a message class by its tag and compile its checks and wire mapping: the
+    class decorator of every message kind, here and in the sibling message modules."""
     # only classes with value rules pay for calling them
     compile_message(cls, has_rules=cls._check is not Message._check)
     if cls.kind in REGISTRY:  # pragma: no cover - a programming error caught at import
@@ -143,7 +145,7 @@ def _register(cls: type[M]) -> type[M]:
 # --- handshake -------------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Hello(Message):
     """The edge's opening message: who it is, what it speaks, what it already has."""
@@ -187,7 +189,7 @@ class Hello(Message):
         check_limits(self.max_frame_size, self.max_message_size)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Welcome(Message):
     """The hub's answer to an accepted ``hello``."""
@@ -228,7 +230,7 @@ class Welcome(Message):
 # --- level-based object state (hub -> edge) ---------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ObjectUpsert(Message):
     """Create or replace an object the edge must hold (pod, ConfigMap, Secret, device)."""
@@ -249,7 +251,7 @@ class ObjectUpsert(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ObjectDelete(Message):
     """The edge must drop this object (deleted in the cloud, or no longer bound here)."""
@@ -268,7 +270,7 @@ class ObjectDelete(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class SyncDone(Message):
     """Marks the end of the reconnect diff: the edge's store now matches the API."""
@@ -288,7 +290,7 @@ class SyncDone(Message):
 # --- streams and status (edge -> hub) ---------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class PodStatus(Message):
     """The latest status of one pod the edge runs (latest-wins)."""
@@ -313,7 +315,7 @@ class PodStatus(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class PodDeleted(Message):
     """The edge has stopped and removed a terminating pod; the hub may finalise it."""
@@ -334,7 +336,7 @@ class PodDeleted(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class TwinDesired(Message):
     """The desired properties of a device twin, as set in the cloud."""
@@ -362,7 +364,7 @@ class TwinDesired(Message):
         return ("twin_desired", self.ref.uid)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class TwinReported(Message):
     """One reported property value of a device twin, from a local mapper."""
@@ -393,7 +395,7 @@ class TwinReported(Message):
         return (self.ref.uid, self.property)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class MetricsBatch(Message):
     """A batch of node and pod metric samples, column by column."""
@@ -415,7 +417,7 @@ damaged and started empty (its running pods adopted until the hub's full sync); 
 counts them (``edgefleet_hub_edge_store_recoveries_total``)."""
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class KubeEvent(Message):
     """A Kubernetes Event the edge records about an object (wire kind ``event``)."""
@@ -449,7 +451,7 @@ class KubeEvent(Message):
 # --- session control -------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Ack(Message):
     """Cumulative acknowledgement of the peer's numbered messages."""
@@ -467,7 +469,7 @@ class Ack(Message):
             raise InvalidMessage("up_to", "must be in 0..2**64-1")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Ping(Message):
     """A liveness probe; the peer answers with a ``pong`` carrying the same nonce."""
@@ -485,7 +487,7 @@ class Ping(Message):
             raise InvalidMessage("nonce", "must be in 0..2**64-1")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Pong(Message):
     """The answer to a ``ping``."""
@@ -506,7 +508,7 @@ class Pong(Message):
 # --- certificates -----------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class CertRenewRequest(Message):
     """The edge asks for a new client certificate (at 80% of lifetime, as kubelet does)."""
@@ -526,7 +528,7 @@ class CertRenewRequest(Message):
             raise InvalidMessage("csr_pem", "must not be empty")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class CertRenewResponse(Message):
     """The hub's answer: a signed certificate and the CA, or an error."""
@@ -556,7 +558,7 @@ class CertRenewResponse(Message):
 # --- errors and close -------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Chunk(Message):
     """A piece of one frame payload over ``CHUNK_SIZE``, sent in order under one ``id``
@@ -588,7 +590,7 @@ class Chunk(Message):
             raise InvalidMessage("offset", "the chunk must be non-empty and inside total")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Error(Message):
     """A problem with one message; the session goes on."""
@@ -609,7 +611,7 @@ class Error(Message):
             raise InvalidMessage("in_reply_to", "must be a seq (1..2**64-1) or nil")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Close(Message):
     """Ends the session in order; the peer answers with its own ``close``."""
