@@ -63,6 +63,7 @@ __all__ = [
     "TwinDesired",
     "TwinReported",
     "Welcome",
+    "register_message",
 ]
 
 PROTOCOL_VERSION = 1
@@ -134,8 +135,9 @@ REGISTRY: dict[str, type[Message]] = {}
 """Every message class by its wire tag."""
 
 
-def _register(cls: type[M]) -> type[M]:
-    """Record a message class by its tag and compile its checks and wire mapping."""
+def register_message(cls: type[M]) -> type[M]:
+    """Record a message class by its tag and compile its checks and wire mapping: the
+    class decorator of every message kind, here and in the sibling message modules."""
     # only classes with value rules pay for calling them
     compile_message(cls, has_rules=cls._check is not Message._check)
     if cls.kind in REGISTRY:  # pragma: no cover - a programming error caught at import
@@ -147,7 +149,7 @@ def _register(cls: type[M]) -> type[M]:
 # --- handshake -------------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Hello(Message):
     """The edge's opening message: who it is, what it speaks, what it already has."""
@@ -191,7 +193,7 @@ class Hello(Message):
         check_limits(self.max_frame_size, self.max_message_size)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Welcome(Message):
     """The hub's answer to an accepted ``hello``."""
@@ -232,7 +234,7 @@ class Welcome(Message):
 # --- level-based object state (hub -> edge) ---------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ObjectUpsert(Message):
     """Create or replace an object the edge must hold (pod, ConfigMap, Secret, device)."""
@@ -253,7 +255,7 @@ class ObjectUpsert(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ObjectDelete(Message):
     """The edge must drop this object (deleted in the cloud, or no longer bound here)."""
@@ -272,7 +274,7 @@ class ObjectDelete(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class SyncDone(Message):
     """Marks the end of the reconnect diff: the edge's store now matches the API."""
@@ -292,7 +294,7 @@ class SyncDone(Message):
 # --- streams and status (edge -> hub) ---------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class PodStatus(Message):
     """The latest status of one pod the edge runs (latest-wins)."""
@@ -317,7 +319,7 @@ class PodStatus(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class PodDeleted(Message):
     """The edge has stopped and removed a terminating pod; the hub may finalise it."""
@@ -338,7 +340,7 @@ class PodDeleted(Message):
         return self.ref.uid
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class TwinDesired(Message):
     """The desired properties of a device twin, as set in the cloud."""
@@ -366,7 +368,7 @@ class TwinDesired(Message):
         return ("twin_desired", self.ref.uid)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class TwinReported(Message):
     """One reported property value of a device twin, from a local mapper."""
@@ -397,7 +399,7 @@ class TwinReported(Message):
         return (self.ref.uid, self.property)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class MetricsBatch(Message):
     """A batch of node and pod metric samples, column by column."""
@@ -419,7 +421,7 @@ damaged and started empty (its running pods adopted until the hub's full sync); 
 counts them (``edgefleet_hub_edge_store_recoveries_total``)."""
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class KubeEvent(Message):
     """A Kubernetes Event the edge records about an object (wire kind ``event``)."""
@@ -453,7 +455,7 @@ class KubeEvent(Message):
 # --- session control -------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Ack(Message):
     """Cumulative acknowledgement of the peer's numbered messages."""
@@ -471,7 +473,7 @@ class Ack(Message):
             raise InvalidMessage("up_to", "must be in 0..2**64-1")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Ping(Message):
     """A liveness probe; the peer answers with a ``pong`` carrying the same nonce."""
@@ -489,7 +491,7 @@ class Ping(Message):
             raise InvalidMessage("nonce", "must be in 0..2**64-1")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Pong(Message):
     """The answer to a ``ping``."""
@@ -510,7 +512,7 @@ class Pong(Message):
 # --- certificates -----------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class CertRenewRequest(Message):
     """The edge asks for a new client certificate (at 80% of lifetime, as kubelet does)."""
@@ -530,7 +532,7 @@ class CertRenewRequest(Message):
             raise InvalidMessage("csr_pem", "must not be empty")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class CertRenewResponse(Message):
     """The hub's answer: a signed certificate and the CA, or an error."""
@@ -560,7 +562,7 @@ class CertRenewResponse(Message):
 # --- errors and close -------------------------------------------------------------------------
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Chunk(Message):
     """A piece of one frame payload over ``CHUNK_SIZE``, sent in order under one ``id``
@@ -592,7 +594,7 @@ class Chunk(Message):
             raise InvalidMessage("offset", "the chunk must be non-empty and inside total")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Error(Message):
     """A problem with one message; the session goes on."""
@@ -613,7 +615,7 @@ class Error(Message):
             raise InvalidMessage("in_reply_to", "must be a seq (1..2**64-1) or nil")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class Close(Message):
     """Ends the session in order; the peer answers with its own ``close``."""

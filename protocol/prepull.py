@@ -20,7 +20,7 @@ from protocol.errors import InvalidMessage
 
 # Registering here (not in protocol.messages, near its size limit) is safe: the package's
 # __init__ imports this module, so the registry the codec decodes with always has these.
-from protocol.messages import Message, _register
+from protocol.messages import Message, register_message
 
 __all__ = [
     "MAX_IMAGES",
@@ -64,7 +64,7 @@ def _check_ids(prepull: str, namespace: str, uid: str, generation: int) -> None:
         raise InvalidMessage("generation", "must be >= 1")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ImagePullOrder(Message):
     """The hub orders the edge to pull ``images`` (for one generation of one pre-pull)."""
@@ -91,7 +91,7 @@ class ImagePullOrder(Message):
             check_image(image)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ImagePullProgress(Message):
     """Where the node's pull of one order is (at-least-once, from the outbox)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from protocol.errors import ErrorCode, InvalidMessage
-from protocol.messages import Message, _register
+from protocol.messages import Message, register_message
 from protocol.priority import Priority
 
 __all__ = [
@@ -50,7 +50,7 @@ def _check_stream_id(stream_id: int) -> None:
     _check_range("stream_id", stream_id, 1, 2**32 - 1)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class StreamOpen(Message):
     """The hub opens a stream toward one container of one of the node's pods."""
@@ -88,7 +88,7 @@ class StreamOpen(Message):
             raise InvalidMessage("pod", "namespace and pod must not be empty")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class StreamData(Message):
     """Bytes on one channel of a stream (either way), within the receiver's window."""
@@ -119,7 +119,7 @@ class StreamData(Message):
             raise InvalidMessage("data", f"must be at most {MAX_STREAM_CHUNK} bytes")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class StreamWindow(Message):
     """Credit: the receiver consumed data and the sender may send ``credit`` more bytes."""
@@ -139,7 +139,7 @@ class StreamWindow(Message):
         _check_range("credit", self.credit, 1, 2**31 - 1, " bytes")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class StreamResize(Message):
     """The terminal of an exec/attach stream with ``tty`` changed size (hub to edge)."""
@@ -161,7 +161,7 @@ class StreamResize(Message):
         _check_range("height", self.height, 1, 65535)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class StreamClose(Message):
     """The edge's orderly end of a stream: everything was sent (the command exited, the
@@ -181,7 +181,7 @@ class StreamClose(Message):
         _check_stream_id(self.stream_id)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class StreamReset(Message):
     """Either side aborts a stream at once (cancelled by the caller, refused, failed);

@@ -31,7 +31,7 @@ from protocol.errors import InvalidMessage, ProtocolError
 
 # Registering here (not in protocol.messages, near its size limit) is safe: the package's
 # __init__ imports this module, so the registry the codec decodes with always has these.
-from protocol.messages import Message, _register
+from protocol.messages import Message, register_message
 
 __all__ = [
     "MAX_ARTIFACT_CHUNK",
@@ -176,7 +176,7 @@ def _check_upgrade_ids(upgrade: str, uid: str) -> None:
         raise InvalidMessage("upgrade", "upgrade and uid must not be empty")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class UpgradeOrder(Message):
     """The hub orders the edge to run agent ``version`` (level-based: sent again after
@@ -213,7 +213,7 @@ class UpgradeOrder(Message):
             raise InvalidMessage("size", "size must be >= 0 and gate_s > 0")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class UpgradeRollback(Message):
     """The hub asks the edge to go back to its previous agent (failure policy)."""
@@ -232,7 +232,7 @@ class UpgradeRollback(Message):
         _check_upgrade_ids(self.upgrade, self.uid)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class UpgradeProgress(Message):
     """Where the edge's upgrade is (at-least-once, latest-wins per upgrade)."""
@@ -266,7 +266,7 @@ class UpgradeProgress(Message):
         return ("upgrade", self.uid)
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ArtifactRequest(Message):
     """The edge asks for ``length`` bytes of an artifact from ``offset`` (resumable)."""
@@ -286,7 +286,7 @@ class ArtifactRequest(Message):
             raise InvalidMessage("length", f"offset >= 0, length 1..{MAX_ARTIFACT_CHUNK}")
 
 
-@_register
+@register_message
 @dataclass(frozen=True, slots=True)
 class ArtifactChunk(Message):
     """The hub's answer to an ``artifact_request``: bytes, or why there are none."""

@@ -9,9 +9,10 @@ import pathlib
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
+
+from tests.waiting import eventually_sync
 
 __all__ = ["LocalRegistry", "free_tcp_port"]
 
@@ -53,13 +54,16 @@ class LocalRegistry:
         self.process = subprocess.Popen(
             [BINARY, "serve", str(config)], stdout=self._log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + 30
-        while not self._answers():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                text = (root / "registry.log").read_text()[-2000:]
-                raise RuntimeError(f"docker-registry did not start: {text}")
-            time.sleep(0.05)
+        started = eventually_sync(
+            lambda: self._answers() or self.process.poll() is not None,
+            "docker-registry answering GET /v2/",
+            30,
+            otherwise=lambda: False,
+        )
+        if not started or self.process.poll() is not None:  # timed out, or it exited
+            self.stop()
+            text = (root / "registry.log").read_text()[-2000:]
+            raise RuntimeError(f"docker-registry did not start: {text}")
 
     def _answers(self) -> bool:
         try:

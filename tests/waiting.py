@@ -75,6 +75,7 @@ def eventually_sync(
     timeout: float = DEFAULT_TIMEOUT_S,
     *,
     state: Callable[[], object] | None = None,
+    otherwise: Callable[[], T] | None = None,
 ) -> T:
     """:func:`eventually` for code without an event loop (a thread, a plain test).
 
@@ -83,12 +84,15 @@ def eventually_sync(
         what: the condition in words, for the failure message.
         timeout: seconds before the test fails.
         state: called once on failure; its value ends the message.
+        otherwise: called instead of failing when ``timeout`` passes, for a helper
+            whose deadline is not a failure (SIGKILL what did not end on SIGTERM) or
+            that raises its own error (with a log attached); its value is returned.
 
     Returns:
-        The first truthy value ``check()`` returned.
+        The first truthy value ``check()`` returned, or ``otherwise()``'s.
 
     Raises:
-        pytest.fail.Exception: not within ``timeout`` seconds.
+        pytest.fail.Exception: not within ``timeout`` seconds (and no ``otherwise``).
     """
     deadline = time.monotonic() + timeout
     delay = _FIRST_DELAY_S
@@ -97,6 +101,8 @@ def eventually_sync(
         if value:
             return value
         if time.monotonic() > deadline:
+            if otherwise is not None:
+                return otherwise()
             _fail(timeout, what or check, state)
         time.sleep(delay)
         delay = min(delay * 2, _MAX_DELAY_S)

@@ -48,6 +48,7 @@ from cloudhub.upgrade.model import (
     Upgrade,
     parse_upgrade,
 )
+from cloudhub.upgrade.passes import invalid_status, run_passes
 from cloudhub.upgrade.rollout import NodeFacts, NodePhase, Order, Rollback, Rollout
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.upgrade import ArtifactRequest, UpgradeOrder, UpgradeProgress, UpgradeRollback
@@ -232,19 +233,10 @@ class UpgradeExtension:
         )
 
     async def _loop(self) -> None:
-        missing = False
-        while True:
-            try:
-                await self.tick()
-                missing = False
-            except KubeAPIError as exc:
-                if exc.status == 404:  # the CRD is not applied (deploy/crds): say it once
-                    if not missing:
-                        log.info("no EdgeUpgrade CRD on this API: upgrades are off until it is")
-                    missing = True
-                else:
-                    log.warning("upgrade pass failed: %s", exc)
-            await asyncio.sleep(self.settings.interval * (15 if missing else 1))
+        await run_passes(
+            self.tick, self.settings.interval,
+            kind="EdgeUpgrade", name="upgrade", off="upgrades are off", log=log,
+        )  # fmt: skip
 
     async def tick(self) -> None:
         """One pass over every EdgeUpgrade (see the module docstring)."""
@@ -288,9 +280,8 @@ class UpgradeExtension:
         try:
             upgrade = parse_upgrade(obj)
         except InvalidUpgrade as exc:
-            status = obj.get("status") or {}
-            if status.get("phase") != "Invalid" or status.get("message") != str(exc):
-                body = {"status": {"phase": "Invalid", "reason": exc.path, "message": str(exc)}}
+            body = invalid_status(obj, exc)
+            if body is not None:
                 # rbac: hub's ClusterRole (patch edgeupgrades/status)
                 await hub.kube.patch(EDGEUPGRADES, name, body, subresource="status")
             return

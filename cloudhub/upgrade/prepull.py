@@ -37,6 +37,7 @@ from cloudhub.placement.prepull import PREPULLS
 from cloudhub.placement.selectors import LabelSelector, parse_label_selector
 from cloudhub.upgrade.extension import cached_fleet
 from cloudhub.upgrade.model import MAX_REPORT_MESSAGE, MAX_REPORT_REASON
+from cloudhub.upgrade.passes import invalid_status, run_passes
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.errors import InvalidMessage
 from protocol.prepull import MAX_IMAGES, ImagePullOrder, ImagePullProgress, check_image
@@ -252,19 +253,10 @@ class PrePullExtension:
     # -- the controller ------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        missing = False
-        while True:
-            try:
-                await self.tick()
-                missing = False
-            except KubeAPIError as exc:
-                if exc.status == 404:
-                    if not missing:
-                        log.info("no EdgeImagePrePull CRD on this API: pre-pull is off until it is")
-                    missing = True
-                else:
-                    log.warning("pre-pull pass failed: %s", exc)
-            await asyncio.sleep(self.settings.interval * (15 if missing else 1))
+        await run_passes(
+            self.tick, self.settings.interval,
+            kind="EdgeImagePrePull", name="pre-pull", off="pre-pull is off", log=log,
+        )  # fmt: skip
 
     async def tick(self) -> None:
         """One pass over every EdgeImagePrePull (see the module docstring)."""
@@ -308,9 +300,8 @@ class PrePullExtension:
         try:
             parsed = parse_prepull(obj)
         except InvalidSpec as exc:
-            status = obj.get("status") or {}
-            if status.get("phase") != "Invalid" or status.get("message") != str(exc):
-                body = {"status": {"phase": "Invalid", "reason": exc.path, "message": str(exc)}}
+            body = invalid_status(obj, exc)
+            if body is not None:
                 # rbac: hub's ClusterRole (patch edgeimageprepulls/status)
                 await hub.kube.patch(
                     PREPULLS, meta["name"], body, meta.get("namespace"), subresource="status"

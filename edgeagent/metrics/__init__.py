@@ -20,8 +20,9 @@ Names are imported on first use (PEP 562), so that the agent's settings can impo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edgeagent.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from edgeagent.metrics.errors import (
@@ -118,10 +119,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(globals(), _WHERE)

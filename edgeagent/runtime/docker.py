@@ -170,6 +170,15 @@ class DockerRuntime(ContainerRuntime):
             raise RuntimeUnavailableError("docker runtime is not connected", operation="connect")
         return self._docker
 
+    def container_handle(self, container_id: str) -> Any:
+        """aiodocker's handle on one container (no request is made), for the day-2
+        operations in ``edgeagent.runtime.docker_day2`` (logs, exec).
+
+        Raises:
+            RuntimeUnavailableError: not connected.
+        """
+        return self._api.containers.container(container_id)
+
     # --- images -------------------------------------------------------------------------
 
     async def _image_present(self, image: str) -> bool:
@@ -179,9 +188,9 @@ class DockerRuntime(ContainerRuntime):
         except aiodocker.DockerError as exc:
             if exc.status == 404:
                 return False
-            raise self._error(exc, "inspect image") from exc
+            raise self.engine_error(exc, "inspect image") from exc
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise self._error(exc, "inspect image") from exc
+            raise self.engine_error(exc, "inspect image") from exc
 
     async def ensure_image(self, image: str, policy: PullPolicy) -> None:
         policy = PullPolicy(policy)
@@ -294,7 +303,7 @@ class DockerRuntime(ContainerRuntime):
             container = await self._api.containers.create(config=body, name=name)
         except (aiodocker.DockerError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             self._present.pop(body.get("Image", ""), None)
-            raise self._error(exc, "create") from exc
+            raise self.engine_error(exc, "create") from exc
         return container.id
 
     async def start(self, container_id: str) -> None:
@@ -302,7 +311,7 @@ class DockerRuntime(ContainerRuntime):
         try:
             await self._api.containers.container(container_id).start()
         except (aiodocker.DockerError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise self._error(exc, "start") from exc
+            raise self.engine_error(exc, "start") from exc
         finally:
             self._cache.pop(container_id, None)
 
@@ -316,9 +325,9 @@ class DockerRuntime(ContainerRuntime):
         except aiodocker.DockerError as exc:
             if exc.status == 304:  # already stopped
                 return
-            raise self._error(exc, "stop") from exc
+            raise self.engine_error(exc, "stop") from exc
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise self._error(exc, "stop") from exc
+            raise self.engine_error(exc, "stop") from exc
         finally:
             self._cache.pop(container_id, None)
 
@@ -336,9 +345,9 @@ class DockerRuntime(ContainerRuntime):
                 # namespace (Docker does not): remove the pod's other containers first.
                 await self._remove_dependents(container_id)
                 return await self.remove(container_id)
-            raise self._error(exc, "remove") from exc
+            raise self.engine_error(exc, "remove") from exc
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise self._error(exc, "remove") from exc
+            raise self.engine_error(exc, "remove") from exc
 
     async def _remove_dependents(self, sandbox_id: str) -> None:
         sandbox = await self.inspect(sandbox_id)
@@ -356,7 +365,7 @@ class DockerRuntime(ContainerRuntime):
         try:
             items = await self._api.containers.list(all=True, filters={"label": filters})
         except (aiodocker.DockerError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise self._error(exc, "list") from exc
+            raise self.engine_error(exc, "list") from exc
         out = []
         for item in items:
             try:
@@ -373,7 +382,7 @@ class DockerRuntime(ContainerRuntime):
         try:
             data = await self._api.containers.container(container_id).show()
         except (aiodocker.DockerError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise self._error(exc, "inspect") from exc
+            raise self.engine_error(exc, "inspect") from exc
         info = self._parse(data)
         if self._events_live:
             self._cache[info.id] = info
@@ -444,7 +453,7 @@ class DockerRuntime(ContainerRuntime):
                 await asyncio.sleep(0.02)
             code = details.get("ExitCode")
         except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
-            raise self._error(exc, "exec") from exc
+            raise self.engine_error(exc, "exec") from exc
         return ExecResult(
             exit_code=int(code if code is not None else 126),
             output=b"".join(chunks)[:EXEC_OUTPUT_LIMIT],
@@ -482,9 +491,9 @@ class DockerRuntime(ContainerRuntime):
                 except aiodocker.DockerError as exc:
                     if exc.status in (404, 409):  # gone, or stopped meanwhile
                         return None
-                    raise self._error(exc, "stats") from exc
+                    raise self.engine_error(exc, "stats") from exc
                 except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-                    raise self._error(exc, "stats") from exc
+                    raise self.engine_error(exc, "stats") from exc
             # aiodocker reads the body as a JSON stream: a list of one object.
             data = answer[-1] if isinstance(answer, list) and answer else answer
             try:
@@ -537,7 +546,10 @@ class DockerRuntime(ContainerRuntime):
 
     # --- errors -------------------------------------------------------------------------
 
-    def _error(self, exc: BaseException, operation: str) -> ContainerRuntimeError:
+    def engine_error(self, exc: BaseException, operation: str) -> ContainerRuntimeError:
+        """The runtime's error for an engine failure during ``operation`` (raise it
+        ``from exc``): 404 -> ContainerNotFoundError (except create/pull), unreachable ->
+        RuntimeUnavailableError, else ContainerRuntimeError naming the operation."""
         if isinstance(exc, aiodocker.DockerError):
             missing = exc.status == 404 or "no such container" in str(exc.message).lower()
             if missing and operation not in ("create", "pull"):

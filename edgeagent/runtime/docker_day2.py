@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiodocker
 import aiohttp
@@ -14,11 +14,14 @@ from edgeagent.errors import ContainerRuntimeError
 from edgeagent.runtime.base import ContainerInfo
 from edgeagent.runtime.day2base import ExecProcess, LogOptions
 
+if TYPE_CHECKING:
+    from edgeagent.runtime.docker import DockerRuntime
+
 __all__ = ["DockerExec", "docker_logs"]
 
 
 async def docker_logs(
-    runtime: Any, info: ContainerInfo, options: LogOptions
+    runtime: DockerRuntime, info: ContainerInfo, options: LogOptions
 ) -> AsyncIterator[bytes]:
     """``GET /containers/{id}/logs`` (stdout and stderr, in the engine's order)."""
     params: dict[str, Any] = {"timestamps": options.timestamps}
@@ -26,7 +29,7 @@ async def docker_logs(
         params["tail"] = str(max(0, options.tail_lines))
     if options.since is not None:
         params["since"] = f"{options.since:.9f}"
-    container = runtime._api.containers.container(info.id)
+    container = runtime.container_handle(info.id)
     try:
         if options.follow:
             async for line in container.log(stdout=True, stderr=True, follow=True, **params):
@@ -34,7 +37,7 @@ async def docker_logs(
             return
         lines = await container.log(stdout=True, stderr=True, follow=False, **params)
     except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
-        raise runtime._error(exc, "logs") from exc
+        raise runtime.engine_error(exc, "logs") from exc
     for line in lines:
         yield line.encode() if isinstance(line, str) else line
 
@@ -49,17 +52,17 @@ class DockerExec(ExecProcess):
 
     @classmethod
     async def start(
-        cls, runtime: Any, info: ContainerInfo, argv: list[str], *, stdin: bool, tty: bool
+        cls, runtime: DockerRuntime, info: ContainerInfo, argv: list[str], *, stdin: bool, tty: bool
     ) -> DockerExec:
         try:
-            container = runtime._api.containers.container(info.id)
+            container = runtime.container_handle(info.id)
             execution = await container.exec(argv, stdout=True, stderr=True, stdin=stdin, tty=tty)
             stream = execution.start(detach=False)
             # entering the stream (its public async context manager) makes the upgrade
             # request now, so that a refusal is an error of start(); close() leaves it
             await stream.__aenter__()
         except (aiodocker.DockerError, aiohttp.ClientError, OSError) as exc:
-            raise runtime._error(exc, "exec") from exc
+            raise runtime.engine_error(exc, "exec") from exc
         return cls(execution, stream, tty)
 
     async def write(self, data: bytes) -> None:

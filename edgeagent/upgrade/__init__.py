@@ -14,8 +14,9 @@ about 1.5 MiB of RSS that an agent which never upgrades should not carry.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edgeagent.lazy import lazy_exports
 
 # Imported at once: small, and ``hold`` must be the function, not the submodule of that
 # name (importing a submodule later binds its name here only on its first import).
@@ -60,19 +61,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The public name ``name``, imported from its module on first use.
-
-    Raises:
-        AttributeError: not a public name of this package.
-    """
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports(globals(), _WHERE)

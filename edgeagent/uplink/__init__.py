@@ -14,8 +14,9 @@ protocol, which an agent with no hub never loads.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edgeagent.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from edgeagent.uplink.dialer import QUIC, WEBSOCKET, Uplink, UplinkSettings
@@ -33,8 +34,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__, __dir__ = lazy_exports(globals(), _WHERE)

@@ -20,6 +20,7 @@ from cloudhub.devtools.fleet import child_env, sweep
 from cloudhub.kube import PODS, KubeClient
 from tests.bench.settle import cpu_settled
 from tests.deploy.wheels import build_wheel, make_wheelhouse
+from tests.waiting import eventually
 
 __all__ = ["agent_only_venv", "installed_bytes", "quic_footprint"]
 
@@ -86,14 +87,6 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"benchmark: timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 async def quic_footprint(venv: pathlib.Path, tmp: pathlib.Path, n: int, idle_s: float) -> dict:
     """RSS (MiB) and CPU of the agent-only install's idle ``edgeagent run`` on QUIC with
     ``n`` pods Running, sent by a real hub."""
@@ -138,7 +131,7 @@ async def quic_footprint(venv: pathlib.Path, tmp: pathlib.Path, n: int, idle_s: 
                 return sum(p.get("status", {}).get("phase") == "Running" for p in pods) == n
 
             t0 = time.monotonic()
-            await _until(running, 180, f"{n} pods Running over QUIC")
+            await eventually(running, f"{n} pods Running over QUIC", 180)
             started = time.monotonic() - t0
             settled_s = await cpu_settled(agent.pid)  # the start-up work over
             c0, w0 = _cpu_s(agent.pid), time.monotonic()

@@ -52,6 +52,7 @@ from tests.bench.profiles import node_profile  # noqa: E402
 from tests.cloudhub.ha.processes import Balancer, ReplicaProcess  # noqa: E402
 from tests.crds import crd_documents  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
+from tests.waiting import eventually  # noqa: E402
 
 NAMESPACE = "edgefleet-ha"
 REPLICAS = 3
@@ -132,10 +133,7 @@ class Watch:
 async def _until(check: Any, timeout: float, what: str) -> float:
     """Seconds until ``check()`` holds (sampled every 50 ms: this is what is measured)."""
     start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > timeout:
-            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.05)
+    await eventually(check, what, timeout, interval=0.05)
     return time.monotonic() - start
 
 

@@ -42,6 +42,7 @@ from tests.bench.bench_e2e import HubProcess  # noqa: E402
 from tests.edgeagent.hublink.fleet import AgentProcess  # noqa: E402
 from tests.edgeagent.hublink.objects import get_pod, is_running, pod  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
+from tests.waiting import eventually  # noqa: E402
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -162,11 +163,10 @@ def _cpu(proc: psutil.Process) -> float:
 
 
 async def _running(kube: KubeClient, namespace: str, name: str) -> None:
-    deadline = time.monotonic() + 60
-    while not is_running(await get_pod(kube, namespace, name)):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"pod {name} not Running within 60 s")
-        await asyncio.sleep(0.1)
+    async def running() -> bool:
+        return is_running(await get_pod(kube, namespace, name))
+
+    await eventually(running, f"pod {name} Running", 60)
 
 
 async def _measure(quick: bool, tmp: pathlib.Path) -> dict[str, Any]:

@@ -17,6 +17,20 @@ from tests.k8s.fixtures import kube_apiserver, kubectl  # noqa: F401  (re-export
 IMAGE_TAG = "localhost/edgefleet/cloudhub:test"
 
 
+def node_pod(name: str, node: str, command: list[str]) -> dict:
+    """A pod in ``default`` bound to ``node``: one container ``c``, image ``busybox``, running
+    ``command`` (what a test applies once its joined agent is Ready)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "busybox", "command": command}],
+        },
+    }
+
+
 @pytest.fixture(scope="session")
 def hub_image(tmp_path_factory: pytest.TempPathFactory):
     """deploy/build-image.sh run once for the session: ``(report, inspect, archive)``."""

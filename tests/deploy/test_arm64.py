@@ -28,6 +28,7 @@ from cloudhub.devtools.fleet import child_env, sweep
 from cloudhub.kube import DEVICEMODELS, DEVICES, NODES, PODS, KubeClient
 from edgeagent.mappers import APIUnavailable, DeviceAPIError, DeviceClient
 from tests.bench.agent_install import installed_bytes
+from tests.deploy.conftest import node_pod
 from tests.deploy.qemu import chroot, mounted_root, unpacked_root
 from tests.deploy.wheels import REPO
 from tests.edgeagent.hublink.fleet import AGENT_TEST_SETS
@@ -193,16 +194,7 @@ async def on_the_node(
             )  # fmt: skip
 
         await eventually(ready, f"node {NODE} Ready", TIMEOUT)
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "arch", "namespace": "default"},
-            "spec": {
-                "nodeName": NODE,
-                "containers": [{"name": "c", "image": "busybox",
-                                "command": ["sh", "-c", "uname -m; exec sleep 100000"]}],
-            },
-        }  # fmt: skip
+        pod = node_pod("arch", NODE, ["sh", "-c", "uname -m; exec sleep 100000"])
         await kube.create(PODS, pod, "default")
 
         async def running() -> bool:

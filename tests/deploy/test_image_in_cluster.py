@@ -27,7 +27,7 @@ import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from tests.deploy.conftest import IMAGE_TAG
+from tests.deploy.conftest import IMAGE_TAG, node_pod
 from tests.deploy.wheels import REPO
 from tests.waiting import eventually
 
@@ -199,17 +199,8 @@ async def test_image_runs_the_fleet_in_the_reference_cluster(
 
         await eventually(node_ready, f"kubectl get nodes to show {node} Ready", 120)
 
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "hello", "namespace": "default"},
-            "spec": {
-                "nodeName": node,
-                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}],
-            },
-        }
         manifest = tmp_path / "pod.yaml"
-        manifest.write_text(yaml.safe_dump(pod))
+        manifest.write_text(yaml.safe_dump(node_pod("hello", node, ["sleep", "3600"])))
         code, _, err = await run(*k, "apply", "-f", str(manifest))
         assert code == 0, err
 

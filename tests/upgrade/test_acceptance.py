@@ -32,17 +32,15 @@ import shutil
 from collections.abc import AsyncIterator
 
 import pytest
-import yaml
 
-from cloudhub.kube import CRDS, NAMESPACES, PODS, KubeClient
+from cloudhub.kube import NAMESPACES, PODS, KubeClient
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from cloudhub.upgrade.cli import EDGEUPGRADES
-from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
-from cloudhub.upgrade.settings import UpgradeSettings as HubUpgradeSettings
 from edgeagent.upgrade import Layout
 from tests.deploy.wheels import build_wheel
-from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port
+from tests.edgeagent.hublink.fleet import eventually
 from tests.edgeagent.hublink.objects import container_status, get_pod, is_running, pod
+from tests.edgeagent.hublink.upgrades import upgrade_hub
 from tests.environment import missing
 from tests.upgrade.installed import Unit, bumped, current_version, install_roots
 
@@ -90,113 +88,102 @@ async def test_three_installed_agents_upgrade_one_rolls_back_one_returns_late(
     served.write_bytes(next_wheel.read_bytes())
     digest = hashlib.sha256(served.read_bytes()).hexdigest()
 
-    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
-    hub = HubRunner(
-        api.kubeconfig_path,
-        pki_ca.server,
-        free_port(),
-        extensions=lambda settings: [
-            UpgradeExtension(
-                HubUpgradeSettings(artifact_dir=str(artifacts), interval=0.2, install_crd=False)
-            )
-        ],
-    )
-    await hub.start()
-    units = {
-        node: Unit(root, node, hub.url, pki_ca.ca, bad_version=new if node == BAD else "")
-        for node, root in roots.items()
-    }
-    namespace = "upgrade-acceptance"
-    await kube.create(
-        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    )
-    try:
-        for unit in units.values():
-            unit.up()
-        for node in NODES:
-            await kube.create(PODS, pod(f"app-{node}", namespace, node, "exec sleep 3600"))
-
-        async def all_running() -> bool:
-            pods = [await get_pod(kube, namespace, f"app-{n}") for n in NODES]
-            return all(is_running(p) for p in pods)
-
-        await eventually(all_running, "every node's pod Running", timeout=120)
-        before = {
-            n: container_status(await get_pod(kube, namespace, f"app-{n}"))["containerID"]
-            for n in NODES
+    hubs = upgrade_hub(api.kubeconfig_path, kube, pki_ca.server, artifacts, interval=0.2)
+    async with hubs as hub:
+        units = {
+            node: Unit(root, node, hub.url, pki_ca.ca, bad_version=new if node == BAD else "")
+            for node, root in roots.items()
         }
-
-        await units[OFFLINE].down()  # offline before the rollout reaches it
-        name = "agent-next"
+        namespace = "upgrade-acceptance"
         await kube.create(
-            EDGEUPGRADES,
-            {
-                "apiVersion": "apps.edgefleet.io/v1alpha1",
-                "kind": "EdgeUpgrade",
-                "metadata": {"name": name},
-                "spec": {
-                    "version": new,
-                    "artifact": {"sha256": digest, "name": served.name},
-                    "maxUnavailable": 2,
-                    "healthGate": {"podsReady": True, "timeoutSeconds": 300},
-                    "failurePolicy": "Pause",
-                    "maxFailures": 0,
-                    "offlinePolicy": "Wait",
-                },
-            },
+            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         )
+        try:
+            for unit in units.values():
+                unit.up()
+            for node in NODES:
+                await kube.create(PODS, pod(f"app-{node}", namespace, node, "exec sleep 3600"))
 
-        async def paused() -> bool:
-            status = await status_of(kube, name)
-            nodes = entries(status)
-            return (
-                status.get("phase") == "Paused"
-                and nodes.get(NODES[0], {}).get("phase") == "Healthy"
-                and nodes.get(BAD, {}).get("phase") == "RolledBack"
+            async def all_running() -> bool:
+                pods = [await get_pod(kube, namespace, f"app-{n}") for n in NODES]
+                return all(is_running(p) for p in pods)
+
+            await eventually(all_running, "every node's pod Running", timeout=120)
+            before = {
+                n: container_status(await get_pod(kube, namespace, f"app-{n}"))["containerID"]
+                for n in NODES
+            }
+
+            await units[OFFLINE].down()  # offline before the rollout reaches it
+            name = "agent-next"
+            await kube.create(
+                EDGEUPGRADES,
+                {
+                    "apiVersion": "apps.edgefleet.io/v1alpha1",
+                    "kind": "EdgeUpgrade",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "version": new,
+                        "artifact": {"sha256": digest, "name": served.name},
+                        "maxUnavailable": 2,
+                        "healthGate": {"podsReady": True, "timeoutSeconds": 300},
+                        "failurePolicy": "Pause",
+                        "maxFailures": 0,
+                        "offlinePolicy": "Wait",
+                    },
+                },
             )
 
-        await eventually(paused, "a Healthy, b RolledBack, the rollout Paused", timeout=300)
-        status = await status_of(kube, name)
-        assert entries(status)[BAD]["reason"] == "CrashedAtStart", status
-        assert status.get("reason") == "FailureBudgetExceeded", status
-        assert entries(status)[OFFLINE]["phase"] == "Pending", status
-        assert Layout(units[NODES[0]].prefix).version() == new
-        bad = Layout(units[BAD].prefix)
-        assert bad.version() == old and bad.version(bad.failed) == new
-        assert units[BAD].starts.count(new) >= 1 and units[BAD].starts[-1] == old
-        assert any("rolled back" in out for out in units[BAD].guard_outputs)
+            async def paused() -> bool:
+                status = await status_of(kube, name)
+                nodes = entries(status)
+                return (
+                    status.get("phase") == "Paused"
+                    and nodes.get(NODES[0], {}).get("phase") == "Healthy"
+                    and nodes.get(BAD, {}).get("phase") == "RolledBack"
+                )
 
-        # Resume (the failure budget raised): the offline node's batch comes; it waits.
-        await kube.patch(EDGEUPGRADES, name, {"spec": {"maxFailures": 1}})
-
-        async def waiting_offline() -> bool:
-            entry = entries(await status_of(kube, name)).get(OFFLINE, {})
-            return entry.get("phase") == "Pending" and entry.get("reason") == "NodeOffline"
-
-        await eventually(waiting_offline, "the offline node Pending (NodeOffline)", timeout=120)
-        units[OFFLINE].up()
-
-        async def completed() -> bool:
+            await eventually(paused, "a Healthy, b RolledBack, the rollout Paused", timeout=300)
             status = await status_of(kube, name)
-            return (
-                status.get("phase") == "Completed"
-                and entries(status).get(OFFLINE, {}).get("phase") == "Healthy"
-            )
+            assert entries(status)[BAD]["reason"] == "CrashedAtStart", status
+            assert status.get("reason") == "FailureBudgetExceeded", status
+            assert entries(status)[OFFLINE]["phase"] == "Pending", status
+            assert Layout(units[NODES[0]].prefix).version() == new
+            bad = Layout(units[BAD].prefix)
+            assert bad.version() == old and bad.version(bad.failed) == new
+            assert units[BAD].starts.count(new) >= 1 and units[BAD].starts[-1] == old
+            assert any("rolled back" in out for out in units[BAD].guard_outputs)
 
-        await eventually(completed, "the returned node Healthy, the rollout Completed", 300)
-        assert Layout(units[OFFLINE].prefix).version() == new
+            # Resume (the failure budget raised): the offline node's batch comes; it waits.
+            await kube.patch(EDGEUPGRADES, name, {"spec": {"maxFailures": 1}})
 
-        # No pod restarts: same container, same process, restartCount 0, on every node.
-        for n in NODES:
-            current = container_status(await get_pod(kube, namespace, f"app-{n}"))
-            assert current["containerID"] == before[n], (n, current)
-            assert current.get("restartCount", 0) == 0, (n, current)
-    except BaseException:
-        for unit in units.values():
-            print(f"===== {unit.node} =====\n{unit.log()[-8000:]}")
-        raise
-    finally:
-        for unit in units.values():
-            await unit.down()
-            await unit.remove_everything()
-        await hub.stop()
+            async def waiting_offline() -> bool:
+                entry = entries(await status_of(kube, name)).get(OFFLINE, {})
+                return entry.get("phase") == "Pending" and entry.get("reason") == "NodeOffline"
+
+            await eventually(waiting_offline, "the offline node Pending (NodeOffline)", timeout=120)
+            units[OFFLINE].up()
+
+            async def completed() -> bool:
+                status = await status_of(kube, name)
+                return (
+                    status.get("phase") == "Completed"
+                    and entries(status).get(OFFLINE, {}).get("phase") == "Healthy"
+                )
+
+            await eventually(completed, "the returned node Healthy, the rollout Completed", 300)
+            assert Layout(units[OFFLINE].prefix).version() == new
+
+            # No pod restarts: same container, same process, restartCount 0, on every node.
+            for n in NODES:
+                current = container_status(await get_pod(kube, namespace, f"app-{n}"))
+                assert current["containerID"] == before[n], (n, current)
+                assert current.get("restartCount", 0) == 0, (n, current)
+        except BaseException:
+            for unit in units.values():
+                print(f"===== {unit.node} =====\n{unit.log()[-8000:]}")
+            raise
+        finally:
+            for unit in units.values():
+                await unit.down()
+                await unit.remove_everything()

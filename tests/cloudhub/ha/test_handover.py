@@ -17,22 +17,17 @@ import pytest
 from cloudhub.errors import KubeNotFound
 from cloudhub.ha import (
     OWNER_ANNOTATION,
-    REPLICA_LABEL,
     full_jitter,
     renew_before_stop,
-    replica_lease_name,
     shutdown_spread,
 )
 from cloudhub.kube import LEASES, NODES, KubeClient, micro_time
 from cloudhub.nodes.model import EDGE_ROLE_LABEL
-from edgeagent.uplink.dialer import WEBSOCKET, Uplink, UplinkSettings
 from protocol.errors import CloseCode
-from protocol.messages import PROTOCOL_VERSION, Hello
-from tests.cloudhub.ha.conftest import ha_settings
+from tests.cloudhub.ha.conftest import ha_settings, replica_lease, websocket_agent
 from tests.cloudhub.ha.processes import Balancer
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually
 from tests.cloudhub.kube.proxy import FaultyProxy
-from tests.sim.agent import default_node_info
 from tests.sim.fleet import node_credentials
 
 # -- the policies -----------------------------------------------------------------------------
@@ -154,28 +149,7 @@ async def test_a_real_agent_redials_after_the_shutdown_retry_after_not_its_backo
         await link.wait_closed()
 
     async with Balancer([a.websocket_port or 0, b.websocket_port or 0]) as balancer:
-        settings = UplinkSettings(
-            host="127.0.0.1",
-            websocket_port=balancer.port,
-            server_name="localhost",
-            transports=(WEBSOCKET,),
-            backoff_base=30.0,
-            backoff_cap=30.0,
-        )
-        uplink = Uplink(
-            settings,
-            credentials=lambda: credentials,
-            make_hello=lambda: Hello(
-                min_version=PROTOCOL_VERSION,
-                max_version=PROTOCOL_VERSION,
-                node_name=name,
-                agent_version="test",
-                node_info=default_node_info(name),
-            ),
-            pending=list,
-            next_seq=lambda: 1,
-            on_link=on_link,
-        )
+        uplink = websocket_agent(balancer.port, name, credentials, on_link)
         task = asyncio.get_running_loop().create_task(uplink.run())
         try:
             await asyncio.wait_for(served.wait(), DEADLINE)
@@ -221,12 +195,7 @@ async def test_a_node_served_elsewhere_is_rechecked_only_when_its_replica_dies(
     def lease_reads() -> int:
         return proxy.count("GET", f"/namespaces/{namespace}/leases/{node_name}")
 
-    replica_x = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": replica_lease_name("replica-x"), "labels": {REPLICA_LABEL: "true"}},
-        "spec": {"holderIdentity": "replica-x", "leaseDurationSeconds": 2},
-    }
+    replica_x = replica_lease("replica-x", 2)
     await kube.create(LEASES, replica_x, namespace)
     node_lease = {
         "apiVersion": "coordination.k8s.io/v1",

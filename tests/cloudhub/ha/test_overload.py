@@ -11,13 +11,11 @@ import time
 import pytest
 
 from cloudhub.ha.overload import LoopLag
-from edgeagent.uplink.dialer import WEBSOCKET, Uplink, UplinkSettings
 from protocol.errors import CloseCode
-from protocol.messages import PROTOCOL_VERSION, Hello
 from protocol.transport.errors import SessionRejected
 from tests.clock import ManualClock
+from tests.cloudhub.ha.conftest import websocket_agent
 from tests.cloudhub.hub.conftest import DEADLINE, Hubs
-from tests.sim.agent import default_node_info
 from tests.sim.fleet import node_credentials
 
 
@@ -91,34 +89,13 @@ async def test_a_real_agent_comes_back_after_the_hubs_retry_after_not_its_own_ba
     assert hub.overload is not None and hub.websocket_port
     name = unique("edge-retry")
     credentials = node_credentials(hubs.pki.ca, name)
-    settings = UplinkSettings(
-        host="127.0.0.1",
-        websocket_port=hub.websocket_port,
-        server_name="localhost",
-        transports=(WEBSOCKET,),
-        backoff_base=30.0,
-        backoff_cap=30.0,
-    )
     served = asyncio.Event()
 
     async def on_link(link) -> None:
         served.set()
         await link.wait_closed()
 
-    uplink = Uplink(
-        settings,
-        credentials=lambda: credentials,
-        make_hello=lambda: Hello(
-            min_version=PROTOCOL_VERSION,
-            max_version=PROTOCOL_VERSION,
-            node_name=name,
-            agent_version="test",
-            node_info=default_node_info(name),
-        ),
-        pending=list,
-        next_seq=lambda: 1,
-        on_link=on_link,
-    )
+    uplink = websocket_agent(hub.websocket_port, name, credentials, on_link)
     blocked = asyncio.Event()
 
     def busy() -> None:

@@ -12,11 +12,11 @@ import time
 import pytest
 
 from cloudhub.errors import ConfigError, KubeNotFound
-from cloudhub.ha import OWNER_ANNOTATION, REPLICA_LABEL, owner_of, replica_lease_name
+from cloudhub.ha import OWNER_ANNOTATION, owner_of, replica_lease_name
 from cloudhub.kube import LEASES, NODES, PODS, KubeClient, micro_time
 from protocol.errors import CloseCode
 from protocol.transport.errors import SessionRejected
-from tests.cloudhub.ha.conftest import REPLICA_LEASE_S, ha_settings
+from tests.cloudhub.ha.conftest import REPLICA_LEASE_S, ha_settings, replica_lease
 from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually, pod
 from tests.cloudhub.kube.proxy import FaultyProxy
 
@@ -169,12 +169,7 @@ async def test_a_pod_report_queued_for_a_node_the_replica_lost_is_not_written(
     before = dropped()
     # A live replica-x (its own Lease, 30 s long) now owns the node: A must stop writing
     # for it, and cannot take it back while replica-x lives.
-    other = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": replica_lease_name("replica-x"), "labels": {REPLICA_LABEL: "true"}},
-        "spec": {"holderIdentity": "replica-x", "leaseDurationSeconds": 30},
-    }
+    other = replica_lease("replica-x", 30)
     await kube.create(LEASES, other, namespace)
     await kube.patch(
         LEASES, node_name, {"metadata": {"annotations": {OWNER_ANNOTATION: "replica-x"}}}, namespace
@@ -204,17 +199,9 @@ async def test_a_node_named_by_a_replica_that_restarted_since_is_free(
     hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, restarted: bool
 ) -> None:
     now = time.time()
-    replica_x = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": replica_lease_name("replica-x"), "labels": {REPLICA_LABEL: "true"}},
-        "spec": {
-            "holderIdentity": "replica-x",
-            "leaseDurationSeconds": 30,
-            "acquireTime": micro_time(now),
-            "renewTime": micro_time(now),
-        },
-    }
+    replica_x = replica_lease(
+        "replica-x", 30, acquireTime=micro_time(now), renewTime=micro_time(now)
+    )
     await kube.create(LEASES, replica_x, namespace)
     # replica-x's previous incarnation renewed the node before it restarted (or, in the
     # other case, its current one renewed it after starting: it serves the node).

@@ -141,9 +141,20 @@ class HubProcess:
         self.log.close()
 
 
-async def until(check, what: str) -> None:
+async def until(check, what: str, state=None) -> None:
     """Poll a blocking ``check`` (an HTTP scrape, a /proc read) in a thread."""
-    await eventually(lambda: asyncio.to_thread(check), what, DEADLINE)
+    await eventually(lambda: asyncio.to_thread(check), what, DEADLINE, state=state)
+
+
+def wave_sockets(hub: HubProcess) -> int:
+    """The hub's TCP sockets on its session port other than the listener: the wave's
+    connections it still holds. (Counted by port, not against the descriptor count at
+    start: the hub's own pooled connections to its embedded API may grow meanwhile.)"""
+    return sum(
+        1
+        for c in hub.ps.net_connections(kind="tcp")
+        if c.laddr and c.laddr.port == hub.port and c.status != psutil.CONN_LISTEN
+    )
 
 
 async def wave(hub: HubProcess, n: int, baseline_fds: int) -> float:
@@ -160,7 +171,14 @@ async def wave(hub: HubProcess, n: int, baseline_fds: int) -> float:
     finally:
         for s in socks:
             s.close()
-    await until(lambda: hub.ps.num_fds() <= baseline_fds + 5, f"wave {n}: descriptors back")
+    await until(
+        lambda: wave_sockets(hub) == 0,
+        f"wave {n}: descriptors back",
+        state=lambda: (
+            f"{wave_sockets(hub)} on the session port, {hub.ps.num_fds()} fds "
+            f"(at start: {baseline_fds})"
+        ),
+    )
     await until(
         lambda: hub.metric("edgefleet_hub_heap_trims_total") > trims, f"wave {n}: heap trimmed"
     )

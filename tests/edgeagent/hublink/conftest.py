@@ -16,6 +16,7 @@ import pytest
 from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
 from tests.edgeagent.hublink.fleet import AgentProcess, HubRunner, free_port, unique
+from tests.edgeagent.hublink.upgrades import upgrade_hub as _upgrade_hub
 from tests.testpki import TestPKI
 
 
@@ -32,6 +33,18 @@ async def kube(api: EmbeddedAPIServer) -> AsyncIterator[KubeClient]:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def upgrade_hub(
+    api: EmbeddedAPIServer, kube: KubeClient, pki_ca: TestPKI, tmp_path: pathlib.Path
+) -> AsyncIterator[HubRunner]:
+    """A hub with the upgrade extension serving ``tmp_path / "artifacts"`` (empty: the test
+    puts its wheels there), a pass every 0.1 s, the EdgeUpgrade CRD applied."""
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    async with _upgrade_hub(api.kubeconfig_path, kube, pki_ca.server, artifacts) as runner:
+        yield runner
 
 
 @pytest.fixture

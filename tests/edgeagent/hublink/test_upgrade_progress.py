@@ -10,15 +10,11 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import time
-from collections.abc import AsyncIterator
 
 import pytest
-import yaml
 
-from cloudhub.kube import CRDS, KubeClient
+from cloudhub.kube import KubeClient
 from cloudhub.upgrade.cli import EDGEUPGRADES
-from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
-from cloudhub.upgrade.settings import UpgradeSettings as HubUpgradeSettings
 from edgeagent.agent import Agent
 from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings, HubSettings, RuntimeSettings, StoreSettings
@@ -31,28 +27,6 @@ from protocol.upgrade import UpgradeOrder
 from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port, write_node_pki
 
 DIGEST = "ab" * 32
-
-
-@pytest.fixture
-async def hub(api, kube: KubeClient, pki_ca, tmp_path: pathlib.Path) -> AsyncIterator[HubRunner]:
-    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    runner = HubRunner(
-        api.kubeconfig_path,
-        pki_ca.server,
-        free_port(),
-        extensions=lambda settings: [
-            UpgradeExtension(
-                HubUpgradeSettings(artifact_dir=str(artifacts), interval=0.1, install_crd=False)
-            )
-        ],
-    )
-    await runner.start()
-    try:
-        yield runner
-    finally:
-        await runner.stop()
 
 
 def agent_settings(
@@ -113,13 +87,13 @@ def node_entry(kube: KubeClient, name: str, node: str):
 
 @pytest.mark.parametrize("transport", ["quic", "websocket"])
 async def test_the_hub_acknowledges_progress_and_the_acks_behind_it(
-    hub: HubRunner, kube: KubeClient, pki_ca, tmp_path: pathlib.Path, transport: str
+    upgrade_hub: HubRunner, kube: KubeClient, pki_ca, tmp_path: pathlib.Path, transport: str
 ) -> None:
     node = f"edge-progress-{transport}"
     state = tmp_path / node
     write_node_pki(state / "pki", pki_ca.ca, node)
     hold(state, "ShiftChange", time.time())  # the order is answered Deferred
-    agent = Running(agent_settings(state, node, hub.url, transport), upgrades=True)
+    agent = Running(agent_settings(state, node, upgrade_hub.url, transport), upgrades=True)
     try:
         await eventually(lambda: agent.link.connection_id() is not None, "hub session open")
         await kube.create(EDGEUPGRADES, upgrade_body(f"progress-{transport}", node))
@@ -151,14 +125,14 @@ async def test_the_hub_acknowledges_progress_and_the_acks_behind_it(
 
 
 async def test_progress_queued_before_a_restart_reaches_the_status_afterwards(
-    hub: HubRunner, kube: KubeClient, pki_ca, tmp_path: pathlib.Path
+    upgrade_hub: HubRunner, kube: KubeClient, pki_ca, tmp_path: pathlib.Path
 ) -> None:
     node = "edge-progress-restart"
     name = "progress-restart"
     state = tmp_path / node
     write_node_pki(state / "pki", pki_ca.ca, node)
     # 1. The node connects (an agent without upgrades: it ignores the order) and is ordered.
-    first = Running(agent_settings(state, node, hub.url), upgrades=False)
+    first = Running(agent_settings(state, node, upgrade_hub.url), upgrades=False)
     try:
         await eventually(lambda: first.link.connection_id() is not None, "hub session open")
         created = await kube.create(EDGEUPGRADES, upgrade_body(name, node))
@@ -195,7 +169,7 @@ async def test_progress_queued_before_a_restart_reaches_the_status_afterwards(
     finally:
         kept.close()
     # 3. The next agent (again without upgrades: only the outbox can carry the report).
-    after = Running(agent_settings(state, node, hub.url), upgrades=False)
+    after = Running(agent_settings(state, node, upgrade_hub.url), upgrades=False)
     try:
 
         async def deferred() -> bool:

@@ -11,12 +11,9 @@ import pathlib
 import shutil
 
 import pytest
-import yaml
 
-from cloudhub.kube import CRDS, KubeClient
+from cloudhub.kube import KubeClient
 from cloudhub.upgrade.cli import EDGEUPGRADES
-from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
-from cloudhub.upgrade.settings import UpgradeSettings as HubUpgradeSettings
 from edgeagent.agent import Agent
 from edgeagent.sdnotify import Notifier
 from edgeagent.settings import AgentSettings, HubSettings, RuntimeSettings, StoreSettings
@@ -24,7 +21,7 @@ from edgeagent.upgrade import CHUNK_BYTES, Layout, guard
 from edgeagent.upgrade.service import upgrade_service
 from edgeagent.upgrade.settings import UpgradeSettings
 from edgeagent.uplink.session import HubLink
-from tests.edgeagent.hublink.fleet import HubRunner, eventually, free_port, write_node_pki
+from tests.edgeagent.hublink.fleet import HubRunner, eventually, write_node_pki
 from tests.edgeagent.upgrade.wheels import copy_venv, make_venv, make_wheel, sha256
 
 
@@ -37,24 +34,15 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 async def test_an_order_over_the_real_link_is_fetched_installed_and_switched(
-    api, kube: KubeClient, pki_ca, tmp_path: pathlib.Path, template: pathlib.Path
+    upgrade_hub: HubRunner,
+    kube: KubeClient,
+    pki_ca,
+    tmp_path: pathlib.Path,
+    template: pathlib.Path,
 ) -> None:
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    wheel = make_wheel(artifacts, "9.0.0", padding=2 * CHUNK_BYTES)  # newer than the agent
+    # newer than the agent; served from the hub's artifact directory
+    wheel = make_wheel(tmp_path / "artifacts", "9.0.0", padding=2 * CHUNK_BYTES)
     digest = sha256(wheel)
-    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
-    hub = HubRunner(
-        api.kubeconfig_path,
-        pki_ca.server,
-        free_port(),
-        extensions=lambda settings: [
-            UpgradeExtension(
-                HubUpgradeSettings(artifact_dir=str(artifacts), interval=0.1, install_crd=False)
-            )
-        ],
-    )
-    await hub.start()
     prefix = tmp_path / "opt" / "edgeagent"
     prefix.parent.mkdir()
     copy_venv(template, prefix)
@@ -67,7 +55,7 @@ async def test_an_order_over_the_real_link_is_fetched_installed_and_switched(
         node_ip="127.0.0.1",
         runtime=RuntimeSettings(kind="process"),
         store=StoreSettings(commit_delay=0.05),
-        hub=HubSettings(url=hub.url, backoff_base=0.1, backoff_cap=0.5, healthy_after=0.5),
+        hub=HubSettings(url=upgrade_hub.url, backoff_base=0.1, backoff_cap=0.5, healthy_after=0.5),
         upgrade=UpgradeSettings(enabled=True, prefix=str(prefix)),
     )
     # As edgeagent run wires it: the restart stops this agent (systemd starts the new one).
@@ -112,5 +100,4 @@ async def test_an_order_over_the_real_link_is_fetched_installed_and_switched(
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
-        await hub.stop()
         shutil.rmtree(tmp_path / "opt", ignore_errors=True)
