@@ -20,7 +20,8 @@ EdgeUpgrade in batches of 10 %, the artifact served by the hub over the sessions
 process's CPU seconds over that time (the hub *and* the simulated nodes: they share the
 process), and the real new agents' own since they started (their processes' user +
 system time, read from /proc at the end; the old agents' and the venv builds' are not
-in it). ``BENCH_UPGRADE_TRACE=1`` prints the rollout's status at every poll on stderr.
+in it). ``BENCH_UPGRADE_TRACE=1`` prints the rollout's phase and its nodes per phase at every poll
+on stderr.
 """
 
 from __future__ import annotations
@@ -221,7 +222,11 @@ async def fleet_run(work: pathlib.Path, sims: int) -> dict:
             async def completed() -> dict | None:
                 status = (await kube.get(EDGEUPGRADES, "bench")).get("status") or {}
                 if os.environ.get("BENCH_UPGRADE_TRACE"):
-                    print(status.get("phase"), status.get("nodes"), file=sys.stderr)
+                    counts: dict[str, int] = {}
+                    for entry in status.get("nodes") or ():
+                        counts[entry["phase"]] = counts.get(entry["phase"], 0) + 1
+                    elapsed = time.perf_counter() - wall0
+                    print(f"{elapsed:7.1f} s", status.get("phase"), counts, file=sys.stderr)
                 return status if status.get("phase") == "Completed" else None
 
             status = await eventually(completed, "the rollout Completed", 1800)
