@@ -19,10 +19,11 @@ and for each EdgeUpgrade:
    connected nodes;
 4. writes the status when it changed.
 
-Limitation (docs/upgrade.md): the hub does not know who created an EdgeUpgrade (Kubernetes
-does not record it on the object), so it cannot check with a SubjectAccessReview that the
-creator may see the nodes selected. Whoever may create EdgeUpgrades (cluster-scoped) may
-upgrade every edge node: grant it like node administration.
+With ``upgrade.admission`` on a real cluster it also serves the validating webhook
+(:mod:`~cloudhub.upgrade.admission`) that refuses an EdgeUpgrade or EdgeImagePrePull whose
+nodeSelector selects nodes its creator may not see (Kubernetes records no creator on the
+object: the API server's AdmissionReview names the requester), as ``hub.admission_server``,
+and writes the hub CA into the ValidatingWebhookConfiguration's caBundle.
 """
 
 from __future__ import annotations
@@ -129,6 +130,46 @@ class UpgradeExtension:
         hub.dispatcher.register(UpgradeProgress, self._on_progress)
         hub.registry.on_synced.append(self._on_synced)
         hub.add_task(self._loop(), name="upgrade")
+        if self.settings.admission and hub.kube is not None and hub.embedded_api is None:
+            await self._serve_admission(hub)
+
+    async def _serve_admission(self, hub: Hub) -> None:
+        """Start the node-selection webhook (module docstring) and publish the CA for it."""
+        from cloudhub.upgrade.admission import (
+            AdmissionServer,
+            SubjectAccessReviewer,
+            publish_webhook_ca_bundle,
+        )
+        from protocol import pki
+
+        assert hub.kube is not None
+        credentials = hub._credentials_source()
+        server = AdmissionServer(
+            SubjectAccessReviewer(hub.kube),
+            credentials,
+            host=self.settings.admission_host,
+            port=self.settings.admission_port,
+        )
+        await server.start()
+        hub.admission_server = server  # type: ignore[attr-defined]
+        if self.settings.admission_webhook:
+            try:
+                await publish_webhook_ca_bundle(
+                    hub.kube, self.settings.admission_webhook,
+                    pki.dump_certificate_pem(credentials().cas),
+                )  # fmt: skip
+            except KubeAPIError as exc:  # the webhook still answers; the API server
+                # refuses to call it (TLS) until the bundle is there: logged, not fatal
+                log.error("ValidatingWebhookConfiguration %s: caBundle not written (%s)",
+                          self.settings.admission_webhook, exc)  # fmt: skip
+
+        async def serve_until_closed() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await server.aclose()
+
+        hub.add_task(serve_until_closed(), name="admission-webhook")
 
     async def _install_crd(self) -> None:
         assert self._hub is not None and self._hub.kube is not None

@@ -37,6 +37,31 @@ class UpgradeSettings:
         metadata=_h("create the EdgeUpgrade CRD on the embedded API when it is missing"),
     )
 
+    admission: bool = field(
+        default=False,
+        metadata=_h(
+            "on a real cluster, serve the validating webhook that refuses EdgeUpgrades and "
+            "EdgeImagePrePulls selecting nodes their creator may not see (deploy/admission/; "
+            "the base Deployment turns it on)"
+        ),
+    )
+    admission_host: str = field(
+        default="0.0.0.0", metadata=_h("address of the admission webhook's HTTPS server")
+    )
+    admission_port: int = field(
+        default=8443,
+        metadata=_h("port of the admission webhook's HTTPS server (0: any free port)"),
+    )
+    admission_webhook: str = field(
+        default="edgefleet-node-selection",
+        metadata=_h(
+            "ValidatingWebhookConfiguration whose caBundle the hub sets to the hub CA when it "
+            "serves the webhook (empty: leave it alone)"
+        ),
+    )
+
     def __post_init__(self) -> None:
         if not self.interval > 0:
             raise SettingsError("upgrade.interval", "> 0", self.interval)
+        if not 0 <= self.admission_port <= 65535:
+            raise SettingsError("upgrade.admission_port", "a port 0..65535", self.admission_port)

@@ -156,6 +156,7 @@ def test_manifest_shape() -> None:
         ("websocket", 7443, "TCP"),
         ("join", 7444, "TCP"),
         ("http", 9095, "TCP"),
+        ("admission", 8443, "TCP"),
     }
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -170,6 +171,7 @@ def test_manifest_shape() -> None:
         (7443, "TCP", "websocket"),
         (7444, "TCP", "join"),
         (9095, "TCP", "http"),
+        (8443, "TCP", "admission"),
     }
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
