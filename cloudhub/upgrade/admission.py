@@ -179,7 +179,13 @@ async def review(body: object, authorize: Authorize) -> tuple[str, Decision]:
         return uid, Decision(True)
     spec = new.get("spec") if isinstance(new.get("spec"), Mapping) else {}
     who = Requester.from_user_info(request.get("userInfo"))
-    what = f"{key[1]} {request.get('name') or (new.get('metadata') or {}).get('name', '')!r}"
+    kind = (
+        (request.get("kind") or {}).get("kind")
+        if isinstance(request.get("kind"), Mapping)
+        else None
+    )
+    name = request.get("name") or (new.get("metadata") or {}).get("name", "")
+    what = f"{kind or key[1]} {name!r}"
     try:
         return uid, await _decide(spec.get("nodeSelector"), who, what, authorize)
     except KubeAPIError as exc:
@@ -296,9 +302,7 @@ class AdmissionServer:
 
     async def start(self) -> int:
         """Listen; returns the bound port."""
-        runner = web.ServerRunner(
-            web.Server(self.handle, access_log=None, client_max_size=MAX_REVIEW_BYTES)
-        )
+        runner = web.ServerRunner(web.Server(self.handle, access_log=None))
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context())
         await site.start()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import pathlib
+import subprocess
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,7 +27,8 @@ from cloudhub.hub import Hub
 from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.settings import load_hub_settings
 from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer
-from tests.k8s.fixtures import kube_apiserver  # noqa: F401  (session fixture)
+from tests.k8s.fixtures import kube_apiserver, require  # noqa: F401  (session fixture)
+from tests.k8s.kube_apiserver import kubectl_path
 from tests.sim import SimAgent, node_credentials
 from tests.testpki import TestPKI
 from tests.waiting import eventually as eventually  # re-exported: the one polling helper
@@ -239,3 +242,39 @@ def secret(name: str, namespace: str, data: dict[str, str]) -> dict:
         "type": "Opaque",
         "stringData": data,
     }
+
+
+# -- kubectl against the test's cluster (EdgeUpgrade and EdgeImagePrePull tests) -----------
+
+CRDS = pathlib.Path(__file__).resolve().parents[3] / "deploy" / "crds"
+
+
+def run(kubectl_bin: str, cluster: Cluster, *args: str, stdin: str | None = None):
+    return subprocess.run(
+        [kubectl_bin, f"--kubeconfig={cluster.kubeconfig}", *args],
+        input=stdin, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def apply(kubectl_bin: str, cluster: Cluster, obj: dict):
+    return run(kubectl_bin, cluster, "apply", "-f", "-", stdin=json.dumps(obj))
+
+
+@pytest.fixture
+def kubectl_bin() -> str:
+    """Debian's kubectl 1.20.2 (scripts/setup.sh test unpacks it)."""
+    path = kubectl_path()
+    if path is None:
+        require("kubectl", "scripts/setup.sh test unpacks Debian's kubernetes-client")
+    return str(path)
+
+
+@pytest.fixture
+def crds(kubectl_bin: str, cluster: Cluster) -> None:
+    for name in ("edgeupgrades", "edgeimageprepulls"):
+        path = CRDS / f"{name}.apps.edgefleet.io.yaml"
+        done = run(kubectl_bin, cluster, "apply", "-f", str(path))
+        assert done.returncode == 0, done.stderr
+        wait = run(kubectl_bin, cluster, "wait", "--for=condition=Established", "--timeout=60s",
+                   f"crd/{name}.apps.edgefleet.io")  # fmt: skip
+        assert wait.returncode == 0, wait.stderr

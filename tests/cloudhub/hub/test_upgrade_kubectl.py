@@ -3,52 +3,15 @@ reference kube-apiserver, the CRDs of deploy/crds applied as docs/upgrade.md say
 
 from __future__ import annotations
 
-import json
-import pathlib
-import subprocess
 import uuid
 
 import pytest
 
-from tests.cloudhub.hub.conftest import KUBE_APISERVER, Cluster
-from tests.k8s.fixtures import require
-from tests.k8s.kube_apiserver import kubectl_path
+from tests.cloudhub.hub.conftest import CRDS, KUBE_APISERVER, Cluster, apply, run
 
 pytestmark = pytest.mark.kubeapiserver
-CRDS = pathlib.Path(__file__).resolve().parents[3] / "deploy" / "crds"
 DIGEST = "ab" * 32
 WHEEL = "edgefleet-0.5.0-py3-none-any.whl"
-
-
-def run(kubectl_bin: str, cluster: Cluster, *args: str, stdin: str | None = None):
-    return subprocess.run(
-        [kubectl_bin, f"--kubeconfig={cluster.kubeconfig}", *args],
-        input=stdin, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-
-
-def apply(kubectl_bin: str, cluster: Cluster, obj: dict):
-    return run(kubectl_bin, cluster, "apply", "-f", "-", stdin=json.dumps(obj))
-
-
-@pytest.fixture
-def kubectl_bin() -> str:
-    """Debian's kubectl 1.20.2 (scripts/setup.sh test unpacks it)."""
-    path = kubectl_path()
-    if path is None:
-        require("kubectl", "scripts/setup.sh test unpacks Debian's kubernetes-client")
-    return str(path)
-
-
-@pytest.fixture
-def crds(kubectl_bin: str, cluster: Cluster) -> None:
-    for name in ("edgeupgrades", "edgeimageprepulls"):
-        path = CRDS / f"{name}.apps.edgefleet.io.yaml"
-        done = run(kubectl_bin, cluster, "apply", "-f", str(path))
-        assert done.returncode == 0, done.stderr
-        wait = run(kubectl_bin, cluster, "wait", "--for=condition=Established", "--timeout=60s",
-                   f"crd/{name}.apps.edgefleet.io")  # fmt: skip
-        assert wait.returncode == 0, wait.stderr
 
 
 def upgrade(name: str, **spec) -> dict:

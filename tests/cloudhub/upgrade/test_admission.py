@@ -27,6 +27,11 @@ from protocol import pki
 from protocol.transport import TLSCredentials
 
 HOST = "kubernetes.io/hostname"
+KINDS = {
+    "edgeupgrades": "EdgeUpgrade",
+    "edgeimageprepulls": "EdgeImagePrePull",
+    "edgeplacements": "EdgePlacement",
+}
 
 
 class Policy:
@@ -64,7 +69,7 @@ def admission(
         spec["nodeSelector"] = selector
     request = {
         "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": {"group": "apps.edgefleet.io", "version": "v1alpha1", "kind": "EdgeUpgrade"},
+        "kind": {"group": "apps.edgefleet.io", "version": "v1alpha1", "kind": KINDS[resource]},
         "resource": {"group": "apps.edgefleet.io", "version": "v1alpha1", "resource": resource},
         "name": "to-0.5.0",
         "operation": operation,
@@ -145,7 +150,7 @@ async def test_too_many_named_nodes_are_refused_without_asking_each() -> None:
 async def test_prepulls_are_checked_and_other_resources_are_not() -> None:
     policy = Policy()
     _, decision = await review(admission({}, resource="edgeimageprepulls"), policy)
-    assert not decision.allowed and "edgeimageprepulls 'to-0.5.0'" in decision.message
+    assert not decision.allowed and "EdgeImagePrePull 'to-0.5.0'" in decision.message
     asked = len(policy.asked)
     for body in (
         admission({}, resource="edgeplacements"),
