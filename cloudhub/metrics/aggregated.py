@@ -32,6 +32,7 @@ from aiohttp import web
 from cryptography import x509
 
 from cloudhub.aggregation import AggregatedAPI, AggregatedRequest, AggregatedResource
+from cloudhub.endpoint import HTTPSEndpoint
 from cloudhub.errors import ConfigError, HubError, KubeNotFound
 from cloudhub.kube import KubeClient, ResourceType
 from protocol.transport import TLSCredentials
@@ -222,7 +223,7 @@ def _common_name(der: bytes | None) -> str:
     return str(names[0].value) if names else ""
 
 
-class AggregatedAPIServer:
+class AggregatedAPIServer(HTTPSEndpoint):
     """HTTPS server for aggregated API groups (see the module docstring).
 
     Args:
@@ -241,14 +242,14 @@ class AggregatedAPIServer:
         host: str,
         port: int,
     ) -> None:
+        super().__init__(host=host, port=port)
         self.apis = {(a.group, a.version): a for a in apis}
         self._credentials = credentials
         self.front_proxy = front_proxy
-        self.host = host
-        self.port = port
-        self._runner: web.ServerRunner | None = None
         self.refused = 0
         """Requests refused for the caller's identity (for tests and logs)."""
+
+    what = "aggregated API (metrics.k8s.io)"
 
     def ssl_context(self) -> ssl.SSLContext:
         """Our chain, the front-proxy CA for client certificates.
@@ -266,23 +267,6 @@ class AggregatedAPIServer:
             raise ConfigError(f"aggregated API TLS: {exc}") from exc
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         return context
-
-    async def start(self) -> int:
-        """Listen; returns the bound port."""
-        runner = web.ServerRunner(web.Server(self.handle, access_log=None))
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context())
-        await site.start()
-        self._runner = runner
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.port = sockets[0].getsockname()[1] if sockets else self.port
-        log.info("aggregated API (metrics.k8s.io) on https://%s:%d", self.host, self.port)
-        return self.port
-
-    async def aclose(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     def _caller(self, request: web.BaseRequest) -> tuple[str, str | None]:
         """``(user, refusal or None)``; the user is ``""`` when no header names one."""

@@ -28,7 +28,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -131,20 +130,13 @@ class MetricsExtension:
             port=self.settings.aggregated_port,
         )
         await server.start()
+        server.owned_by(hub, "aggregated-api")  # closed with the hub, also if what follows fails
         hub.aggregated_server = server  # type: ignore[attr-defined]
         if self.settings.apiservice:
             cas = credentials().cas
             await publish_ca_bundle(
                 hub.kube, self.settings.apiservice, pki.dump_certificate_pem(cas)
             )
-
-        async def serve_until_closed() -> None:
-            try:
-                await asyncio.Event().wait()
-            finally:
-                await server.aclose()
-
-        hub.add_task(serve_until_closed(), "aggregated-api")
 
     # -- ingest -------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
+from cloudhub.endpoint import HTTPSEndpoint
 from cloudhub.errors import ConfigError, KubeAPIError, KubeNotFound
 from cloudhub.kube import KubeClient, ResourceType
 from cloudhub.placement.errors import InvalidSpec
@@ -255,7 +256,7 @@ def _answer(api_version: str, uid: str, decision: Decision) -> dict[str, Any]:
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
 
-class AdmissionServer:
+class AdmissionServer(HTTPSEndpoint):
     """HTTPS endpoint of the webhook: ``POST`` :data:`WEBHOOK_PATH` with an AdmissionReview
     (``admission.k8s.io/v1`` or ``v1beta1``, answered in the same version), ``/healthz``.
 
@@ -278,13 +279,13 @@ class AdmissionServer:
         host: str,
         port: int,
     ) -> None:
+        super().__init__(host=host, port=port)
         self.authorize = authorize
         self._credentials = credentials
-        self.host = host
-        self.port = port
-        self._runner: web.ServerRunner | None = None
         self.denied = 0
         """Reviews answered ``allowed: false`` (for logs and tests)."""
+
+    what = "admission webhook (node selection)"
 
     def ssl_context(self) -> ssl.SSLContext:
         """Our chain; no client certificate asked (see the class docstring).
@@ -299,24 +300,6 @@ class AdmissionServer:
         context.verify_mode = ssl.CERT_NONE
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         return context
-
-    async def start(self) -> int:
-        """Listen; returns the bound port."""
-        runner = web.ServerRunner(web.Server(self.handle, access_log=None))
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context())
-        await site.start()
-        self._runner = runner
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.port = sockets[0].getsockname()[1] if sockets else self.port
-        log.info("admission webhook (node selection) on https://%s:%d%s", self.host, self.port,
-                 WEBHOOK_PATH)  # fmt: skip
-        return self.port
-
-    async def aclose(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path in ("/healthz", "/readyz", "/livez"):

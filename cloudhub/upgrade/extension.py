@@ -151,6 +151,7 @@ class UpgradeExtension:
             port=self.settings.admission_port,
         )
         await server.start()
+        server.owned_by(hub, "admission-webhook")  # closed with the hub, also if what follows fails
         hub.admission_server = server  # type: ignore[attr-defined]
         if self.settings.admission_webhook:
             try:
@@ -162,14 +163,6 @@ class UpgradeExtension:
                 # refuses to call it (TLS) until the bundle is there: logged, not fatal
                 log.error("ValidatingWebhookConfiguration %s: caBundle not written (%s)",
                           self.settings.admission_webhook, exc)  # fmt: skip
-
-        async def serve_until_closed() -> None:
-            try:
-                await asyncio.Event().wait()
-            finally:
-                await server.aclose()
-
-        hub.add_task(serve_until_closed(), name="admission-webhook")
 
     async def _install_crd(self) -> None:
         assert self._hub is not None and self._hub.kube is not None
