@@ -150,14 +150,40 @@ def _metric(port: int, name: str) -> dict[tuple, float]:
     return out
 
 
-def _writes(replicas: list[ReplicaProcess]) -> float:
-    """Writes about nodes the replicas made (created, updated, renewed, written)."""
-    total = 0.0
+WRITTEN = ("created", "updated", "renewed", "written")
+
+
+def _writes_by_what(replicas: list[ReplicaProcess]) -> dict[str, float]:
+    """Writes about nodes the replicas made (created, updated, renewed, written), by what
+    was written (``node``, ``lease``, ``heartbeat``, ``event``, ``unknown``)."""
+    out: dict[str, float] = {}
     for r in replicas:
         for labels, value in _metric(r.http_port, "edgefleet_hub_node_writes_total").items():
-            if dict(labels).get("result") in ("created", "updated", "renewed", "written"):
-                total += value
-    return total
+            found = dict(labels)
+            if found.get("result") in WRITTEN:
+                what = found.get("what", "")
+                out[what] = out.get(what, 0.0) + value
+    return out
+
+
+async def _registrations_done(replicas: list[ReplicaProcess], quiet_s: float = 3.0) -> float:
+    """Seconds until the one-time writes of a fleet's arrival (Node creates and updates,
+    their Events, through the 50/s Node-write limiter) have stopped: no such write for
+    ``quiet_s`` seconds (Lease renewals and heartbeats go on; they are the idle load)."""
+    start = time.monotonic()
+    last: dict[str, float] = {}
+    since = time.monotonic()
+
+    def quiet() -> bool:
+        nonlocal last, since
+        now = _writes_by_what(replicas)
+        arrival = {k: v for k, v in now.items() if k in ("node", "event")}
+        if arrival != last:
+            last, since = arrival, time.monotonic()
+        return time.monotonic() - since >= quiet_s
+
+    await eventually(quiet, "the fleet's registrations written", 300, interval=0.5)
+    return time.monotonic() - start
 
 
 def _keep_logs(root: pathlib.Path, keep: str) -> None:
@@ -171,8 +197,27 @@ def _keep_logs(root: pathlib.Path, keep: str) -> None:
         shutil.copy(log, pathlib.Path(keep) / f"{log.parent.name}-{log.name}")
 
 
+SIMS_PER_PROCESS = 2500
+"""Simulated agents per ``tests.sim`` process (prefixes ``ha-0-``, ``ha-1-``, ...)."""
+
+
+def _fleet_size(quick: bool) -> int:
+    """60 nodes (``--quick``), 1,000, or ``EDGEFLEET_BENCH_HA_NODES`` (e.g. 10000 for the
+    storm goal's size).
+
+    Raises:
+        SystemExit: not a positive integer.
+    """
+    text = os.environ.get("EDGEFLEET_BENCH_HA_NODES", "")
+    if not text:
+        return 60 if quick else 1000
+    if not text.isdigit() or int(text) < 1:
+        raise SystemExit(f"EDGEFLEET_BENCH_HA_NODES={text!r}: not a positive integer")
+    return int(text)
+
+
 async def run_async(quick: bool) -> dict:
-    n = 60 if quick else 1000
+    n = _fleet_size(quick)
     idle_s = 25.0 if quick else 60.0
     pki_ca = make_test_pki()
     prefix = "ha-"
@@ -181,7 +226,7 @@ async def run_async(quick: bool) -> dict:
         api, kubeconfig = await start_api(root)
         kube = await KubeClient.from_kubeconfig(str(kubeconfig))
         replicas: list[ReplicaProcess] = []
-        sim: subprocess.Popen | None = None
+        sims: list[subprocess.Popen] = []
         tasks: list[asyncio.Task] = []
         try:
             for name in ("edgefleet", "kube-node-lease", NAMESPACE):
@@ -211,31 +256,25 @@ async def run_async(quick: bool) -> dict:
             async with Balancer([r.port for r in replicas]) as balancer:
                 (root / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
                 (root / "ca.key").write_bytes(pki.dump_private_key_pem(pki_ca.ca.private_key))
-                sim = popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tests.sim",
-                        "--ca-cert",
-                        str(root / "ca.crt"),
-                        "--ca-key",
-                        str(root / "ca.key"),
-                        "--nodes",
-                        str(n),
-                        "--prefix",
-                        prefix,
-                        "--transport",
-                        "websocket",
-                        "--websocket-port",
-                        str(balancer.port),
-                        "--ramp",
-                        "100",
-                        "--no-status",
-                    ],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=(root / "sim.log").open("wb"),
-                )
+                for k, start in enumerate(range(0, n, SIMS_PER_PROCESS)):
+                    sims.append(
+                        popen(
+                            [
+                                sys.executable, "-m", "tests.sim",
+                                "--ca-cert", str(root / "ca.crt"),
+                                "--ca-key", str(root / "ca.key"),
+                                "--nodes", str(min(SIMS_PER_PROCESS, n - start)),
+                                "--prefix", f"{prefix}{k}-",
+                                "--transport", "websocket",
+                                "--websocket-port", str(balancer.port),
+                                "--ramp", "100",
+                                "--no-status",
+                            ],
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL,
+                            stderr=(root / f"sim-{k}.log").open("wb"),
+                        )
+                    )  # fmt: skip
                 ramp_s = await _until(lambda: watch.served_by(live, n), 300, "the fleet served")
                 _progress("fleet served", nodes=n, seconds=round(ramp_s, 1))
                 results: dict[str, Any] = {
@@ -245,11 +284,13 @@ async def run_async(quick: bool) -> dict:
                     "node_profile": profile,
                 }
 
-                # 1. idle writes
-                await asyncio.sleep(5)  # let the registrations settle (not measured)
-                w0, c0, t0 = _writes(replicas), _cpu(replicas), time.monotonic()
+                # 1. idle writes, once the arrival's writes are over
+                results["registrations_s"] = await _registrations_done(replicas)
+                k0 = _writes_by_what(replicas)
+                w0, c0, t0 = sum(k0.values()), _cpu(replicas), time.monotonic()
                 await asyncio.sleep(idle_s)  # the measurement window itself
-                w1, c1, t1 = _writes(replicas), _cpu(replicas), time.monotonic()
+                k1 = _writes_by_what(replicas)
+                w1, c1, t1 = sum(k1.values()), _cpu(replicas), time.monotonic()
                 minutes = (t1 - t0) / 60
                 replica_lease_writes = REPLICA_LEASE_WRITES_PER_S * (t1 - t0)
                 per_node_min = (w1 - w0 + replica_lease_writes) / n / minutes
@@ -260,6 +301,10 @@ async def run_async(quick: bool) -> dict:
                     "replica_lease_writes": replica_lease_writes,
                     "writes_per_node_per_min": per_node_min,
                     "node_writes_per_node_per_min": node_per_min,
+                    "node_writes_per_node_per_min_by_what": {
+                        what: (k1.get(what, 0.0) - k0.get(what, 0.0)) / n / minutes
+                        for what in sorted(k1)
+                    },
                     # the replica Leases are per replica, not per node: what they add per
                     # node at the goals' sizes
                     "writes_per_node_per_min_at_1000": node_per_min
@@ -336,10 +381,12 @@ async def run_async(quick: bool) -> dict:
                 }
                 _progress("reconnect storm", **results["reconnect_storm"])
         finally:
-            if sim is not None and sim.poll() is None:
-                with contextlib.suppress(OSError):
-                    assert sim.stdin is not None
-                    sim.stdin.close()
+            for sim in sims:
+                if sim.poll() is None:
+                    with contextlib.suppress(OSError):
+                        assert sim.stdin is not None
+                        sim.stdin.close()
+            for sim in sims:
                 try:
                     await asyncio.to_thread(sim.wait, 60)
                 except subprocess.TimeoutExpired:
