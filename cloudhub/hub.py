@@ -140,6 +140,7 @@ class Hub:
         self._failed = asyncio.Event()
         self._failure: BaseException | None = None
         self._embedded: Any = None
+        self._lease_kube: KubeClient | None = None
         self._servers: list[Any] = []
         self._started = False
         self.kube: KubeClient | None = None
@@ -224,6 +225,12 @@ class Hub:
         s = self.settings
         await self.health.start()
         self.kube = await self._connect_kube()
+        if s.ha.enabled:
+            # The replica Lease's renewals on a client of their own, as kube-controller-
+            # manager's leader election has: queued behind a burst of node writes on the
+            # shared pool (64 connections; 3,333 claims at a replica's start), a renewal
+            # missed its deadline and fenced a replica whose API was reachable.
+            self._lease_kube = await self._connect_kube(max_connections=2)
         self._build()
         for extension in self._extensions:
             result = extension(self)
@@ -279,14 +286,19 @@ class Hub:
             return lambda: fixed
         return _file_credentials(self.settings)
 
-    async def _connect_kube(self) -> KubeClient:
+    async def _connect_kube(self, **extra: Any) -> KubeClient:
+        """A client of the API the settings name (``extra``: KubeClient options, e.g.
+        ``max_connections``); the embedded API is started by the first call."""
         k = self.settings.kube
         kwargs = {"request_timeout": k.request_timeout, "observer": self.metrics.observe_request}
+        kwargs.update(extra)
         if k.mode == "kubeconfig":
             assert k.kubeconfig is not None
             return await KubeClient.from_kubeconfig(str(k.kubeconfig), context=k.context, **kwargs)
         if k.mode == "in-cluster":
             return KubeClient.in_cluster(**kwargs)
+        if self._embedded is not None:
+            return await KubeClient.from_kubeconfig(str(self._embedded.kubeconfig_path), **kwargs)
         from cloudhub.standalone import APIServerSettings, EmbeddedAPIServer, StandaloneError
 
         try:
@@ -393,7 +405,8 @@ class Hub:
         """Replica Leases and node ownership (docs/hub.md, "High availability")."""
         s = self.settings
         assert self.kube is not None
-        replicas = self.replicas = ReplicaLeases(self.kube, s.ha, s.ha.identity or self.identity)
+        lease_kube = self._lease_kube or self.kube
+        replicas = self.replicas = ReplicaLeases(lease_kube, s.ha, s.ha.identity or self.identity)
         informer = Informer(
             self.kube,
             LEASES,
@@ -551,6 +564,9 @@ class Hub:
         if self.kube is not None:
             await self.kube.close()
             self.kube = None
+        if self._lease_kube is not None:
+            await self._lease_kube.close()
+            self._lease_kube = None
         if self._embedded is not None:
             embedded, self._embedded = self._embedded, None
             await embedded.__aexit__(None, None, None)
