@@ -218,6 +218,7 @@ def _fleet_size(quick: bool) -> int:
 
 async def run_async(quick: bool) -> dict:
     n = _fleet_size(quick)
+    patience = max(300.0, 0.06 * n)  # seconds any phase may take before the run fails
     idle_s = 25.0 if quick else 60.0
     pki_ca = make_test_pki()
     prefix = "ha-"
@@ -275,7 +276,9 @@ async def run_async(quick: bool) -> dict:
                             stderr=(root / f"sim-{k}.log").open("wb"),
                         )
                     )  # fmt: skip
-                ramp_s = await _until(lambda: watch.served_by(live, n), 300, "the fleet served")
+                ramp_s = await _until(
+                    lambda: watch.served_by(live, n), patience, "the fleet served"
+                )
                 _progress("fleet served", nodes=n, seconds=round(ramp_s, 1))
                 results: dict[str, Any] = {
                     "nodes": n,
@@ -328,7 +331,7 @@ async def run_async(quick: bool) -> dict:
                 victim.kill()
                 live = {r.identity for r in survivors}
                 failover_s = await _until(
-                    lambda: watch.served_by(live, n), 120, "the dead replica's nodes served"
+                    lambda: watch.served_by(live, n), patience, "the dead replica's nodes served"
                 )
                 results["failover"] = {
                     "killed": victim.identity,
@@ -350,7 +353,7 @@ async def run_async(quick: bool) -> dict:
                     cpu_stopped += _cpu([r])
                     await asyncio.to_thread(r.stop)
                     others = live - {r.identity}
-                    await _until(lambda o=others: watch.served_by(o, n), 120, "handover")
+                    await _until(lambda o=others: watch.served_by(o, n), patience, "handover")
                     await asyncio.to_thread(r.start)
                 results["rolling_upgrade"] = {
                     "seconds": time.monotonic() - t0,
@@ -370,7 +373,9 @@ async def run_async(quick: bool) -> dict:
                 t0 = time.monotonic()
                 await asyncio.gather(*(asyncio.to_thread(r.start) for r in replicas))
                 c0 = 0.0  # new processes: their CPU so far is the storm's
-                await _until(lambda: watch.served_by(live, n, since=restarted_at), 300, "storm")
+                await _until(
+                    lambda: watch.served_by(live, n, since=restarted_at), patience, "storm"
+                )
                 results["reconnect_storm"] = {
                     "seconds": time.monotonic() - t0,
                     "not_ready": len(watch.not_ready),
