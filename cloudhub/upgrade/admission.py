@@ -256,6 +256,36 @@ def _answer(api_version: str, uid: str, decision: Decision) -> dict[str, Any]:
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
 
+async def _read_body(content: Any, limit: int) -> bytes:
+    """The whole request body, up to ``limit`` bytes.
+
+    ``StreamReader.read(n)`` returns what is buffered, not ``n`` bytes: one read cut
+    reviews over aiohttp's read buffer (about 128 KiB, timing-dependent) short, and the
+    truncated JSON was refused as unreadable.
+
+    Raises:
+        ValueError: the body is longer than ``limit`` bytes.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await content.read(limit + 1 - size)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"body over {limit} bytes")
+
+
+def _field(request: Mapping[str, Any], name: str, key: str) -> str:
+    """``request[name][key]`` as text for the log line, ``""`` when either is missing or
+    not what a review holds (the decision has been made: an odd shape must not turn the
+    answer into a 500)."""
+    part = request.get(name)
+    return str(part.get(key, "")) if isinstance(part, Mapping) else ""
+
+
 class AdmissionServer(HTTPSEndpoint):
     """HTTPS endpoint of the webhook: ``POST`` :data:`WEBHOOK_PATH` with an AdmissionReview
     (``admission.k8s.io/v1`` or ``v1beta1``, answered in the same version), ``/healthz``.
@@ -309,18 +339,23 @@ class AdmissionServer(HTTPSEndpoint):
         if request.method != "POST":
             return web.Response(status=405, text="POST an AdmissionReview\n")
         try:
-            raw = await request.content.read(MAX_REVIEW_BYTES + 1)
-            if len(raw) > MAX_REVIEW_BYTES:
-                raise ValueError(f"body over {MAX_REVIEW_BYTES} bytes")
-            body = json.loads(raw)
+            body = json.loads(await _read_body(request.content, MAX_REVIEW_BYTES))
             uid, decision = await review(body, self.authorize)
-        except ValueError as exc:  # json.JSONDecodeError is one
+        except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError;
+            # RecursionError: nested deeper than the interpreter's recursion limit
             log.warning("admission webhook: unreadable review refused: %s", exc)
             return web.Response(status=400, text=f"not an AdmissionReview: {exc}\n")
         api_version = str(body.get("apiVersion") or "admission.k8s.io/v1")
-        request_info = body.get("request") or {}
-        user = (request_info.get("userInfo") or {}).get("username", "")
-        target = f"{request_info.get('operation')} {(request_info.get('resource') or {}).get('resource')} {request_info.get('name', '')}"  # noqa: E501
+        request_info = body["request"]
+        target = " ".join(
+            str(part)
+            for part in (
+                request_info.get("operation"),
+                _field(request_info, "resource", "resource"),
+                request_info.get("name", ""),
+            )
+        )
+        user = _field(request_info, "userInfo", "username")
         if decision.allowed:
             log.info("admission webhook: %s by %s allowed", target, user)
         else:
