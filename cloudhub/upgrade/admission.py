@@ -13,8 +13,9 @@ server's own authorizer with ``SubjectAccessReview``\\ s (what ``kubectl auth ca
    any selector is admitted;
 2. anyone else must bound the selector by name, with ``kubernetes.io/hostname`` in
    ``matchLabels`` or an ``In`` expression on it (the hub sets that label to the node's
-   name; changing it needs ``patch nodes``), so that no node that joins or is relabelled
-   later can be selected; and may ``get`` every node so named (at most
+   name, and the controllers read it as the Node's name whatever it says:
+   :func:`~cloudhub.upgrade.model.selection_labels`), so that no node that joins or is
+   relabelled later can be selected; and may ``get`` every node so named (at most
    :data:`MAX_NAMED_NODES`, each one SubjectAccessReview).
 
 An UPDATE that leaves ``spec`` as it was (labels, annotations, finalizers) is admitted
@@ -48,7 +49,7 @@ from cloudhub.errors import ConfigError, KubeAPIError, KubeNotFound
 from cloudhub.kube import KubeClient, ResourceType
 from cloudhub.placement.errors import InvalidSpec
 from cloudhub.placement.selectors import Operator, parse_label_selector
-from cloudhub.upgrade.model import API_GROUP, PLURAL
+from cloudhub.upgrade.model import API_GROUP, HOSTNAME_LABEL, PLURAL
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import server_ssl_context
 
@@ -73,9 +74,6 @@ log = logging.getLogger(__name__)
 
 WEBHOOK_PATH = "/validate/node-selection"
 """The path the ValidatingWebhookConfiguration names."""
-
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-"""The label that bounds a selection by name (the hub sets it to the Node's name)."""
 
 MAX_NAMED_NODES = 200
 """Most nodes a user who may not list Nodes can name in one selector: one

@@ -48,6 +48,7 @@ from cloudhub.upgrade.model import (
     MAX_REPORT_REASON,
     Upgrade,
     parse_upgrade,
+    selection_labels,
 )
 from cloudhub.upgrade.passes import invalid_status, run_passes
 from cloudhub.upgrade.rollout import NodeFacts, NodePhase, Order, Rollback, Rollout
@@ -330,8 +331,7 @@ class UpgradeExtension:
         facts = {}
         for node in nodes:
             meta = node.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            if not upgrade.spec.node_selector.matches(labels):
+            if not upgrade.spec.node_selector.matches(selection_labels(node)):
                 continue
             node_name = meta.get("name", "")
             session = hub.registry.get(node_name)
