@@ -35,6 +35,7 @@ Sans-I/O: :func:`review` decides from an ``AdmissionReview`` and an ``authorize`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
@@ -65,6 +66,7 @@ __all__ = [
     "Decision",
     "Requester",
     "SubjectAccessReviewer",
+    "keep_webhook_ca_bundle",
     "named_nodes",
     "publish_webhook_ca_bundle",
     "review",
@@ -362,11 +364,14 @@ class AdmissionServer(HTTPSEndpoint):
         return web.json_response(_answer(api_version, uid, decision))
 
 
-async def publish_webhook_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) -> bool:
+async def publish_webhook_ca_bundle(
+    kube: KubeClient, name: str, ca_pem: bytes, *, warn_missing: bool = True
+) -> bool:
     """Write the hub CA into every webhook's ``clientConfig.caBundle`` of the
     ValidatingWebhookConfiguration ``name`` (the CA is made at the hub's first start, so
     no manifest can carry it; as for the metrics APIService). Returns whether it wrote
-    (``False``: already there, or no such configuration, logged).
+    (``False``: already there, or no such configuration, logged as a warning unless
+    ``warn_missing`` is false).
 
     Raises:
         KubeAPIError: the read or the write was refused (RBAC: ``get`` and ``update`` on
@@ -379,7 +384,7 @@ async def publish_webhook_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) 
     try:
         found = await kube.get(VALIDATINGWEBHOOKS, name)
     except KubeNotFound:
-        log.warning(
+        (log.warning if warn_missing else log.debug)(
             "ValidatingWebhookConfiguration %s does not exist: EdgeUpgrades and "
             "EdgeImagePrePulls are admitted without the node-access check "
             "(kubectl apply -f deploy/admission/)",
@@ -395,3 +400,23 @@ async def publish_webhook_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) 
     await kube.replace(VALIDATINGWEBHOOKS, found)
     log.info("ValidatingWebhookConfiguration %s: caBundle set to the hub CA", name)
     return True
+
+
+async def keep_webhook_ca_bundle(
+    kube: KubeClient, name: str, ca_pem: bytes, interval: float
+) -> None:
+    """Forever: every ``interval`` seconds, :func:`publish_webhook_ca_bundle` again.
+
+    The configuration is applied after the hub runs (docs/hub.md: ``kubectl apply -k
+    deploy/admission`` once the hub answers), and a ``kubectl replace`` or a GitOps sync
+    writes it back without the bundle: published once at start, the API server could not
+    verify the hub and refused every EdgeUpgrade and EdgeImagePrePull write until the
+    hub's next restart. One ``get`` per interval; a refused or conflicting write is logged
+    and tried again at the next. Never raises but ``CancelledError`` (a hub task).
+    """
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await publish_webhook_ca_bundle(kube, name, ca_pem, warn_missing=False)
+        except KubeAPIError as exc:
+            log.warning("ValidatingWebhookConfiguration %s: caBundle not written (%s)", name, exc)

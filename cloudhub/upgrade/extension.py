@@ -139,6 +139,7 @@ class UpgradeExtension:
         from cloudhub.upgrade.admission import (
             AdmissionServer,
             SubjectAccessReviewer,
+            keep_webhook_ca_bundle,
             publish_webhook_ca_bundle,
         )
         from protocol import pki
@@ -155,15 +156,22 @@ class UpgradeExtension:
         server.owned_by(hub, "admission-webhook")  # closed with the hub, also if what follows fails
         hub.admission_server = server  # type: ignore[attr-defined]
         if self.settings.admission_webhook:
+            ca_pem = pki.dump_certificate_pem(credentials().cas)
             try:
-                await publish_webhook_ca_bundle(
-                    hub.kube, self.settings.admission_webhook,
-                    pki.dump_certificate_pem(credentials().cas),
-                )  # fmt: skip
+                await publish_webhook_ca_bundle(hub.kube, self.settings.admission_webhook, ca_pem)
             except KubeAPIError as exc:  # the webhook still answers; the API server
                 # refuses to call it (TLS) until the bundle is there: logged, not fatal
                 log.error("ValidatingWebhookConfiguration %s: caBundle not written (%s)",
                           self.settings.admission_webhook, exc)  # fmt: skip
+            # and again while the hub runs: the configuration may come later, or be
+            # written back without the bundle
+            hub.add_task(
+                keep_webhook_ca_bundle(
+                    hub.kube, self.settings.admission_webhook, ca_pem,
+                    self.settings.admission_ca_interval,
+                ),
+                name="admission-ca-bundle",
+            )  # fmt: skip
 
     async def _install_crd(self) -> None:
         assert self._hub is not None and self._hub.kube is not None
