@@ -92,3 +92,35 @@ async def test_the_public_overlays_keep_the_webhook_off_the_load_balancer(
         for p in s["spec"]["ports"]
     }
     assert balanced == {(7443, "UDP", "quic"), (7443, "TCP", "websocket"), (7444, "TCP", "join")}
+
+
+@pytest.mark.parametrize(
+    "overlay",
+    ["base", "overlays/namespaced", "overlays/ha", "overlays/public", "overlays/public-1.20"],
+)
+async def test_the_hubs_own_prepulls_pass_the_webhook_in_every_overlay(
+    kubectl: str, overlay: str
+) -> None:
+    # The placement controller creates EdgeImagePrePulls (updateStrategy.prePull) as the
+    # hub's ServiceAccount with the EdgePlacement's nodeSelector, open or not: the webhook
+    # admits them because that account may list nodes cluster-wide. An overlay whose
+    # ClusterRole lost that would have every placement pre-pull refused.
+    docs = await render(kubectl, overlay)
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    bound = {
+        d["roleRef"]["name"]
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and {"kind": "ServiceAccount", "name": "cloudhub", "namespace": "edgefleet"}
+        in d["subjects"]
+    }
+    listers = [
+        name
+        for name in bound
+        for rule in roles[name]["rules"]
+        if "" in rule["apiGroups"]
+        and "nodes" in rule["resources"]
+        and "list" in rule["verbs"]
+        and not rule.get("resourceNames")
+    ]
+    assert listers, f"{overlay}: the hub may not list nodes cluster-wide"
