@@ -291,8 +291,11 @@ class AdmissionServer(HTTPSEndpoint):
     (``admission.k8s.io/v1`` or ``v1beta1``, answered in the same version), ``/healthz``.
 
     The API server sends no client certificate to webhooks unless it is given an admission
-    kubeconfig, so none is asked for: the answer is a yes or no about the requester's
-    node access, which a SubjectAccessReview tells anyone allowed to create one.
+    kubeconfig, so none is asked for. Whoever reaches the port may therefore ask, for any
+    user and groups, what a SubjectAccessReview would tell only those allowed to create
+    one (may they list nodes, get these), at up to ``MAX_NAMED_NODES + 1`` reviews per
+    POST: the port belongs on a ClusterIP Service only (``deploy/overlays/public`` puts
+    only the edge ports on its load balancer).
 
     Args:
         authorize: the access check (:class:`SubjectAccessReviewer`).
