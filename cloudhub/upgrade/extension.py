@@ -328,14 +328,6 @@ class UpgradeExtension:
                 # rbac: hub's ClusterRole (patch edgeupgrades/status)
                 await hub.kube.patch(EDGEUPGRADES, name, body, subresource="status")
             return
-        known = self.rollouts.get(upgrade.uid)
-        if known is None:
-            rollout = Rollout.from_status(upgrade.spec, upgrade.status)
-        elif known[0].generation != upgrade.generation:
-            rollout = Rollout(upgrade.spec, known[1].nodes.values(), known[1].batch)
-        else:
-            rollout = known[1]
-        self.rollouts[upgrade.uid] = (upgrade, rollout)
         facts = {}
         for node in nodes:
             meta = node.get("metadata") or {}
@@ -356,6 +348,16 @@ class UpgradeExtension:
                 else (meta.get("annotations") or {}).get(AGENT_VERSION_ANNOTATION, ""),
                 pods_ready=ready.get(node_name, True),
             )
+        known = self.rollouts.get(upgrade.uid)
+        if known is None:
+            # restored from the status: only of nodes the spec selects (the status may
+            # have been written by anyone with edgeupgrades/status: no admission check)
+            rollout = Rollout.from_status(upgrade.spec, upgrade.status, selected=facts)
+        elif known[0].generation != upgrade.generation:
+            rollout = Rollout(upgrade.spec, known[1].nodes.values(), known[1].batch)
+        else:
+            rollout = known[1]
+        self.rollouts[upgrade.uid] = (upgrade, rollout)
         before = rollout.to_status(upgrade.generation)
         for action in rollout.step(facts, self.clock()):
             self._act(upgrade, rollout, action)

@@ -263,6 +263,40 @@ async def _equals(read, want) -> bool:
     return (await read()) == want
 
 
+async def test_a_node_written_into_the_status_is_not_ordered_after_a_hub_restart(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    # edgeupgrades/status passes no admission check; the hub rebuilds a rollout from the
+    # status when it starts. An "upgrading" entry for a node the spec does not select was
+    # ordered when that node connected, and held the batch from the selected ones.
+    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    digest = hashlib.sha256(b"wheel bytes").hexdigest()
+    site = unique("site")
+    hidden, seen = unique("b-hidden"), unique("a-seen")
+    name = unique("restored")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    injected = {"batch": 1, "nodes": [{"name": hidden, "phase": "Downloading", "batch": 1}]}
+    await kube.patch(EDGEUPGRADES, name, {"status": injected}, subresource="status")
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    mine = hubs.agent(seen, agent_version="0.4.0", node_info=info)
+    await mine.wait_for(lambda: bool(orders(mine)), DEADLINE)
+    other = hubs.agent(hidden, agent_version="0.4.0", node_info=default_node_info("x"))
+    await other.wait_for(lambda: other.synced, DEADLINE)
+
+    async def listed() -> list[str]:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return sorted(e["name"] for e in status.get("nodes") or ())
+
+    await eventually(lambda: _equals(listed, [seen]), "the status lists the selected node")
+    assert not orders(other)
+
+
 async def test_an_invalid_edgeupgrade_is_marked_invalid_naming_the_field(
     hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
 ) -> None:
