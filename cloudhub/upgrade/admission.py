@@ -406,9 +406,10 @@ async def publish_webhook_ca_bundle(
 
 
 async def keep_webhook_ca_bundle(
-    kube: KubeClient, name: str, ca_pem: bytes, interval: float
+    kube: KubeClient, name: str, ca_pem: Callable[[], bytes], interval: float
 ) -> None:
-    """Forever: every ``interval`` seconds, :func:`publish_webhook_ca_bundle` again.
+    """Forever: every ``interval`` seconds, :func:`publish_webhook_ca_bundle` of
+    ``ca_pem()`` (read each time: the serving credentials' CA as it is then) again.
 
     The configuration is applied after the hub runs (docs/hub.md: ``kubectl apply -k
     deploy/admission`` once the hub answers), and a ``kubectl replace`` or a GitOps sync
@@ -420,6 +421,11 @@ async def keep_webhook_ca_bundle(
     while True:
         await asyncio.sleep(interval)
         try:
-            await publish_webhook_ca_bundle(kube, name, ca_pem, warn_missing=False)
+            pem = ca_pem()
+        except Exception as exc:  # credentials being rewritten: the next round reads them
+            log.warning("ValidatingWebhookConfiguration %s: hub CA not read (%s)", name, exc)
+            continue
+        try:
+            await publish_webhook_ca_bundle(kube, name, pem, warn_missing=False)
         except KubeAPIError as exc:
             log.warning("ValidatingWebhookConfiguration %s: caBundle not written (%s)", name, exc)

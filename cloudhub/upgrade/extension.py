@@ -167,7 +167,8 @@ class UpgradeExtension:
             # written back without the bundle
             hub.add_task(
                 keep_webhook_ca_bundle(
-                    hub.kube, self.settings.admission_webhook, ca_pem,
+                    hub.kube, self.settings.admission_webhook,
+                    lambda: pki.dump_certificate_pem(credentials().cas),
                     self.settings.admission_ca_interval,
                 ),
                 name="admission-ca-bundle",
