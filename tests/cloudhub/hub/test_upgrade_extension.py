@@ -233,9 +233,14 @@ async def test_a_node_relabelled_to_another_nodes_hostname_is_not_selected_by_it
     agents = [hubs.agent(n, agent_version="0.4.0", node_info=info) for n in (seen, hidden)]
     for agent in agents:
         await agent.wait_for(lambda x=agent: x.synced, DEADLINE)
-    await kube.patch(NODES, hidden, {"metadata": {"labels": {HOSTNAME_LABEL: seen}}})
     assert hubs.hub is not None
     nodes = hubs.hub.nodes
+
+    async def registered() -> bool:
+        return all(nodes is not None and nodes.get(n) is not None for n in (seen, hidden))
+
+    await eventually(registered, "both Nodes registered")
+    await kube.patch(NODES, hidden, {"metadata": {"labels": {HOSTNAME_LABEL: seen}}})
 
     async def cached() -> bool:
         node = nodes.get(hidden) if nodes is not None else None
