@@ -208,6 +208,8 @@ async def _decide(selector: object, who: Requester, what: str, authorize: Author
             f"selects: spec.nodeSelector needs {HOSTNAME_LABEL} in matchLabels or an In "
             f"expression on it (an open selector could match nodes the user cannot see)",
         )
+    if "" in names:  # a SubjectAccessReview without a name asks about every node
+        return Decision(False, f"{what}: {HOSTNAME_LABEL} '' names no node")
     if len(names) > MAX_NAMED_NODES:
         return Decision(
             False,

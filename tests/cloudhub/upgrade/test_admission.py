@@ -287,3 +287,11 @@ async def test_odd_shapes_are_answered_not_500(webhook) -> None:
     async with client.post(url + WEBHOOK_PATH, data=deep, ssl=context) as answer:
         assert answer.status == 400, await answer.text()
         assert "recursion" in await answer.text()
+
+
+async def test_an_empty_hostname_is_refused_without_asking_about_every_node() -> None:
+    # a SubjectAccessReview with name "" asks "get any node": the message named nobody
+    policy = Policy(gets={"alice": {"pi-1"}})
+    _, decision = await review(admission({"matchLabels": {HOST: ""}}), policy)
+    assert not decision.allowed and f"{HOST} '' names no node" in decision.message
+    assert policy.asked == [("alice", "list", None)]
