@@ -13,8 +13,9 @@ server's own authorizer with ``SubjectAccessReview``\\ s (what ``kubectl auth ca
    any selector is admitted;
 2. anyone else must bound the selector by name, with ``kubernetes.io/hostname`` in
    ``matchLabels`` or an ``In`` expression on it (the hub sets that label to the node's
-   name; changing it needs ``patch nodes``), so that no node that joins or is relabelled
-   later can be selected; and may ``get`` every node so named (at most
+   name, and the controllers read it as the Node's name whatever it says:
+   :func:`~cloudhub.upgrade.model.selection_labels`), so that no node that joins or is
+   relabelled later can be selected; and may ``get`` every node so named (at most
    :data:`MAX_NAMED_NODES`, each one SubjectAccessReview).
 
 An UPDATE that leaves ``spec`` as it was (labels, annotations, finalizers) is admitted
@@ -34,6 +35,7 @@ Sans-I/O: :func:`review` decides from an ``AdmissionReview`` and an ``authorize`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
@@ -48,7 +50,7 @@ from cloudhub.errors import ConfigError, KubeAPIError, KubeNotFound
 from cloudhub.kube import KubeClient, ResourceType
 from cloudhub.placement.errors import InvalidSpec
 from cloudhub.placement.selectors import Operator, parse_label_selector
-from cloudhub.upgrade.model import API_GROUP, PLURAL
+from cloudhub.upgrade.model import API_GROUP, HOSTNAME_LABEL, PLURAL
 from protocol.transport import TLSCredentials
 from protocol.transport.tls import server_ssl_context
 
@@ -64,6 +66,7 @@ __all__ = [
     "Decision",
     "Requester",
     "SubjectAccessReviewer",
+    "keep_webhook_ca_bundle",
     "named_nodes",
     "publish_webhook_ca_bundle",
     "review",
@@ -73,9 +76,6 @@ log = logging.getLogger(__name__)
 
 WEBHOOK_PATH = "/validate/node-selection"
 """The path the ValidatingWebhookConfiguration names."""
-
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-"""The label that bounds a selection by name (the hub sets it to the Node's name)."""
 
 MAX_NAMED_NODES = 200
 """Most nodes a user who may not list Nodes can name in one selector: one
@@ -208,6 +208,8 @@ async def _decide(selector: object, who: Requester, what: str, authorize: Author
             f"selects: spec.nodeSelector needs {HOSTNAME_LABEL} in matchLabels or an In "
             f"expression on it (an open selector could match nodes the user cannot see)",
         )
+    if "" in names:  # a SubjectAccessReview without a name asks about every node
+        return Decision(False, f"{what}: {HOSTNAME_LABEL} '' names no node")
     if len(names) > MAX_NAMED_NODES:
         return Decision(
             False,
@@ -256,13 +258,46 @@ def _answer(api_version: str, uid: str, decision: Decision) -> dict[str, Any]:
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
 
+async def _read_body(content: Any, limit: int) -> bytes:
+    """The whole request body, up to ``limit`` bytes.
+
+    ``StreamReader.read(n)`` returns what is buffered, not ``n`` bytes: one read cut
+    reviews over aiohttp's read buffer (about 128 KiB, timing-dependent) short, and the
+    truncated JSON was refused as unreadable.
+
+    Raises:
+        ValueError: the body is longer than ``limit`` bytes.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await content.read(limit + 1 - size)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"body over {limit} bytes")
+
+
+def _field(request: Mapping[str, Any], name: str, key: str) -> str:
+    """``request[name][key]`` as text for the log line, ``""`` when either is missing or
+    not what a review holds (the decision has been made: an odd shape must not turn the
+    answer into a 500)."""
+    part = request.get(name)
+    return str(part.get(key, "")) if isinstance(part, Mapping) else ""
+
+
 class AdmissionServer(HTTPSEndpoint):
     """HTTPS endpoint of the webhook: ``POST`` :data:`WEBHOOK_PATH` with an AdmissionReview
     (``admission.k8s.io/v1`` or ``v1beta1``, answered in the same version), ``/healthz``.
 
     The API server sends no client certificate to webhooks unless it is given an admission
-    kubeconfig, so none is asked for: the answer is a yes or no about the requester's
-    node access, which a SubjectAccessReview tells anyone allowed to create one.
+    kubeconfig, so none is asked for. Whoever reaches the port may therefore ask, for any
+    user and groups, what a SubjectAccessReview would tell only those allowed to create
+    one (may they list nodes, get these), at up to ``MAX_NAMED_NODES + 1`` reviews per
+    POST: the port belongs on a ClusterIP Service only (``deploy/overlays/public`` puts
+    only the edge ports on its load balancer).
 
     Args:
         authorize: the access check (:class:`SubjectAccessReviewer`).
@@ -309,18 +344,23 @@ class AdmissionServer(HTTPSEndpoint):
         if request.method != "POST":
             return web.Response(status=405, text="POST an AdmissionReview\n")
         try:
-            raw = await request.content.read(MAX_REVIEW_BYTES + 1)
-            if len(raw) > MAX_REVIEW_BYTES:
-                raise ValueError(f"body over {MAX_REVIEW_BYTES} bytes")
-            body = json.loads(raw)
+            body = json.loads(await _read_body(request.content, MAX_REVIEW_BYTES))
             uid, decision = await review(body, self.authorize)
-        except ValueError as exc:  # json.JSONDecodeError is one
+        except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError;
+            # RecursionError: nested deeper than the interpreter's recursion limit
             log.warning("admission webhook: unreadable review refused: %s", exc)
             return web.Response(status=400, text=f"not an AdmissionReview: {exc}\n")
         api_version = str(body.get("apiVersion") or "admission.k8s.io/v1")
-        request_info = body.get("request") or {}
-        user = (request_info.get("userInfo") or {}).get("username", "")
-        target = f"{request_info.get('operation')} {(request_info.get('resource') or {}).get('resource')} {request_info.get('name', '')}"  # noqa: E501
+        request_info = body["request"]
+        target = " ".join(
+            str(part)
+            for part in (
+                request_info.get("operation"),
+                _field(request_info, "resource", "resource"),
+                request_info.get("name", ""),
+            )
+        )
+        user = _field(request_info, "userInfo", "username")
         if decision.allowed:
             log.info("admission webhook: %s by %s allowed", target, user)
         else:
@@ -329,11 +369,14 @@ class AdmissionServer(HTTPSEndpoint):
         return web.json_response(_answer(api_version, uid, decision))
 
 
-async def publish_webhook_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) -> bool:
+async def publish_webhook_ca_bundle(
+    kube: KubeClient, name: str, ca_pem: bytes, *, warn_missing: bool = True
+) -> bool:
     """Write the hub CA into every webhook's ``clientConfig.caBundle`` of the
     ValidatingWebhookConfiguration ``name`` (the CA is made at the hub's first start, so
     no manifest can carry it; as for the metrics APIService). Returns whether it wrote
-    (``False``: already there, or no such configuration, logged).
+    (``False``: already there, or no such configuration, logged as a warning unless
+    ``warn_missing`` is false).
 
     Raises:
         KubeAPIError: the read or the write was refused (RBAC: ``get`` and ``update`` on
@@ -346,7 +389,7 @@ async def publish_webhook_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) 
     try:
         found = await kube.get(VALIDATINGWEBHOOKS, name)
     except KubeNotFound:
-        log.warning(
+        (log.warning if warn_missing else log.debug)(
             "ValidatingWebhookConfiguration %s does not exist: EdgeUpgrades and "
             "EdgeImagePrePulls are admitted without the node-access check "
             "(kubectl apply -f deploy/admission/)",
@@ -362,3 +405,29 @@ async def publish_webhook_ca_bundle(kube: KubeClient, name: str, ca_pem: bytes) 
     await kube.replace(VALIDATINGWEBHOOKS, found)
     log.info("ValidatingWebhookConfiguration %s: caBundle set to the hub CA", name)
     return True
+
+
+async def keep_webhook_ca_bundle(
+    kube: KubeClient, name: str, ca_pem: Callable[[], bytes], interval: float
+) -> None:
+    """Forever: every ``interval`` seconds, :func:`publish_webhook_ca_bundle` of
+    ``ca_pem()`` (read each time: the serving credentials' CA as it is then) again.
+
+    The configuration is applied after the hub runs (docs/hub.md: ``kubectl apply -k
+    deploy/admission`` once the hub answers), and a ``kubectl replace`` or a GitOps sync
+    writes it back without the bundle: published once at start, the API server could not
+    verify the hub and refused every EdgeUpgrade and EdgeImagePrePull write until the
+    hub's next restart. One ``get`` per interval; a refused or conflicting write is logged
+    and tried again at the next. Never raises but ``CancelledError`` (a hub task).
+    """
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            pem = ca_pem()
+        except Exception as exc:  # credentials being rewritten: the next round reads them
+            log.warning("ValidatingWebhookConfiguration %s: hub CA not read (%s)", name, exc)
+            continue
+        try:
+            await publish_webhook_ca_bundle(kube, name, pem, warn_missing=False)
+        except KubeAPIError as exc:
+            log.warning("ValidatingWebhookConfiguration %s: caBundle not written (%s)", name, exc)

@@ -48,6 +48,7 @@ from cloudhub.upgrade.model import (
     MAX_REPORT_REASON,
     Upgrade,
     parse_upgrade,
+    selection_labels,
 )
 from cloudhub.upgrade.passes import invalid_status, run_passes
 from cloudhub.upgrade.rollout import NodeFacts, NodePhase, Order, Rollback, Rollout
@@ -138,6 +139,7 @@ class UpgradeExtension:
         from cloudhub.upgrade.admission import (
             AdmissionServer,
             SubjectAccessReviewer,
+            keep_webhook_ca_bundle,
             publish_webhook_ca_bundle,
         )
         from protocol import pki
@@ -154,15 +156,23 @@ class UpgradeExtension:
         server.owned_by(hub, "admission-webhook")  # closed with the hub, also if what follows fails
         hub.admission_server = server  # type: ignore[attr-defined]
         if self.settings.admission_webhook:
+            ca_pem = pki.dump_certificate_pem(credentials().cas)
             try:
-                await publish_webhook_ca_bundle(
-                    hub.kube, self.settings.admission_webhook,
-                    pki.dump_certificate_pem(credentials().cas),
-                )  # fmt: skip
+                await publish_webhook_ca_bundle(hub.kube, self.settings.admission_webhook, ca_pem)
             except KubeAPIError as exc:  # the webhook still answers; the API server
                 # refuses to call it (TLS) until the bundle is there: logged, not fatal
                 log.error("ValidatingWebhookConfiguration %s: caBundle not written (%s)",
                           self.settings.admission_webhook, exc)  # fmt: skip
+            # and again while the hub runs: the configuration may come later, or be
+            # written back without the bundle
+            hub.add_task(
+                keep_webhook_ca_bundle(
+                    hub.kube, self.settings.admission_webhook,
+                    lambda: pki.dump_certificate_pem(credentials().cas),
+                    self.settings.admission_ca_interval,
+                ),
+                name="admission-ca-bundle",
+            )  # fmt: skip
 
     async def _install_crd(self) -> None:
         assert self._hub is not None and self._hub.kube is not None
@@ -319,19 +329,10 @@ class UpgradeExtension:
                 # rbac: hub's ClusterRole (patch edgeupgrades/status)
                 await hub.kube.patch(EDGEUPGRADES, name, body, subresource="status")
             return
-        known = self.rollouts.get(upgrade.uid)
-        if known is None:
-            rollout = Rollout.from_status(upgrade.spec, upgrade.status)
-        elif known[0].generation != upgrade.generation:
-            rollout = Rollout(upgrade.spec, known[1].nodes.values(), known[1].batch)
-        else:
-            rollout = known[1]
-        self.rollouts[upgrade.uid] = (upgrade, rollout)
         facts = {}
         for node in nodes:
             meta = node.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            if not upgrade.spec.node_selector.matches(labels):
+            if not upgrade.spec.node_selector.matches(selection_labels(node)):
                 continue
             node_name = meta.get("name", "")
             session = hub.registry.get(node_name)
@@ -348,6 +349,16 @@ class UpgradeExtension:
                 else (meta.get("annotations") or {}).get(AGENT_VERSION_ANNOTATION, ""),
                 pods_ready=ready.get(node_name, True),
             )
+        known = self.rollouts.get(upgrade.uid)
+        if known is None:
+            # restored from the status: only of nodes the spec selects (the status may
+            # have been written by anyone with edgeupgrades/status: no admission check)
+            rollout = Rollout.from_status(upgrade.spec, upgrade.status, selected=facts)
+        elif known[0].generation != upgrade.generation:
+            rollout = Rollout(upgrade.spec, known[1].nodes.values(), known[1].batch)
+        else:
+            rollout = known[1]
+        self.rollouts[upgrade.uid] = (upgrade, rollout)
         before = rollout.to_status(upgrade.generation)
         for action in rollout.step(facts, self.clock()):
             self._act(upgrade, rollout, action)

@@ -44,6 +44,7 @@ from protocol.upgrade import (
 __all__ = [
     "API_GROUP",
     "API_VERSION",
+    "HOSTNAME_LABEL",
     "KIND",
     "MAX_REPORT_MESSAGE",
     "MAX_REPORT_REASON",
@@ -57,12 +58,37 @@ __all__ = [
     "UpgradeSpec",
     "parse_spec",
     "parse_upgrade",
+    "selection_labels",
 ]
 
 API_GROUP = "apps.edgefleet.io"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 KIND = "EdgeUpgrade"
 PLURAL = "edgeupgrades"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""The label that bounds a selection by name: the hub sets it to the Node's name, and
+:func:`selection_labels` reads it as that name."""
+
+
+def selection_labels(node: Mapping[str, Any]) -> Mapping[str, str]:
+    """The labels an EdgeUpgrade's or EdgeImagePrePull's ``spec.nodeSelector`` is matched
+    against for ``node`` (a Node, slim or whole): its own, with :data:`HOSTNAME_LABEL` read
+    as the Node's name whatever the label says.
+
+    The admission webhook (:mod:`cloudhub.upgrade.admission`) admits a selector bounded by
+    that label once the creator may ``get`` each node so named; the hub sets the label at
+    registration but does not repair it (a reconnect with the same facts writes nothing),
+    so a Node relabelled to another node's name would otherwise be selected, unchecked,
+    under that name. Copies the labels only when they differ.
+    """
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    name = meta.get("name", "")
+    if labels.get(HOSTNAME_LABEL) == name:
+        return labels
+    return {**labels, HOSTNAME_LABEL: name}
+
+
 #: Characters of a node report's ``reason`` and ``message`` the hub copies into a status
 #: (EdgeUpgrade and EdgeImagePrePull): a node's report is bounded only by the frame size
 #: (4 MiB), and one entry that large would make the status of every node unwritable.

@@ -36,7 +36,7 @@ from cloudhub.placement.errors import InvalidSpec
 from cloudhub.placement.prepull import PREPULLS
 from cloudhub.placement.selectors import LabelSelector, parse_label_selector
 from cloudhub.upgrade.extension import cached_fleet
-from cloudhub.upgrade.model import MAX_REPORT_MESSAGE, MAX_REPORT_REASON
+from cloudhub.upgrade.model import MAX_REPORT_MESSAGE, MAX_REPORT_REASON, selection_labels
 from cloudhub.upgrade.passes import invalid_status, run_passes
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.errors import InvalidMessage
@@ -270,10 +270,7 @@ class PrePullExtension:
         if not objects and not self.prepulls:
             return
         nodes = fleet[0]
-        labels = {
-            (n.get("metadata") or {}).get("name", ""): (n.get("metadata") or {}).get("labels") or {}
-            for n in nodes
-        }
+        labels = {(n.get("metadata") or {}).get("name", ""): selection_labels(n) for n in nodes}
         seen = set()
         for obj in objects:
             seen.add(str((obj.get("metadata") or {}).get("uid", "")))

@@ -35,7 +35,7 @@ maintenance window) waits the same way.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -477,9 +477,23 @@ class Rollout:
         }
 
     @classmethod
-    def from_status(cls, spec: UpgradeSpec, status: Mapping[str, Any]) -> Rollout:
+    def from_status(
+        cls,
+        spec: UpgradeSpec,
+        status: Mapping[str, Any],
+        selected: Collection[str] | None = None,
+    ) -> Rollout:
         """Rebuild a rollout from a status :meth:`to_status` wrote (entries that do not
-        parse are dropped: the node starts again from Pending)."""
+        parse are dropped: the node starts again from Pending).
+
+        Args:
+            selected: when given, the nodes ``spec`` selects now: an entry of another node
+                that is still upgrading is dropped (a finished one stays: the history and
+                the failure count). The status is not the spec: whoever may write
+                ``edgeupgrades/status`` (no admission check) could list there a node the
+                creator may not see, and a restored upgrading entry is ordered again when
+                its node reconnects.
+        """
         states = []
         for entry in status.get("nodes") or ():
             try:
@@ -503,5 +517,7 @@ class Rollout:
                     deferred_until=_epoch(entry.get("deferredUntil")),
                 )
             )
+            if selected is not None and name not in selected and states[-1].upgrading:
+                del states[-1]
         batch = status.get("batch", 0)
         return cls(spec, states, batch if isinstance(batch, int) else 0)

@@ -60,8 +60,20 @@ class UpgradeSettings:
         ),
     )
 
+    admission_ca_interval: float = field(
+        default=30.0,
+        metadata=_h(
+            "seconds between two checks that the webhook configuration carries the hub CA "
+            "(it may be applied after the hub starts, or written back without it; one get "
+            "each)",
+            "s",
+        ),
+    )
+
     def __post_init__(self) -> None:
         if not self.interval > 0:
             raise SettingsError("upgrade.interval", "> 0", self.interval)
+        if not self.admission_ca_interval > 0:
+            raise SettingsError("upgrade.admission_ca_interval", "> 0", self.admission_ca_interval)
         if not 0 <= self.admission_port <= 65535:
             raise SettingsError("upgrade.admission_port", "a port 0..65535", self.admission_port)

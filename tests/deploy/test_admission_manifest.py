@@ -68,3 +68,59 @@ async def test_the_reference_apiserver_accepts_the_webhook(kube_apiserver, kubec
     code, out, err = await run(*k, "apply", "--dry-run=server", "-k", str(DEPLOY / "admission"))
     assert code == 0, err
     assert "edgefleet-node-selection created (server dry run)" in out, out
+
+
+@pytest.mark.parametrize("overlay", ["overlays/public", "overlays/public-1.20"])
+async def test_the_public_overlays_keep_the_webhook_off_the_load_balancer(
+    kubectl: str, overlay: str
+) -> None:
+    # The webhook asks no client certificate (the API server sends none): reachable from
+    # the internet it would tell anyone whether any user (any groups) may list or get any
+    # nodes, and turn one POST into up to 201 SubjectAccessReviews. Only the edge ports
+    # belong on a load balancer; the webhook's Service stays ClusterIP.
+    (hook,) = (await render(kubectl, "admission"))[0]["webhooks"]
+    target = hook["clientConfig"]["service"]
+    docs = await render(kubectl, overlay)
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    webhook_service = services[target["name"]]
+    assert webhook_service["spec"].get("type", "ClusterIP") == "ClusterIP"
+    assert any(p["port"] == target["port"] for p in webhook_service["spec"]["ports"])
+    balanced = {
+        (p["port"], p["protocol"], p["targetPort"])
+        for s in services.values()
+        if s["spec"].get("type") == "LoadBalancer"
+        for p in s["spec"]["ports"]
+    }
+    assert balanced == {(7443, "UDP", "quic"), (7443, "TCP", "websocket"), (7444, "TCP", "join")}
+
+
+@pytest.mark.parametrize(
+    "overlay",
+    ["base", "overlays/namespaced", "overlays/ha", "overlays/public", "overlays/public-1.20"],
+)
+async def test_the_hubs_own_prepulls_pass_the_webhook_in_every_overlay(
+    kubectl: str, overlay: str
+) -> None:
+    # The placement controller creates EdgeImagePrePulls (updateStrategy.prePull) as the
+    # hub's ServiceAccount with the EdgePlacement's nodeSelector, open or not: the webhook
+    # admits them because that account may list nodes cluster-wide. An overlay whose
+    # ClusterRole lost that would have every placement pre-pull refused.
+    docs = await render(kubectl, overlay)
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    bound = {
+        d["roleRef"]["name"]
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and {"kind": "ServiceAccount", "name": "cloudhub", "namespace": "edgefleet"}
+        in d["subjects"]
+    }
+    listers = [
+        name
+        for name in bound
+        for rule in roles[name]["rules"]
+        if "" in rule["apiGroups"]
+        and "nodes" in rule["resources"]
+        and "list" in rule["verbs"]
+        and not rule.get("resourceNames")
+    ]
+    assert listers, f"{overlay}: the hub may not list nodes cluster-wide"

@@ -55,6 +55,10 @@ async def test_hub_in_namespaced_mode_needs_only_its_roles(
             kubectl, str(sa_config), "auth", "can-i", "list", "pods", "--all-namespaces"
         )
         assert cluster_wide.stdout.strip() == "no"
+        # nodes stay cluster-wide: the admission webhook admits the hub's own
+        # EdgeImagePrePulls (from EdgePlacements' updateStrategy.prePull) for it
+        nodes = await _kubectl(kubectl, str(sa_config), "auth", "can-i", "list", "nodes")
+        assert nodes.stdout.strip() == "yes", nodes.stderr
         for verb, resource in (("list", "secrets"), ("create", "pods"), ("delete", "pods")):
             can = await _kubectl(
                 kubectl, str(sa_config), "auth", "can-i", verb, resource, "-n", "edge-apps"

@@ -246,3 +246,88 @@ async def _check(
     done = await as_user("bob", "create", "--dry-run=server", "-f", "-",
                    obj=labelled(upgrade(f"late-{label}"), label))  # fmt: skip
     assert done.returncode != 0 and "failed calling webhook" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("cluster", [KUBE_APISERVER], indirect=True)
+async def test_a_configuration_applied_after_the_hub_gets_its_ca_bundle(
+    cluster, hubs, kube, namespace, kubectl_bin, crds, pki_ca, tmp_path
+) -> None:
+    # docs/hub.md's order: the hub runs, then `kubectl apply -k deploy/admission`. The hub
+    # published its CA only at start: the configuration applied later never got it, and
+    # the API server, unable to verify the hub, refused every EdgeUpgrade (failurePolicy
+    # Fail) until the hub restarted. A replace without the bundle did the same.
+    port = free_port()
+    label = unique("late")
+    name = f"edgefleet-node-selection-{label}"
+    cert, key = pki.issue_server_certificate(
+        pki_ca.ca, dns_names=["localhost", f"{SERVICE}.{namespace}.svc"],
+        ip_addresses=["127.0.0.1"], lifetime=86400.0, now=time.time(),
+    )  # fmt: skip
+    serving = TLSCredentials(cas=(pki_ca.ca.certificate,), chain=(cert,), private_key=key)
+    await kube.create(
+        SERVICES,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": SERVICE, "namespace": namespace},
+            "spec": {"type": "ExternalName", "externalName": "localhost"},
+        },
+    )
+    extension = UpgradeExtension(
+        UpgradeSettings(
+            artifact_dir=str(tmp_path / "artifacts"),
+            admission=True,
+            admission_host="127.0.0.1",
+            admission_port=port,
+            admission_webhook=name,
+            admission_ca_interval=0.2,
+        )
+    )
+    settings = load_hub_settings(
+        overrides={**TEST_SETTINGS, "kube.kubeconfig": str(cluster.kubeconfig)}
+    )
+    hub = Hub(settings, credentials=serving, extensions=[extension])
+    hubs.hubs.append(hub)
+    await hub.start()
+    hubs.hub = hub
+    ca_pem = pki.dump_certificate_pem(serving.cas)
+    config = webhook_config(name, namespace, port, label)
+    roles = json.dumps(rbac(label))
+    done = run(kubectl_bin, cluster, "apply", "-f", "-", stdin=roles)
+    assert done.returncode == 0, done.stderr
+    try:
+        await kube.create(VALIDATINGWEBHOOKS, config)  # after the hub: no bundle in it
+
+        async def bundle() -> bytes:
+            found = await kube.get(VALIDATINGWEBHOOKS, name)
+            value = found["webhooks"][0]["clientConfig"].get("caBundle")
+            return base64.b64decode(value) if value else b""
+
+        async def published() -> bool:
+            return await bundle() == ca_pem
+
+        await eventually(published, "the hub wrote its CA into the late configuration")
+        # written back without it (kubectl replace, a GitOps sync): written again
+        found = await kube.get(VALIDATINGWEBHOOKS, name)
+        del found["webhooks"][0]["clientConfig"]["caBundle"]
+        await kube.replace(VALIDATINGWEBHOOKS, found)
+        assert await bundle() == b""
+        await eventually(published, "the hub wrote its CA again")
+        # and the API server calls the hub with it: carol's open selection is refused by
+        # the webhook, not by a TLS failure
+        open_upgrade = labelled(upgrade(f"open-{label}"), label)
+        last: list[str] = []
+
+        async def refused_by_the_hub() -> bool:
+            done = await asyncio.to_thread(
+                run, kubectl_bin, cluster, "--as=carol", "create", "--dry-run=server", "-f", "-",
+                stdin=open_upgrade,
+            )  # fmt: skip
+            last[:] = [done.stderr or done.stdout]
+            return done.returncode != 0 and "user 'carol' may not list nodes" in done.stderr
+
+        await eventually(refused_by_the_hub, "the webhook answers carol", state=lambda: last)
+    finally:
+        run(kubectl_bin, cluster, "delete", "validatingwebhookconfiguration", name,
+            "--ignore-not-found")  # fmt: skip
+        run(kubectl_bin, cluster, "delete", "-f", "-", "--ignore-not-found", stdin=roles)

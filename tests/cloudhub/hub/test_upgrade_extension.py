@@ -9,9 +9,10 @@ import pathlib
 
 import yaml
 
-from cloudhub.kube import CRDS, KubeClient
+from cloudhub.kube import CRDS, NODES, KubeClient
 from cloudhub.upgrade.cli import EDGEUPGRADES
 from cloudhub.upgrade.extension import CRD_PATH, UpgradeExtension
+from cloudhub.upgrade.model import HOSTNAME_LABEL
 from cloudhub.upgrade.settings import UpgradeSettings
 from protocol.upgrade import (
     ArtifactChunk,
@@ -215,6 +216,90 @@ async def test_a_node_offline_during_its_batch_is_upgraded_when_it_returns(
 
 async def _phase(entry, node: str, phase: str) -> bool:
     return (await entry(node)).get("phase") == phase
+
+
+async def test_a_node_relabelled_to_another_nodes_hostname_is_not_selected_by_it(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    # The admission webhook admits `kubernetes.io/hostname: <name>` once the creator may
+    # get node <name>. The hub sets that label at registration and does not repair it
+    # (a reconnect with the same facts writes nothing): a Node patched to carry another
+    # node's hostname must not be selected under that name.
+    digest = await start_hub(hubs, kube, tmp_path)
+    site = unique("site")
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    seen, hidden = unique("a-seen"), unique("b-hidden")
+    agents = [hubs.agent(n, agent_version="0.4.0", node_info=info) for n in (seen, hidden)]
+    for agent in agents:
+        await agent.wait_for(lambda x=agent: x.synced, DEADLINE)
+    assert hubs.hub is not None
+    nodes = hubs.hub.nodes
+
+    async def registered() -> bool:
+        return all(nodes is not None and nodes.get(n) is not None for n in (seen, hidden))
+
+    await eventually(registered, "both Nodes registered")
+    await kube.patch(NODES, hidden, {"metadata": {"labels": {HOSTNAME_LABEL: seen}}})
+
+    async def cached() -> bool:
+        node = nodes.get(hidden) if nodes is not None else None
+        return ((node or {}).get("metadata") or {}).get("labels", {}).get(HOSTNAME_LABEL) == seen
+
+    await eventually(cached, "the hub's cache holds the relabelled Node")
+    name = unique("by-name")
+    body = edgeupgrade(name, digest, site, maxUnavailable=2)
+    body["spec"]["nodeSelector"] = {"matchLabels": {HOSTNAME_LABEL: seen}}
+    await kube.create(EDGEUPGRADES, body)
+    first = next(a for a in agents if a.name == seen)
+    await first.wait_for(lambda: bool(orders(first)), DEADLINE)
+
+    async def listed() -> list[str]:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return sorted(e["name"] for e in status.get("nodes") or ())
+
+    await eventually(lambda: _equals(listed, [seen]), "the status lists the named node")
+    other = next(a for a in agents if a.name == hidden)
+    assert not orders(other)
+    assert (await listed()) == [seen]
+
+
+async def _equals(read, want) -> bool:
+    return (await read()) == want
+
+
+async def test_a_node_written_into_the_status_is_not_ordered_after_a_hub_restart(
+    hubs: Hubs, kube: KubeClient, unique, tmp_path: pathlib.Path
+) -> None:
+    # edgeupgrades/status passes no admission check; the hub rebuilds a rollout from the
+    # status when it starts. An "upgrading" entry for a node the spec does not select was
+    # ordered when that node connected, and held the batch from the selected ones.
+    await kube.create(CRDS, yaml.safe_load(CRD_PATH.read_text()))
+    (tmp_path / WHEEL).write_bytes(b"wheel bytes")
+    digest = hashlib.sha256(b"wheel bytes").hexdigest()
+    site = unique("site")
+    hidden, seen = unique("b-hidden"), unique("a-seen")
+    name = unique("restored")
+    await kube.create(EDGEUPGRADES, edgeupgrade(name, digest, site))
+    injected = {"batch": 1, "nodes": [{"name": hidden, "phase": "Downloading", "batch": 1}]}
+    await kube.patch(EDGEUPGRADES, name, {"status": injected}, subresource="status")
+    extension = UpgradeExtension(
+        UpgradeSettings(artifact_dir=str(tmp_path), interval=0.1, install_crd=False)
+    )
+    await hubs.start(extensions=[extension])
+    info = default_node_info("x")
+    info["labels"] = {"edgefleet.io/site": site}
+    mine = hubs.agent(seen, agent_version="0.4.0", node_info=info)
+    await mine.wait_for(lambda: bool(orders(mine)), DEADLINE)
+    other = hubs.agent(hidden, agent_version="0.4.0", node_info=default_node_info("x"))
+    await other.wait_for(lambda: other.synced, DEADLINE)
+
+    async def listed() -> list[str]:
+        status = (await kube.get(EDGEUPGRADES, name)).get("status") or {}
+        return sorted(e["name"] for e in status.get("nodes") or ())
+
+    await eventually(lambda: _equals(listed, [seen]), "the status lists the selected node")
+    assert not orders(other)
 
 
 async def test_an_invalid_edgeupgrade_is_marked_invalid_naming_the_field(

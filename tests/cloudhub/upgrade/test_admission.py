@@ -259,3 +259,39 @@ async def test_the_endpoint_refuses_bad_input_and_keeps_serving(webhook) -> None
     body = admission(hostnames("pi-1"))
     async with client.post(url + WEBHOOK_PATH, json=body, ssl=context) as answer:
         assert (await answer.json())["response"]["allowed"] is True
+
+
+async def test_a_review_larger_than_the_read_buffer_is_read_whole(webhook) -> None:
+    # one StreamReader.read(n) returns what is buffered (~128 KiB): a 1 MiB review (an
+    # object and its oldObject with big annotations, last-applied-configuration...) was cut
+    # short and refused as unreadable JSON
+    server, client, url, context = webhook
+    body = admission(hostnames("pi-1"))
+    body["request"]["object"]["metadata"]["annotations"] = {"big": "x" * (1024 * 1024)}
+    for _ in range(3):
+        async with client.post(url + WEBHOOK_PATH, json=body, ssl=context) as answer:
+            assert answer.status == 200, await answer.text()
+            assert (await answer.json())["response"]["allowed"] is True
+    assert server.denied == 0
+
+
+async def test_odd_shapes_are_answered_not_500(webhook) -> None:
+    _, client, url, context = webhook
+    body = admission({}, resource="edgeplacements")
+    body["request"]["userInfo"] = "alice"  # not a map: the log line must not crash
+    body["request"]["resource"] = "edgeplacements"
+    async with client.post(url + WEBHOOK_PATH, json=body, ssl=context) as answer:
+        assert answer.status == 200, await answer.text()
+        assert (await answer.json())["response"]["allowed"] is True
+    deep = b"[" * 100_000 + b"]" * 100_000  # deeper than json's recursion limit
+    async with client.post(url + WEBHOOK_PATH, data=deep, ssl=context) as answer:
+        assert answer.status == 400, await answer.text()
+        assert "recursion" in await answer.text()
+
+
+async def test_an_empty_hostname_is_refused_without_asking_about_every_node() -> None:
+    # a SubjectAccessReview with name "" asks "get any node": the message named nobody
+    policy = Policy(gets={"alice": {"pi-1"}})
+    _, decision = await review(admission({"matchLabels": {HOST: ""}}), policy)
+    assert not decision.allowed and f"{HOST} '' names no node" in decision.message
+    assert policy.asked == [("alice", "list", None)]

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
+from cloudhub.placement.selectors import parse_label_selector
 from cloudhub.upgrade import (
     Batching,
     FailurePolicy,
@@ -17,6 +18,7 @@ from cloudhub.upgrade import (
     OfflinePolicy,
     parse_upgrade,
 )
+from cloudhub.upgrade.model import HOSTNAME_LABEL, selection_labels
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CRD = ROOT / "deploy/crds/edgeupgrades.apps.edgefleet.io.yaml"
@@ -173,3 +175,16 @@ def test_a_url_artifact_is_invalid_until_agents_can_fetch_one() -> None:
         parse_upgrade(example(artifact={"sha256": DIGEST, "url": "https://example.org/a.whl"}))
     assert caught.value.path == "spec.artifact.url"
     assert "not supported yet" in caught.value.reason and "artifact_dir" in caught.value.reason
+
+
+def test_selection_reads_the_hostname_label_as_the_nodes_name() -> None:
+    by_name = parse_label_selector({"matchLabels": {HOSTNAME_LABEL: "pi-1"}}, "s")
+    honest = {"metadata": {"name": "pi-1", "labels": {HOSTNAME_LABEL: "pi-1", "zone": "a"}}}
+    assert selection_labels(honest) is honest["metadata"]["labels"]  # no copy
+    assert by_name.matches(selection_labels(honest))
+    # relabelled to pi-1's name: not selected by it, still by its own
+    relabelled = {"metadata": {"name": "pi-9", "labels": {HOSTNAME_LABEL: "pi-1"}}}
+    assert not by_name.matches(selection_labels(relabelled))
+    assert selection_labels(relabelled) == {HOSTNAME_LABEL: "pi-9"}
+    # a Node without the label (made by hand) has it as its name
+    assert by_name.matches(selection_labels({"metadata": {"name": "pi-1"}}))

@@ -302,6 +302,27 @@ def test_unparseable_status_entries_start_again_from_pending() -> None:
     assert again.nodes == {} and again.batch == 0
 
 
+def test_a_restored_status_orders_only_nodes_the_spec_selects() -> None:
+    # edgeupgrades/status passes no admission check: an entry for a node the creator may
+    # not see, "upgrading" in the current batch, was ordered again when that node
+    # reconnected after a hub restart (and held the batch, so the selected one waited)
+    status = {
+        "batch": 1,
+        "nodes": [
+            {"name": "hidden", "phase": "Downloading", "batch": 1},
+            {"name": "gone", "phase": "Failed", "batch": 1, "reason": "HealthGateTimeout"},
+        ],
+    }
+    unchecked = Rollout.from_status(spec(), status)
+    assert unchecked.order_for("hidden") == Order("hidden", 1)
+    facts = {"n00": NodeFacts("n00", connected=True, version=OLD)}
+    again = Rollout.from_status(spec(maxFailures=1), status, selected=facts)
+    assert again.order_for("hidden") is None and "hidden" not in again.nodes
+    # a finished entry stays: its history, and its failure counts against maxFailures
+    assert again.nodes["gone"].phase is NodePhase.FAILED and again.failures == 1
+    assert again.step(facts, 1_700_000_000.0) == [Order("n00", 2)]
+
+
 def test_nodes_leaving_the_selection_before_their_order_are_dropped() -> None:
     fleet = Fleet(3, maxUnavailable=1)
     fleet.step()
