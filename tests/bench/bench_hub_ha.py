@@ -57,7 +57,14 @@ from tests.waiting import eventually  # noqa: E402
 NAMESPACE = "edgefleet-ha"
 REPLICAS = 3
 GRACE_S = 40.0  # nodes.not_ready_grace: the offline time after which placements fail over
-FLAGS = ("--observability-log-level", "warning", "--listen-backlog", "4096")
+FLAGS = (
+    "--observability-log-level", "warning",
+    "--listen-backlog", "4096",
+    # every simulated node arrives from 127.0.0.1 through the balancer; the default (256
+    # handshakes in flight per source) is for a NAT address, and dropped the 10,000-node
+    # ramp's connections into the agents' back-off (the fleet not served in 600 s)
+    "--listen-max-pending-handshakes-per-source", "4096",
+)  # fmt: skip
 #: Replica Lease writes per second of the three replicas (one every 2 s each).
 REPLICA_LEASE_WRITES_PER_S = REPLICAS / 2.0
 
@@ -126,14 +133,31 @@ class Watch:
         ]
         return len(owned) >= n
 
+    def counts(self, live: set[str]) -> dict[str, int]:
+        """Nodes with a Lease, and owned by a live replica (for progress lines)."""
+        owned = sum(1 for owner in self.owner.values() if owner in live)
+        return {"leases": len(self.owner), "owned_by_live": owned}
+
     def false_failovers(self, grace: float = GRACE_S) -> int:
         return sum(1 for gap in self.longest_gap.values() if gap > grace)
 
 
-async def _until(check: Any, timeout: float, what: str) -> float:
-    """Seconds until ``check()`` holds (sampled every 50 ms: this is what is measured)."""
+async def _until(check: Any, timeout: float, what: str, state: Any = None) -> float:
+    """Seconds until ``check()`` holds (sampled every 50 ms: this is what is measured);
+    ``state()``, if given, is printed every 30 s meanwhile and in the failure."""
     start = time.monotonic()
-    await eventually(check, what, timeout, interval=0.05)
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(30)  # a progress line's pace, not a wait for a condition
+            _progress(f"waiting for {what}", seconds=round(time.monotonic() - start), **state())
+
+    reporter = asyncio.create_task(report()) if state is not None else None
+    try:
+        await eventually(check, what, timeout, interval=0.05, state=state)
+    finally:
+        if reporter is not None:
+            reporter.cancel()
     return time.monotonic() - start
 
 
@@ -277,8 +301,9 @@ async def run_async(quick: bool) -> dict:
                         )
                     )  # fmt: skip
                 ramp_s = await _until(
-                    lambda: watch.served_by(live, n), patience, "the fleet served"
-                )
+                    lambda: watch.served_by(live, n), patience, "the fleet served",
+                    state=lambda: watch.counts(live),
+                )  # fmt: skip
                 _progress("fleet served", nodes=n, seconds=round(ramp_s, 1))
                 results: dict[str, Any] = {
                     "nodes": n,
