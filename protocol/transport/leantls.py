@@ -35,7 +35,7 @@ _scratch = threading.local()
 
 class _LeanSSLProtocol(sslproto.SSLProtocol):
     """asyncio's TLS protocol with one 16 KiB read buffer per thread instead of 256 KiB per
-    connection.
+    connection, and its write backlog a list instead of a deque.
 
     Sharing is safe because the event loop uses the buffer synchronously: it calls
     ``get_buffer()``, ``recv_into()`` it, then ``buffer_updated()``, which copies the bytes
@@ -54,6 +54,11 @@ class _LeanSSLProtocol(sslproto.SSLProtocol):
             view = _scratch.view = memoryview(bytearray(TLS_READ_BUFFER))
         self._ssl_buffer = view.obj
         self._ssl_buffer_view = view
+        # asyncio queues writes made before the handshake or while OpenSSL wants to read
+        # in a deque, 760 bytes even when empty (its first block): a list does the same
+        # here (append, [0], del [0], clear, truth), 56 bytes, and is hardly ever longer
+        # than one item.
+        self._write_backlog: Any = []
 
     def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
         super()._on_handshake_complete(handshake_exc)
