@@ -204,6 +204,8 @@ async def serve_exec(
 
 
 class _ExecSession:
+    __slots__ = ("feeder", "pending", "request", "server", "stream", "streams", "where")
+
     def __init__(
         self,
         request: web.BaseRequest,

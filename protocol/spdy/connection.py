@@ -124,6 +124,21 @@ class SpdyConnection:
         max_header_bytes: the largest inflated header block accepted.
     """
 
+    # one per open exec/attach/port-forward connection, mostly idle: no __dict__
+    __slots__ = (
+        "_buffer",
+        "_deflate",
+        "_inflate",
+        "_last_peer_stream",
+        "_next_stream",
+        "_open",
+        "_out",
+        "closed",
+        "max_frame_bytes",
+        "max_header_bytes",
+        "server",
+    )
+
     def __init__(
         self, *, server: bool, max_frame_bytes: int = 1 << 20, max_header_bytes: int = 64 << 10
     ) -> None:
