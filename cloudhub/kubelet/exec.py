@@ -55,13 +55,22 @@ class SpdyFeeder:
     """aiohttp's payload parser slot after the upgrade: the connection's bytes, queued.
 
     One per open exec, attach or port-forward, mostly idle: a list and a future made only
-    while the reader waits (an asyncio.Event and a deque hold ~600 bytes each)."""
+    while the reader waits (an asyncio.Event and a deque hold ~600 bytes each).
 
-    __slots__ = ("_paused", "_transport", "_waiter", "chunks", "size")
+    Attributes:
+        chunks: what arrived, in order, not yet taken (``None``: the caller's EOF).
+        size: bytes in ``chunks``.
+        on_data: called (synchronously, from the protocol's ``data_received``) after each
+            chunk or the EOF is queued: a consumer that runs only while there is something
+            to take (the exec's stdin pump) starts itself from here.
+    """
+
+    __slots__ = ("_paused", "_transport", "_waiter", "chunks", "on_data", "size")
 
     def __init__(self, transport: Any) -> None:
         self.chunks: list[bytes | None] = []
         self.size = 0
+        self.on_data: Callable[[], None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._transport = transport
         self._paused = False
@@ -78,11 +87,15 @@ class SpdyFeeder:
         if self.size > READ_PAUSE_BYTES and not self._paused and self._transport is not None:
             self._transport.pause_reading()
             self._paused = True
+        if self.on_data is not None:
+            self.on_data()
         return False, b""
 
     def feed_eof(self) -> None:
         self.chunks.append(None)
         self._wake()
+        if self.on_data is not None:
+            self.on_data()
 
     async def next(self) -> bytes | None:
         while not self.chunks:
@@ -204,7 +217,21 @@ async def serve_exec(
 
 
 class _ExecSession:
-    __slots__ = ("feeder", "pending", "request", "server", "stream", "streams", "where")
+    """One exec/attach after the upgrade: the handler's task carries the node's output to
+    the caller (:meth:`run`); the caller's bytes go to the node from a pump task that runs
+    only while some are waiting (:meth:`_kick`), so an idle exec holds one task, not two."""
+
+    __slots__ = (
+        "feeder",
+        "pending",
+        "pump",
+        "pumping",
+        "request",
+        "server",
+        "stream",
+        "streams",
+        "where",
+    )
 
     def __init__(
         self,
@@ -224,6 +251,8 @@ class _ExecSession:
         self.where = (node, namespace, pod, container)
         self.stream: Stream | None = None
         self.pending: list[Any] = []  # caller events before the node's stream is open
+        self.pump: asyncio.Future[None] | None = None  # the upstream pump, while it runs
+        self.pumping = True  # False once the caller's side is over (EOF, reset, failure)
 
     async def flush(self) -> None:
         data = self.server.data_to_send()
@@ -243,10 +272,10 @@ class _ExecSession:
                 self.pending += [e for e in events if not isinstance(e, Ready)]
                 break
             self.pending += events
-        params = {k: flags[k] for k in ("command", "stdin", "stdout", "stderr", "tty")}
         try:
+            # the flags are the stream's params (command, stdin, stdout, stderr, tty)
             stream = await self.streams.open(
-                node, operation, namespace, pod, container, params, user=user
+                node, operation, namespace, pod, container, flags, user=user
             )
         except StreamUnavailable as exc:
             self.server.finish(None, str(exc))
@@ -254,13 +283,18 @@ class _ExecSession:
             return
         self.stream = stream
         cancelled = True
-        upstream = asyncio.ensure_future(self._upstream(stream))
+        self.feeder.on_data = self._kick
+        self._kick()  # what came with or after the caller's last stream, if anything
         try:
             await self._downstream(stream)
             cancelled = False
         finally:
-            upstream.cancel()
-            await asyncio.gather(upstream, return_exceptions=True)
+            self.pumping = False
+            self.feeder.on_data = None
+            pump, self.pump = self.pump, None
+            if pump is not None:
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
             if stream.ended is None:
                 await stream.reset(ErrorCode.INTERNAL, "the caller went away")
             self.streams.finished(stream, cancelled=cancelled)
@@ -278,20 +312,44 @@ class _ExecSession:
         await self.flush()
         return events
 
-    async def _upstream(self, stream: Stream) -> None:
-        """The caller's stdin and resizes to the node."""
-        events: list[Any] | None = self.pending
-        while events is not None:
-            for event in events:
-                if isinstance(event, Stdin):
-                    await stream.write(0, event.data, eof=event.eof)
-                elif isinstance(event, Resize):
-                    await stream.resize(event.width, event.height)
-                elif isinstance(event, Ended):
-                    await stream.reset(ErrorCode.INTERNAL, event.reason)
-                    return
-            events = await self._caller_events()
-        await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+    def _kick(self) -> None:
+        """Start the upstream pump, unless it runs already or the caller's side is over
+        (called as the caller's bytes arrive, and once when the node's stream opens)."""
+        # A running pump takes what just arrived before it stops (it checks for more with
+        # no await between that check and its end, where it clears ``pump``).
+        if self.pump is None and self.pumping and (self.pending or self.feeder.chunks):
+            self.pump = asyncio.ensure_future(self._upstream())
+
+    async def _upstream(self) -> None:
+        """The caller's stdin and resizes to the node, until none are waiting (a failure
+        other than the stream's end is a bug: asyncio logs it with the task)."""
+        stream = self.stream
+        assert stream is not None
+        events: list[Any] | None
+        events, self.pending = self.pending, []
+        try:
+            while events is not None:
+                for event in events:
+                    if isinstance(event, Stdin):
+                        await stream.write(0, event.data, eof=event.eof)
+                    elif isinstance(event, Resize):
+                        await stream.resize(event.width, event.height)
+                    elif isinstance(event, Ended):
+                        self.pumping = False
+                        await stream.reset(ErrorCode.INTERNAL, event.reason)
+                        return
+                if not self.feeder.chunks:
+                    return  # the next bytes start another pump (``_kick``)
+                events = await self._caller_events()  # queued: no wait
+            self.pumping = False
+            await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+        except ConnectionError:
+            self.pumping = False  # the stream ended: the node's side ends the session
+        except BaseException:
+            self.pumping = False
+            raise
+        finally:
+            self.pump = None
 
     async def _downstream(self, stream: Stream) -> None:
         """The node's output to the caller, then the command's status."""
