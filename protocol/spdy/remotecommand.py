@@ -95,6 +95,10 @@ class Ended:
 RemoteCommandEvent = Ready | Stdin | Resize | Ended
 
 
+#: The stream types, by themselves (the client's parsed copies are not kept).
+_STREAM_TYPES = {name: name for name in ("error", "stdin", "stdout", "stderr", "resize")}
+
+
 @functools.cache
 def _expected(stdin: bool, stdout: bool, stderr: bool, resize: bool) -> frozenset[str]:
     wanted = ("stdin", stdin), ("stdout", stdout), ("stderr", stderr), ("resize", resize)
@@ -141,6 +145,7 @@ class RemoteCommandServer:
         for event in self.spdy.receive_data(data):
             if isinstance(event, StreamOpened):
                 kind = (event.headers.get("streamtype") or [""])[0]
+                kind = _STREAM_TYPES.get(kind, kind)  # kept as a key: the shared string
                 if kind not in self.expected or kind in self.streams:
                     self.spdy.reset(event.stream_id, 1)
                     self.spdy.closed = True

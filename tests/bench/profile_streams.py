@@ -6,14 +6,15 @@ as many more, snapshots again, and prints per stream:
 
 - the RSS growth and the growth of glibc's heap in use (``mallinfo2``: every C and
   Python allocation that is not in a pymalloc arena);
-- the Python allocations' growth (tracemalloc), grouped by the line that allocated and by
-  the innermost frames of *our* code on the traceback;
+- the Python allocations' growth (tracemalloc, started at the first snapshot: what the
+  second batch allocated and still holds), grouped by the line that allocated and by the
+  innermost frame of *our* code on the traceback;
 - the C remainder: heap-in-use growth minus the Python blocks that went to malloc
   (> 512 bytes), i.e. mostly OpenSSL's.
 
     .venv/bin/python tests/bench/profile_streams.py [--count 120] [--transport quic]
 
-The hub is slower and larger under tracemalloc; only the differences mean anything.
+The hub is slower and larger while tracing; only the differences mean anything.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from tests.edgeagent.hublink.objects import pod  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
 from tests.waiting import eventually  # noqa: E402
 
-#: Run in the hub process: tracemalloc from the start, a snapshot on SIGUSR1.
+#: Run in the hub process: the first SIGUSR1 starts tracemalloc (so the hub starts at its
+#: usual speed), each one dumps a snapshot and the heap figures.
 _WRAPPER = r"""
 import ctypes, gc, json, os, runpy, signal, sys, tracemalloc
-tracemalloc.start(int(os.environ["PROFILE_FRAMES"]))
 out = os.environ["PROFILE_OUT"]
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in (
@@ -54,8 +55,11 @@ _libc.mallinfo2.restype = _Mallinfo2
 _n = [0]
 def _snap(signum, frame):
     gc.collect()
+    if not tracemalloc.is_tracing() and os.environ["PROFILE_FRAMES"] != "0":
+        tracemalloc.start(int(os.environ["PROFILE_FRAMES"]))
     _n[0] += 1
-    tracemalloc.take_snapshot().dump(f"{out}/snap{_n[0]}")
+    if tracemalloc.is_tracing():
+        tracemalloc.take_snapshot().dump(f"{out}/snap{_n[0]}")
     m = _libc.mallinfo2()
     rss = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     info = {f: getattr(m, f) for f, _ in _Mallinfo2._fields_}
@@ -82,11 +86,13 @@ def _ours(frame_file: str) -> bool:
     return str(ROOT) in frame_file and "/.venv/" not in frame_file
 
 
-def _report(out: pathlib.Path, a: dict, b: dict, count: int, top: int) -> None:
+def _report(out: pathlib.Path, a: dict, b: dict, count: int, top: int, show: str) -> None:
     per = 1024 * count
     print(f"RSS growth           {(b['rss'] - a['rss']) / per:7.2f} KiB/stream")
     heap = (b["uordblks"] + b["hblkhd"]) - (a["uordblks"] + a["hblkhd"])
     print(f"malloc heap in use   {heap / per:7.2f} KiB/stream")
+    if not (out / "snap1").exists():
+        return  # untraced: RSS and heap only
     print(f"tracemalloc traced   {(b['traced'] - a['traced']) / per:7.2f} KiB/stream")
     s1 = tracemalloc.Snapshot.load(str(out / "snap1"))
     s2 = tracemalloc.Snapshot.load(str(out / "snap2"))
@@ -100,6 +106,20 @@ def _report(out: pathlib.Path, a: dict, b: dict, count: int, top: int) -> None:
         print(
             f"{stat.size_diff / count:8.0f} {stat.count_diff / count:6.1f}  "
             f"{frame.filename.replace(str(ROOT) + '/', '')}:{frame.lineno}"
+        )
+    print("\n-- where the largest lines were called from (innermost first) --")
+    shown = [
+        stat
+        for stat in s2.compare_to(s1, "traceback")
+        if show and f"{stat.traceback[-1].filename}:{stat.traceback[-1].lineno}".endswith(show)
+    ]
+    for stat in shown[:top] or s2.compare_to(s1, "traceback")[: top // 3]:
+        frames = [
+            f"{f.filename.replace(str(ROOT) + '/', '').split('site-packages/')[-1]}:{f.lineno}"
+            for f in list(stat.traceback)[::-1][:8]
+        ]
+        print(
+            f"{stat.size_diff / count:8.0f} {stat.count_diff / count:6.1f}  " + " < ".join(frames)
         )
     print("\n-- Python growth by innermost frame of our code --")
     groups: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -155,7 +175,7 @@ async def _main(args: argparse.Namespace) -> None:
             for one in idle:
                 await one.roundtrip()
             b = await _snapshot(hub, out, 2)
-            _report(out, a, b, args.count, args.top)
+            _report(out, a, b, args.count, args.top, args.show)
             for one in warm + idle:
                 one.close()
         finally:
@@ -169,8 +189,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=120, help="streams per batch")
     parser.add_argument("--transport", default="quic", choices=("quic", "websocket"))
-    parser.add_argument("--frames", type=int, default=30, help="tracemalloc frames kept")
+    parser.add_argument(
+        "--frames", type=int, default=30, help="tracemalloc frames kept (0: no tracing)"
+    )
     parser.add_argument("--top", type=int, default=40, help="lines printed per table")
+    parser.add_argument(
+        "--show", default="", help="print the tracebacks of the lines ending so (file:line)"
+    )
     asyncio.run(_main(parser.parse_args()))
 
 
