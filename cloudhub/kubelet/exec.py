@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -155,7 +155,7 @@ async def upgrade_to_spdy(
     return response, feeder
 
 
-async def serve_exec(
+def serve_exec(
     request: web.BaseRequest,
     streams: HubStreams,
     find_pod: Callable[[str, str], dict[str, Any] | None],
@@ -166,60 +166,53 @@ async def serve_exec(
     user: str,
     operation: str = "exec",
     error: Callable[[int, str], web.Response] = plain_error,
-) -> web.StreamResponse:
-    """Answer one exec (or attach) request (see the module docstring)."""
+) -> Awaitable[web.StreamResponse]:
+    """Answer one exec (or attach) request (see the module docstring): await the result.
+
+    The request's checks are made here, at once; what is awaited is the refusal or the
+    session, one coroutine for the whole life of the exec (it may stay open for hours,
+    idle: each frame it held cost every open exec a few hundred bytes).
+    """
     upgrade = request.headers.get("Upgrade", "").lower()
     if upgrade not in ("spdy/3.1", "websocket"):
-        return error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
+        return _answer(
+            error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
+        )
     protocol = negotiate(offered_protocols(request)) if upgrade == "spdy/3.1" else "websocket"
     if protocol is None:
-        return error(
-            403,
-            f"unable to upgrade: unable to negotiate protocol: client supports "
-            f"{offered_protocols(request)}, server supports {list(PROTOCOLS)}",
+        return _answer(
+            error(
+                403,
+                f"unable to upgrade: unable to negotiate protocol: client supports "
+                f"{offered_protocols(request)}, server supports {list(PROTOCOLS)}",
+            )
         )
     pod = find_pod(namespace, pod_name)
     if pod is None:
-        return error(404, f'pods "{pod_name}" not found')
+        return _answer(error(404, f'pods "{pod_name}" not found'))
     node = (pod.get("spec") or {}).get("nodeName") or ""
     flags = _flags(request.query)
     try:
         container = pod_container(pod, container)
     except LogRequestError as exc:
-        return error(400, str(exc))
+        return _answer(error(400, str(exc)))
     if operation == "exec" and not flags["command"]:
-        return error(400, "you must specify at least one command for the container")
+        return _answer(error(400, "you must specify at least one command for the container"))
     if not (flags["stdin"] or flags["stdout"] or flags["stderr"]):
-        return error(400, "you must specify at least one of stdin, stdout, stderr")
-    if not await streams.reachable(node):
-        return error(503, streams.offline_message(node))
-    if upgrade == "websocket":
-        from cloudhub.kubelet.wsexec import serve_websocket
+        return _answer(error(400, "you must specify at least one of stdin, stdout, stderr"))
+    session = _ExecSession(request, streams, node, namespace, pod_name, container)
+    return session.serve(protocol, flags, user, operation, error)
 
-        where = (node, namespace, pod_name, container)
-        return await serve_websocket(request, streams, where, flags, user, operation)
-    response, feeder = await upgrade_to_spdy(request, protocol)
-    transport = request.transport
-    server = RemoteCommandServer(
-        stdin=flags["stdin"],
-        stdout=flags["stdout"],
-        stderr=flags["stderr"],
-        tty=flags["tty"],
-        protocol=protocol,
-    )
-    session = _ExecSession(request, server, feeder, streams, node, namespace, pod_name, container)
-    try:
-        await session.run(flags, user, operation)
-    finally:
-        if transport is not None and not transport.is_closing():
-            transport.close()
+
+async def _answer(response: web.StreamResponse) -> web.StreamResponse:
     return response
 
 
 class _ExecSession:
-    """One exec/attach after the upgrade: the handler's task carries the node's output to
-    the caller (:meth:`run`); the caller's bytes go to the node from a pump task that runs
-    only while some are waiting (:meth:`_kick`), so an idle exec holds one task, not two."""
+    """One exec/attach: :meth:`serve` checks the node, upgrades, waits for the caller's
+    channels, opens the node's stream and carries the node's output to the caller, all in
+    the handler's task; the caller's bytes go to the node from a pump task that runs only
+    while some are waiting (:meth:`_kick`), so an idle exec holds one task, not two."""
 
     __slots__ = (
         "feeder",
@@ -236,8 +229,6 @@ class _ExecSession:
     def __init__(
         self,
         request: web.BaseRequest,
-        server: RemoteCommandServer,
-        feeder: SpdyFeeder,
         streams: HubStreams,
         node: str,
         namespace: str,
@@ -245,61 +236,108 @@ class _ExecSession:
         container: str,
     ) -> None:
         self.request = request
-        self.server = server
-        self.feeder = feeder
         self.streams = streams
         self.where = (node, namespace, pod, container)
+        self.server: RemoteCommandServer | None = None  # once upgraded
+        self.feeder: SpdyFeeder | None = None  # once upgraded
         self.stream: Stream | None = None
         self.pending: list[Any] = []  # caller events before the node's stream is open
         self.pump: asyncio.Future[None] | None = None  # the upstream pump, while it runs
         self.pumping = True  # False once the caller's side is over (EOF, reset, failure)
 
+    async def serve(
+        self,
+        protocol: str,
+        flags: dict[str, Any],
+        user: str,
+        operation: str,
+        error: Callable[[int, str], web.Response],
+    ) -> web.StreamResponse:
+        request, streams = self.request, self.streams
+        node, namespace, pod, container = self.where
+        if not await streams.reachable(node):
+            return error(503, streams.offline_message(node))
+        if protocol == "websocket":
+            from cloudhub.kubelet.wsexec import serve_websocket
+
+            return await serve_websocket(request, streams, self.where, flags, user, operation)
+        response, feeder = await upgrade_to_spdy(request, protocol)
+        transport = request.transport
+        self.feeder = feeder
+        server = self.server = RemoteCommandServer(
+            stdin=flags["stdin"],
+            stdout=flags["stdout"],
+            stderr=flags["stderr"],
+            tty=flags["tty"],
+            protocol=protocol,
+        )
+        try:
+            # wait until the caller opened every channel it asked for
+            while True:
+                events = await self._caller_events()
+                if events is None:
+                    return response
+                if any(isinstance(e, Ready) for e in events):
+                    self.pending += [e for e in events if not isinstance(e, Ready)]
+                    break
+                self.pending += events
+            del events
+            try:
+                # the flags are the stream's params (command, stdin, stdout, stderr, tty)
+                stream = await streams.open(
+                    node, operation, namespace, pod, container, flags, user=user
+                )
+            except StreamUnavailable as exc:
+                server.finish(None, str(exc))
+                await self.flush()
+                return response
+            self.stream = stream
+            cancelled = True
+            feeder.on_data = self._kick
+            self._kick()  # what came with or after the caller's last stream, if anything
+            try:
+                # the node's output to the caller, then the command's status
+                while True:
+                    event = await stream.read()
+                    if event is None:
+                        break
+                    if isinstance(event, DataReceived) and event.data:
+                        server.write(event.channel, event.data)
+                        await self.flush()
+                    del event
+                ended = stream.ended
+                assert ended is not None
+                if ended.code is None:
+                    server.finish(ended.exit_code if ended.exit_code is not None else 0)
+                else:
+                    server.finish(None, ended.reason)
+                await self.flush()
+                cancelled = False
+            finally:
+                self.pumping = False
+                feeder.on_data = None
+                pump, self.pump = self.pump, None
+                if pump is not None:
+                    pump.cancel()
+                    await asyncio.gather(pump, return_exceptions=True)
+                if stream.ended is None:
+                    await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+                streams.finished(stream, cancelled=cancelled)
+        finally:
+            if transport is not None and not transport.is_closing():
+                transport.close()
+        return response
+
     async def flush(self) -> None:
+        assert self.server is not None
         data = self.server.data_to_send()
         transport = self.request.transport
         if data and transport is not None and not transport.is_closing():
             transport.write(data)
             await self.request.protocol._drain_helper()  # type: ignore[attr-defined]
 
-    async def run(self, flags: dict[str, Any], user: str, operation: str) -> None:
-        node, namespace, pod, container = self.where
-        # wait until the caller opened every channel it asked for
-        while True:
-            events = await self._caller_events()
-            if events is None:
-                return
-            if any(isinstance(e, Ready) for e in events):
-                self.pending += [e for e in events if not isinstance(e, Ready)]
-                break
-            self.pending += events
-        try:
-            # the flags are the stream's params (command, stdin, stdout, stderr, tty)
-            stream = await self.streams.open(
-                node, operation, namespace, pod, container, flags, user=user
-            )
-        except StreamUnavailable as exc:
-            self.server.finish(None, str(exc))
-            await self.flush()
-            return
-        self.stream = stream
-        cancelled = True
-        self.feeder.on_data = self._kick
-        self._kick()  # what came with or after the caller's last stream, if anything
-        try:
-            await self._downstream(stream)
-            cancelled = False
-        finally:
-            self.pumping = False
-            self.feeder.on_data = None
-            pump, self.pump = self.pump, None
-            if pump is not None:
-                pump.cancel()
-                await asyncio.gather(pump, return_exceptions=True)
-            if stream.ended is None:
-                await stream.reset(ErrorCode.INTERNAL, "the caller went away")
-            self.streams.finished(stream, cancelled=cancelled)
-
     async def _caller_events(self) -> list[Any] | None:
+        assert self.feeder is not None and self.server is not None
         chunk = await self.feeder.next()
         if chunk is None:
             return None
@@ -317,7 +355,9 @@ class _ExecSession:
         (called as the caller's bytes arrive, and once when the node's stream opens)."""
         # A running pump takes what just arrived before it stops (it checks for more with
         # no await between that check and its end, where it clears ``pump``).
-        if self.pump is None and self.pumping and (self.pending or self.feeder.chunks):
+        feeder = self.feeder
+        assert feeder is not None
+        if self.pump is None and self.pumping and (self.pending or feeder.chunks):
             self.pump = asyncio.ensure_future(self._upstream())
 
     async def _upstream(self) -> None:
@@ -338,7 +378,7 @@ class _ExecSession:
                         self.pumping = False
                         await stream.reset(ErrorCode.INTERNAL, event.reason)
                         return
-                if not self.feeder.chunks:
+                if not self.feeder.chunks:  # type: ignore[union-attr]
                     return  # the next bytes start another pump (``_kick``)
                 events = await self._caller_events()  # queued: no wait
             self.pumping = False
@@ -350,20 +390,3 @@ class _ExecSession:
             raise
         finally:
             self.pump = None
-
-    async def _downstream(self, stream: Stream) -> None:
-        """The node's output to the caller, then the command's status."""
-        while True:
-            event = await stream.read()
-            if event is None:
-                break
-            if isinstance(event, DataReceived) and event.data:
-                self.server.write(event.channel, event.data)
-                await self.flush()
-        ended = stream.ended
-        assert ended is not None
-        if ended.code is None:
-            self.server.finish(ended.exit_code if ended.exit_code is not None else 0)
-        else:
-            self.server.finish(None, ended.reason)
-        await self.flush()
