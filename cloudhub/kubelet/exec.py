@@ -150,6 +150,9 @@ async def upgrade_to_spdy(
         },
     )
     await response.prepare(request)  # type: ignore[arg-type]
+    # Sent: nothing reads them again (aiohttp's end of the request only finds the response
+    # prepared and writes its EOF), and the connection may stay open for hours: ~0.5 KiB.
+    response.headers.clear()
     feeder = SpdyFeeder(request.transport)
     request.protocol.set_parser(feeder)  # type: ignore[attr-defined]
     return response, feeder
