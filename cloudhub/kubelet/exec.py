@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -55,13 +55,22 @@ class SpdyFeeder:
     """aiohttp's payload parser slot after the upgrade: the connection's bytes, queued.
 
     One per open exec, attach or port-forward, mostly idle: a list and a future made only
-    while the reader waits (an asyncio.Event and a deque hold ~600 bytes each)."""
+    while the reader waits (an asyncio.Event and a deque hold ~600 bytes each).
 
-    __slots__ = ("_paused", "_transport", "_waiter", "chunks", "size")
+    Attributes:
+        chunks: what arrived, in order, not yet taken (``None``: the caller's EOF).
+        size: bytes in ``chunks``.
+        on_data: called (synchronously, from the protocol's ``data_received``) after each
+            chunk or the EOF is queued: a consumer that runs only while there is something
+            to take (the exec's stdin pump) starts itself from here.
+    """
+
+    __slots__ = ("_paused", "_transport", "_waiter", "chunks", "on_data", "size")
 
     def __init__(self, transport: Any) -> None:
         self.chunks: list[bytes | None] = []
         self.size = 0
+        self.on_data: Callable[[], None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._transport = transport
         self._paused = False
@@ -78,11 +87,15 @@ class SpdyFeeder:
         if self.size > READ_PAUSE_BYTES and not self._paused and self._transport is not None:
             self._transport.pause_reading()
             self._paused = True
+        if self.on_data is not None:
+            self.on_data()
         return False, b""
 
     def feed_eof(self) -> None:
         self.chunks.append(None)
         self._wake()
+        if self.on_data is not None:
+            self.on_data()
 
     async def next(self) -> bytes | None:
         while not self.chunks:
@@ -137,12 +150,15 @@ async def upgrade_to_spdy(
         },
     )
     await response.prepare(request)  # type: ignore[arg-type]
+    # Sent: nothing reads them again (aiohttp's end of the request only finds the response
+    # prepared and writes its EOF), and the connection may stay open for hours: ~0.5 KiB.
+    response.headers.clear()
     feeder = SpdyFeeder(request.transport)
     request.protocol.set_parser(feeder)  # type: ignore[attr-defined]
     return response, feeder
 
 
-async def serve_exec(
+def serve_exec(
     request: web.BaseRequest,
     streams: HubStreams,
     find_pod: Callable[[str, str], dict[str, Any] | None],
@@ -153,62 +169,69 @@ async def serve_exec(
     user: str,
     operation: str = "exec",
     error: Callable[[int, str], web.Response] = plain_error,
-) -> web.StreamResponse:
-    """Answer one exec (or attach) request (see the module docstring)."""
+) -> Awaitable[web.StreamResponse]:
+    """Answer one exec (or attach) request (see the module docstring): await the result.
+
+    The request's checks are made here, at once; what is awaited is the refusal or the
+    session, one coroutine for the whole life of the exec (it may stay open for hours,
+    idle: each frame it held cost every open exec a few hundred bytes).
+    """
     upgrade = request.headers.get("Upgrade", "").lower()
     if upgrade not in ("spdy/3.1", "websocket"):
-        return error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
+        return _answer(
+            error(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1)")
+        )
     protocol = negotiate(offered_protocols(request)) if upgrade == "spdy/3.1" else "websocket"
     if protocol is None:
-        return error(
-            403,
-            f"unable to upgrade: unable to negotiate protocol: client supports "
-            f"{offered_protocols(request)}, server supports {list(PROTOCOLS)}",
+        return _answer(
+            error(
+                403,
+                f"unable to upgrade: unable to negotiate protocol: client supports "
+                f"{offered_protocols(request)}, server supports {list(PROTOCOLS)}",
+            )
         )
     pod = find_pod(namespace, pod_name)
     if pod is None:
-        return error(404, f'pods "{pod_name}" not found')
+        return _answer(error(404, f'pods "{pod_name}" not found'))
     node = (pod.get("spec") or {}).get("nodeName") or ""
     flags = _flags(request.query)
     try:
         container = pod_container(pod, container)
     except LogRequestError as exc:
-        return error(400, str(exc))
+        return _answer(error(400, str(exc)))
     if operation == "exec" and not flags["command"]:
-        return error(400, "you must specify at least one command for the container")
+        return _answer(error(400, "you must specify at least one command for the container"))
     if not (flags["stdin"] or flags["stdout"] or flags["stderr"]):
-        return error(400, "you must specify at least one of stdin, stdout, stderr")
-    if not await streams.reachable(node):
-        return error(503, streams.offline_message(node))
-    if upgrade == "websocket":
-        from cloudhub.kubelet.wsexec import serve_websocket
+        return _answer(error(400, "you must specify at least one of stdin, stdout, stderr"))
+    session = _ExecSession(request, streams, node, namespace, pod_name, container)
+    return session.serve(protocol, flags, user, operation, error)
 
-        where = (node, namespace, pod_name, container)
-        return await serve_websocket(request, streams, where, flags, user, operation)
-    response, feeder = await upgrade_to_spdy(request, protocol)
-    transport = request.transport
-    server = RemoteCommandServer(
-        stdin=flags["stdin"],
-        stdout=flags["stdout"],
-        stderr=flags["stderr"],
-        tty=flags["tty"],
-        protocol=protocol,
-    )
-    session = _ExecSession(request, server, feeder, streams, node, namespace, pod_name, container)
-    try:
-        await session.run(flags, user, operation)
-    finally:
-        if transport is not None and not transport.is_closing():
-            transport.close()
+
+async def _answer(response: web.StreamResponse) -> web.StreamResponse:
     return response
 
 
 class _ExecSession:
+    """One exec/attach: :meth:`serve` checks the node, upgrades, waits for the caller's
+    channels, opens the node's stream and carries the node's output to the caller, all in
+    the handler's task; the caller's bytes go to the node from a pump task that runs only
+    while some are waiting (:meth:`_kick`), so an idle exec holds one task, not two."""
+
+    __slots__ = (
+        "feeder",
+        "pending",
+        "pump",
+        "pumping",
+        "request",
+        "server",
+        "stream",
+        "streams",
+        "where",
+    )
+
     def __init__(
         self,
         request: web.BaseRequest,
-        server: RemoteCommandServer,
-        feeder: SpdyFeeder,
         streams: HubStreams,
         node: str,
         namespace: str,
@@ -216,54 +239,108 @@ class _ExecSession:
         container: str,
     ) -> None:
         self.request = request
-        self.server = server
-        self.feeder = feeder
         self.streams = streams
         self.where = (node, namespace, pod, container)
+        self.server: RemoteCommandServer | None = None  # once upgraded
+        self.feeder: SpdyFeeder | None = None  # once upgraded
         self.stream: Stream | None = None
         self.pending: list[Any] = []  # caller events before the node's stream is open
+        self.pump: asyncio.Future[None] | None = None  # the upstream pump, while it runs
+        self.pumping = True  # False once the caller's side is over (EOF, reset, failure)
+
+    async def serve(
+        self,
+        protocol: str,
+        flags: dict[str, Any],
+        user: str,
+        operation: str,
+        error: Callable[[int, str], web.Response],
+    ) -> web.StreamResponse:
+        request, streams = self.request, self.streams
+        node, namespace, pod, container = self.where
+        if not await streams.reachable(node):
+            return error(503, streams.offline_message(node))
+        if protocol == "websocket":
+            from cloudhub.kubelet.wsexec import serve_websocket
+
+            return await serve_websocket(request, streams, self.where, flags, user, operation)
+        response, feeder = await upgrade_to_spdy(request, protocol)
+        transport = request.transport
+        self.feeder = feeder
+        server = self.server = RemoteCommandServer(
+            stdin=flags["stdin"],
+            stdout=flags["stdout"],
+            stderr=flags["stderr"],
+            tty=flags["tty"],
+            protocol=protocol,
+        )
+        try:
+            # wait until the caller opened every channel it asked for
+            while True:
+                events = await self._caller_events()
+                if events is None:
+                    return response
+                if any(isinstance(e, Ready) for e in events):
+                    self.pending += [e for e in events if not isinstance(e, Ready)]
+                    break
+                self.pending += events
+            del events
+            try:
+                # the flags are the stream's params (command, stdin, stdout, stderr, tty)
+                stream = await streams.open(
+                    node, operation, namespace, pod, container, flags, user=user
+                )
+            except StreamUnavailable as exc:
+                server.finish(None, str(exc))
+                await self.flush()
+                return response
+            self.stream = stream
+            cancelled = True
+            feeder.on_data = self._kick
+            self._kick()  # what came with or after the caller's last stream, if anything
+            try:
+                # the node's output to the caller, then the command's status
+                while True:
+                    event = await stream.read()
+                    if event is None:
+                        break
+                    if isinstance(event, DataReceived) and event.data:
+                        server.write(event.channel, event.data)
+                        await self.flush()
+                    del event
+                ended = stream.ended
+                assert ended is not None
+                if ended.code is None:
+                    server.finish(ended.exit_code if ended.exit_code is not None else 0)
+                else:
+                    server.finish(None, ended.reason)
+                await self.flush()
+                cancelled = False
+            finally:
+                self.pumping = False
+                feeder.on_data = None
+                pump, self.pump = self.pump, None
+                if pump is not None:
+                    pump.cancel()
+                    await asyncio.gather(pump, return_exceptions=True)
+                if stream.ended is None:
+                    await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+                streams.finished(stream, cancelled=cancelled)
+        finally:
+            if transport is not None and not transport.is_closing():
+                transport.close()
+        return response
 
     async def flush(self) -> None:
+        assert self.server is not None
         data = self.server.data_to_send()
         transport = self.request.transport
         if data and transport is not None and not transport.is_closing():
             transport.write(data)
             await self.request.protocol._drain_helper()  # type: ignore[attr-defined]
 
-    async def run(self, flags: dict[str, Any], user: str, operation: str) -> None:
-        node, namespace, pod, container = self.where
-        # wait until the caller opened every channel it asked for
-        while True:
-            events = await self._caller_events()
-            if events is None:
-                return
-            if any(isinstance(e, Ready) for e in events):
-                self.pending += [e for e in events if not isinstance(e, Ready)]
-                break
-            self.pending += events
-        params = {k: flags[k] for k in ("command", "stdin", "stdout", "stderr", "tty")}
-        try:
-            stream = await self.streams.open(
-                node, operation, namespace, pod, container, params, user=user
-            )
-        except StreamUnavailable as exc:
-            self.server.finish(None, str(exc))
-            await self.flush()
-            return
-        self.stream = stream
-        cancelled = True
-        upstream = asyncio.ensure_future(self._upstream(stream))
-        try:
-            await self._downstream(stream)
-            cancelled = False
-        finally:
-            upstream.cancel()
-            await asyncio.gather(upstream, return_exceptions=True)
-            if stream.ended is None:
-                await stream.reset(ErrorCode.INTERNAL, "the caller went away")
-            self.streams.finished(stream, cancelled=cancelled)
-
     async def _caller_events(self) -> list[Any] | None:
+        assert self.feeder is not None and self.server is not None
         chunk = await self.feeder.next()
         if chunk is None:
             return None
@@ -276,34 +353,43 @@ class _ExecSession:
         await self.flush()
         return events
 
-    async def _upstream(self, stream: Stream) -> None:
-        """The caller's stdin and resizes to the node."""
-        events: list[Any] | None = self.pending
-        while events is not None:
-            for event in events:
-                if isinstance(event, Stdin):
-                    await stream.write(0, event.data, eof=event.eof)
-                elif isinstance(event, Resize):
-                    await stream.resize(event.width, event.height)
-                elif isinstance(event, Ended):
-                    await stream.reset(ErrorCode.INTERNAL, event.reason)
-                    return
-            events = await self._caller_events()
-        await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+    def _kick(self) -> None:
+        """Start the upstream pump, unless it runs already or the caller's side is over
+        (called as the caller's bytes arrive, and once when the node's stream opens)."""
+        # A running pump takes what just arrived before it stops (it checks for more with
+        # no await between that check and its end, where it clears ``pump``).
+        feeder = self.feeder
+        assert feeder is not None
+        if self.pump is None and self.pumping and (self.pending or feeder.chunks):
+            self.pump = asyncio.ensure_future(self._upstream())
 
-    async def _downstream(self, stream: Stream) -> None:
-        """The node's output to the caller, then the command's status."""
-        while True:
-            event = await stream.read()
-            if event is None:
-                break
-            if isinstance(event, DataReceived) and event.data:
-                self.server.write(event.channel, event.data)
-                await self.flush()
-        ended = stream.ended
-        assert ended is not None
-        if ended.code is None:
-            self.server.finish(ended.exit_code if ended.exit_code is not None else 0)
-        else:
-            self.server.finish(None, ended.reason)
-        await self.flush()
+    async def _upstream(self) -> None:
+        """The caller's stdin and resizes to the node, until none are waiting (a failure
+        other than the stream's end is a bug: asyncio logs it with the task)."""
+        stream = self.stream
+        assert stream is not None
+        events: list[Any] | None
+        events, self.pending = self.pending, []
+        try:
+            while events is not None:
+                for event in events:
+                    if isinstance(event, Stdin):
+                        await stream.write(0, event.data, eof=event.eof)
+                    elif isinstance(event, Resize):
+                        await stream.resize(event.width, event.height)
+                    elif isinstance(event, Ended):
+                        self.pumping = False
+                        await stream.reset(ErrorCode.INTERNAL, event.reason)
+                        return
+                if not self.feeder.chunks:  # type: ignore[union-attr]
+                    return  # the next bytes start another pump (``_kick``)
+                events = await self._caller_events()  # queued: no wait
+            self.pumping = False
+            await stream.reset(ErrorCode.INTERNAL, "the caller went away")
+        except ConnectionError:
+            self.pumping = False  # the stream ended: the node's side ends the session
+        except BaseException:
+            self.pumping = False
+            raise
+        finally:
+            self.pump = None

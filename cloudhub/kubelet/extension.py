@@ -112,20 +112,23 @@ async def _serve_relay(hub: Hub, streams: HubStreams, peer_ca: Any) -> None:
     hub.add_task(serve_until_closed(), "stream-relay")
 
 
-async def _attach(*args: Any, **kwargs: Any) -> Any:
-    return await serve_exec(*args, operation="attach", **kwargs)
+# These two return the serving coroutine instead of awaiting it: a frame fewer held by
+# each open stream (an exec may stay open for hours).
+
+
+def _attach(*args: Any, **kwargs: Any) -> Any:
+    return serve_exec(*args, operation="attach", **kwargs)
 
 
 def _embedded(serve: Any, streams: HubStreams, find_pod: Any) -> Any:
-    async def handler(request: Any, namespace: str, pod: str) -> Any:
-        container = request.query.get("container", "")
-        return await serve(
+    def handler(request: Any, namespace: str, pod: str) -> Any:
+        return serve(
             request,
             streams,
             find_pod,
             namespace,
             pod,
-            container,
+            request.query.get("container", ""),
             user=EMBEDDED_USER,
             error=status_error,
         )

@@ -124,6 +124,21 @@ class SpdyConnection:
         max_header_bytes: the largest inflated header block accepted.
     """
 
+    # one per open exec/attach/port-forward connection, mostly idle: no __dict__
+    __slots__ = (
+        "_buffer",
+        "_deflate",
+        "_inflate",
+        "_last_peer_stream",
+        "_next_stream",
+        "_open",
+        "_out",
+        "closed",
+        "max_frame_bytes",
+        "max_header_bytes",
+        "server",
+    )
+
     def __init__(
         self, *, server: bool, max_frame_bytes: int = 1 << 20, max_header_bytes: int = 64 << 10
     ) -> None:
@@ -135,7 +150,7 @@ class SpdyConnection:
         # no zlib state between header blocks: see protocol.spdy.headerzlib
         self._inflate = HeaderInflater(max_header_bytes)
         self._deflate = HeaderDeflater()
-        self._open: set[int] = set()  # streams that may still carry data
+        self._open: list[int] = []  # streams that may still carry data (a few: no set)
         self._last_peer_stream = 0
         self._next_stream = 2 if server else 1
         self.closed = False
@@ -177,6 +192,10 @@ class SpdyConnection:
                 events.append(event)
         return events
 
+    def _forget(self, stream_id: int) -> None:
+        if stream_id in self._open:
+            self._open.remove(stream_id)
+
     def _fail(self, reason: str) -> None:
         self.goaway(status=1)
         self.closed = True
@@ -190,7 +209,7 @@ class SpdyConnection:
             return None
         fin = bool(flags & FLAG_FIN)
         if fin:
-            self._open.discard(stream_id)
+            self._forget(stream_id)
         return DataReceived(stream_id, payload, fin)
 
     def _control(self, kind: int, flags: int, payload: bytes) -> SpdyEvent | None:
@@ -206,7 +225,7 @@ class SpdyConnection:
             self._last_peer_stream = stream_id
             headers = self._headers(payload[10:])
             if not fin:
-                self._open.add(stream_id)
+                self._open.append(stream_id)
             return StreamOpened(stream_id, headers, fin)
         if kind in (SYN_REPLY, HEADERS):
             if len(payload) < 4:
@@ -218,7 +237,7 @@ class SpdyConnection:
             if len(payload) != 8:
                 self._fail("a RST_STREAM that is not 8 bytes")
             stream_id = int.from_bytes(payload[0:4], "big") & 0x7FFFFFFF
-            self._open.discard(stream_id)
+            self._forget(stream_id)
             return StreamReset(stream_id, int.from_bytes(payload[4:8], "big"))
         if kind == PING:
             if len(payload) != 4:
@@ -288,7 +307,7 @@ class SpdyConnection:
         self._next_stream += 2
         payload = stream_id.to_bytes(4, "big") + bytes(4) + bytes(2) + self._block(headers)
         self._control_frame(SYN_STREAM, FLAG_FIN if fin else 0, payload)
-        self._open.add(stream_id)
+        self._open.append(stream_id)
         return stream_id
 
     def reply(self, stream_id: int, headers: Headers | None = None, *, fin: bool = False) -> None:
@@ -310,7 +329,7 @@ class SpdyConnection:
 
     def reset(self, stream_id: int, status: int = RstStatus.CANCEL) -> None:
         """Abort a stream (RST_STREAM)."""
-        self._open.discard(stream_id)
+        self._forget(stream_id)
         self._control_frame(RST_STREAM, 0, stream_id.to_bytes(4, "big") + status.to_bytes(4, "big"))
 
     def ping(self, ping_id: int) -> None:

@@ -55,6 +55,8 @@ class HeaderInflater:
         replay_limit: history bytes up to which no zlib state is kept between blocks.
     """
 
+    __slots__ = ("_history", "_live", "max_bytes", "replay_limit")
+
     def __init__(self, max_bytes: int, *, replay_limit: int = REPLAY_LIMIT) -> None:
         self.max_bytes = max_bytes
         self.replay_limit = replay_limit
@@ -101,6 +103,8 @@ class HeaderDeflater:
     Args:
         replay_limit: history bytes up to which no zlib state is kept between blocks.
     """
+
+    __slots__ = ("_history", "_live", "_size", "replay_limit")
 
     def __init__(self, *, replay_limit: int = REPLAY_LIMIT) -> None:
         self.replay_limit = replay_limit

@@ -14,6 +14,7 @@ exits with it) — and closes its halves.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -94,6 +95,16 @@ class Ended:
 RemoteCommandEvent = Ready | Stdin | Resize | Ended
 
 
+#: The stream types, by themselves (the client's parsed copies are not kept).
+_STREAM_TYPES = {name: name for name in ("error", "stdin", "stdout", "stderr", "resize")}
+
+
+@functools.cache
+def _expected(stdin: bool, stdout: bool, stderr: bool, resize: bool) -> frozenset[str]:
+    wanted = ("stdin", stdin), ("stdout", stdout), ("stderr", stderr), ("resize", resize)
+    return frozenset(["error"] + [name for name, asked in wanted if asked])
+
+
 class RemoteCommandServer:
     """The server side of one exec/attach connection (after the HTTP upgrade).
 
@@ -102,24 +113,26 @@ class RemoteCommandServer:
         protocol: the negotiated ``X-Stream-Protocol-Version``.
     """
 
+    # one per open exec or attach, mostly idle: no __dict__, the expected set shared
+    __slots__ = ("_ready", "_resize", "expected", "protocol", "spdy", "streams")
+
     def __init__(
         self, *, stdin: bool, stdout: bool, stderr: bool, tty: bool, protocol: str = PROTOCOLS[0]
     ) -> None:
         self.spdy = SpdyConnection(server=True)
         self.protocol = protocol
-        self.expected = {"error"}
-        if stdin:
-            self.expected.add("stdin")
-        if stdout:
-            self.expected.add("stdout")
-        if stderr and not tty:
-            self.expected.add("stderr")
-        if tty:
-            self.expected.add("resize")
+        self.expected = _expected(stdin, stdout, stderr and not tty, tty)
+        """The stream types the request asked for (``error`` always)."""
         self.streams: dict[str, int] = {}
-        self._types: dict[int, str] = {}
+        """Stream type -> the client's SPDY stream id, as they open."""
         self._ready = False
         self._resize = b""
+
+    def _kind(self, stream_id: int) -> str | None:
+        for kind, known in self.streams.items():  # at most 5: no reverse dict kept
+            if known == stream_id:
+                return kind
+        return None
 
     def receive_data(self, data: bytes) -> list[RemoteCommandEvent]:
         """Feed bytes from the client.
@@ -132,24 +145,24 @@ class RemoteCommandServer:
         for event in self.spdy.receive_data(data):
             if isinstance(event, StreamOpened):
                 kind = (event.headers.get("streamtype") or [""])[0]
+                kind = _STREAM_TYPES.get(kind, kind)  # kept as a key: the shared string
                 if kind not in self.expected or kind in self.streams:
                     self.spdy.reset(event.stream_id, 1)
                     self.spdy.closed = True
                     raise SpdyProtocolError(f"an unexpected {kind or 'untyped'} stream")
                 self.streams[kind] = event.stream_id
-                self._types[event.stream_id] = kind
                 self.spdy.reply(event.stream_id)
                 if not self._ready and set(self.streams) == self.expected:
                     self._ready = True
                     events.append(Ready())
             elif isinstance(event, DataReceived):
-                kind = self._types.get(event.stream_id)
+                kind = self._kind(event.stream_id)
                 if kind == "stdin":
                     events.append(Stdin(event.data, event.fin))
                 elif kind == "resize":
                     events += self._resizes(event.data)
             elif isinstance(event, StreamReset):
-                events.append(Ended(f"the client reset its {self._types.get(event.stream_id)}"))
+                events.append(Ended(f"the client reset its {self._kind(event.stream_id)}"))
             elif isinstance(event, GoAwayReceived):
                 events.append(Ended("the client sent GOAWAY"))
         return events

@@ -32,10 +32,54 @@ TLS_READ_BUFFER = 16 * 1024
 
 _scratch = threading.local()
 
+#: Every instance attribute ``asyncio.sslproto.SSLProtocol`` sets (Python 3.11-3.13), made
+#: slots of our subclass: SSLProtocol sets 37, past the 30 that an instance dict can share
+#: its keys for, so each connection held a combined dict of ~1.6 KiB; as slots, ~0.3 KiB.
+#: An attribute a later Python adds simply lands in the instance dict again.
+_SSLPROTOCOL_SLOTS = (
+    "_app_protocol",
+    "_app_protocol_buffer_updated",
+    "_app_protocol_get_buffer",
+    "_app_protocol_is_buffer",
+    "_app_reading_paused",
+    "_app_state",
+    "_app_transport",
+    "_app_transport_created",
+    "_app_writing_paused",
+    "_conn_lost",
+    "_eof_received",
+    "_extra",
+    "_handshake_start_time",
+    "_handshake_timeout_handle",
+    "_incoming",
+    "_incoming_high_water",
+    "_incoming_low_water",
+    "_loop",
+    "_outgoing",
+    "_outgoing_high_water",
+    "_outgoing_low_water",
+    "_server_hostname",
+    "_server_side",
+    "_shutdown_timeout_handle",
+    "_ssl_buffer",
+    "_ssl_buffer_view",
+    "_ssl_handshake_timeout",
+    "_ssl_reading_paused",
+    "_ssl_shutdown_timeout",
+    "_ssl_writing_paused",
+    "_sslcontext",
+    "_sslobj",
+    "_state",
+    "_transport",
+    "_waiter",
+    "_write_backlog",
+    "_write_buffer_size",
+)
+
 
 class _LeanSSLProtocol(sslproto.SSLProtocol):
     """asyncio's TLS protocol with one 16 KiB read buffer per thread instead of 256 KiB per
-    connection.
+    connection, its attributes in slots, and its write backlog a list instead of a deque.
 
     Sharing is safe because the event loop uses the buffer synchronously: it calls
     ``get_buffer()``, ``recv_into()`` it, then ``buffer_updated()``, which copies the bytes
@@ -44,9 +88,17 @@ class _LeanSSLProtocol(sslproto.SSLProtocol):
     buffer; setting the attributes there is harmless.)
     """
 
+    # Python 3.10's SSLProtocol is another class (with _SSLPipe): only our own attribute.
+    __slots__ = (_SSLPROTOCOL_SLOTS if sys.version_info >= (3, 11) else ()) + ("_owner",)
+
     max_size = TLS_READ_BUFFER
 
     def __init__(self, loop: Any, app_protocol: Any, *args: Any, **kwargs: Any) -> None:
+        # SSLProtocol has class-level defaults for these three (read before they are
+        # set); a slot hides them, so start them as they would be.
+        self._handshake_start_time = None
+        self._handshake_timeout_handle = None
+        self._shutdown_timeout_handle = None
         super().__init__(loop, app_protocol, *args, **kwargs)
         self._owner = app_protocol
         view = getattr(_scratch, "view", None)
@@ -54,6 +106,11 @@ class _LeanSSLProtocol(sslproto.SSLProtocol):
             view = _scratch.view = memoryview(bytearray(TLS_READ_BUFFER))
         self._ssl_buffer = view.obj
         self._ssl_buffer_view = view
+        # asyncio queues writes made before the handshake or while OpenSSL wants to read
+        # in a deque, 760 bytes even when empty (its first block): a list does the same
+        # here (append, [0], del [0], clear, truth), 56 bytes, and is hardly ever longer
+        # than one item.
+        self._write_backlog: Any = []
 
     def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
         super()._on_handshake_complete(handshake_exc)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -173,6 +174,39 @@ async def test_kubectl_exec_non_tty(hub, kube, ns, agent, kubectl) -> None:
     assert done.returncode != 0 and "executable file not found" in done.stderr, done.stderr
     done = await kubectl_run(kubectl, hub, "exec", "-n", ns, "shell", "-c", "nope", "--", "true")
     assert done.returncode != 0 and "nope" in done.stderr, done.stderr
+
+
+async def test_kubectl_exec_stdin_of_megabytes_arrives_whole_and_in_order(
+    hub, kube, ns, agent, kubectl
+) -> None:
+    """Far more stdin than a stream's window and the hub's read pause (the hub's stdin
+    pump stops and starts again with every burst, the socket paused and resumed): the
+    command sees every byte, in order, and its end."""
+    node = unique("edge-stdin")
+    agent(node)
+    await running_pod(kube, ns, pod("sink", ns, node, "exec sleep 3600"))
+    # 1.9 MB: more than 7 windows (256 KiB) and the hub's read pause (256 KiB)
+    data = b"".join(hashlib.sha256(str(i).encode()).hexdigest().encode() for i in range(30_000))
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [
+            kubectl,
+            "--kubeconfig",
+            str(hub.kubeconfig),
+            "exec",
+            "-i",
+            "-n",
+            ns,
+            "sink",
+            "--",
+            "sha256sum",
+        ],
+        input=data,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
 
 
 async def test_kubectl_exec_it_through_a_pty_type_read_back_and_resize(

@@ -255,6 +255,41 @@ async def test_requests_need_the_token_but_health_and_version_do_not() -> None:
         assert api.url.startswith("https://127.0.0.1:")
 
 
+async def test_pipelined_requests_are_answered_in_order() -> None:
+    """Requests sent back to back on one connection before any answer (HTTP/1.1
+    pipelining) queue in the connection's request queue (a list of ours, not aiohttp's
+    deque) and come back in the order sent."""
+    async with EmbeddedAPIServer(settings()) as api:
+        ctx = ssl.create_default_context(cafile=str(api.ca_cert_path))
+        host, port = api.url.removeprefix("https://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx)
+        paths = ["/healthz", "/api/v1/namespaces/nope", "/version", "/readyz", "/api/v1/pods"]
+        writer.write(
+            b"".join(
+                f"GET {path} HTTP/1.1\r\nHost: {host}\r\n"
+                f"Authorization: Bearer {api.token}\r\n\r\n".encode()
+                for path in paths
+            )
+        )
+        await writer.drain()
+        answers = []
+        for _ in paths:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            answers.append((int(head.split()[1]), await reader.readexactly(length)))
+        writer.close()
+        await writer.wait_closed()
+    assert [status for status, _ in answers] == [200, 404, 200, 200, 200]
+    assert answers[0][1] == answers[3][1] == b"ok"
+    assert b"NotFound" in answers[1][1]
+    assert b"gitVersion" in answers[2][1]
+    assert b"PodList" in answers[4][1]
+
+
 def test_cli_help_explains_every_option() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "cloudhub.standalone", "--help"],
