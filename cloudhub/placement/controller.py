@@ -62,11 +62,12 @@ from cloudhub.kube import (
     ResourceType,
     TokenBucket,
     scoped_informers,
+    strip_object,
 )
 from cloudhub.placement.errors import InvalidObject, InvalidSpec
 from cloudhub.placement.failures import FailureBackoff, owner_key
 from cloudhub.placement.model import API_GROUP, KIND, PLURAL, PlacementKey, parse_placement
-from cloudhub.placement.nodes import offline_since
+from cloudhub.placement.nodes import offline_since, slim_node
 from cloudhub.placement.plan import PlacementStatus, Plan, PodCreate, PodDelete
 from cloudhub.placement.planner import Planner
 from cloudhub.placement.pods import pod_ready
@@ -215,9 +216,9 @@ class PlacementController:
         else:
             # Each informer names its resource type, so the RBAC check sees every watch.
             watched = [
-                (Informer(self.client, NODES), self._on_node),
+                (Informer(self.client, NODES, transform=slim_node), self._on_node),
                 (Informer(self.client, EDGEPLACEMENTS, namespace=ns), self._on_placement),
-                (Informer(self.client, PODS), self._on_pod),
+                (Informer(self.client, PODS, transform=strip_object), self._on_pod),
             ]
             if self.settings.place_workloads:
                 watched += [
@@ -303,12 +304,12 @@ class PlacementController:
         self._wake.set()
 
     def _watch_scoped(self, scope: tuple[str, ...]) -> None:
-        nodes = Informer(self.client, NODES)
+        nodes = Informer(self.client, NODES, transform=slim_node)
         nodes.add_handler(self._on_node)
         self._informers.append(nodes)
         watched = [
             (scoped_informers(self.client, EDGEPLACEMENTS, scope), self._on_placement),
-            (scoped_informers(self.client, PODS, scope), self._on_pod),
+            (scoped_informers(self.client, PODS, scope, transform=strip_object), self._on_pod),
         ]
         if self.settings.place_workloads:
             watched += [
