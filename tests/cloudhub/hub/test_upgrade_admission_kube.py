@@ -107,6 +107,25 @@ def rbac(suffix: str) -> dict:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
+async def serving_behind_a_service(kube, pki_ca, namespace: str) -> TLSCredentials:
+    """The hub's serving credentials naming ``<SERVICE>.<namespace>.svc`` (what the API server
+    checks), and that Service as an ``ExternalName`` for ``localhost`` (no kube-proxy)."""
+    cert, key = pki.issue_server_certificate(
+        pki_ca.ca, dns_names=["localhost", f"{SERVICE}.{namespace}.svc"],
+        ip_addresses=["127.0.0.1"], lifetime=86400.0, now=time.time(),
+    )  # fmt: skip
+    await kube.create(
+        SERVICES,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": SERVICE, "namespace": namespace},
+            "spec": {"type": "ExternalName", "externalName": "localhost"},
+        },
+    )
+    return TLSCredentials(cas=(pki_ca.ca.certificate,), chain=(cert,), private_key=key)
+
+
 @pytest.mark.parametrize("cluster", [KUBE_APISERVER], indirect=True)
 async def test_the_api_server_refuses_selections_of_nodes_the_creator_cannot_see(
     cluster, hubs, kube, namespace, kubectl_bin, crds, pki_ca, tmp_path
@@ -114,18 +133,7 @@ async def test_the_api_server_refuses_selections_of_nodes_the_creator_cannot_see
     port = free_port()
     label = unique("adm")
     name = f"edgefleet-node-selection-{label}"
-    cert, key = pki.issue_server_certificate(
-        pki_ca.ca, dns_names=["localhost", f"{SERVICE}.{namespace}.svc"],
-        ip_addresses=["127.0.0.1"], lifetime=86400.0, now=time.time(),
-    )  # fmt: skip
-    serving = TLSCredentials(cas=(pki_ca.ca.certificate,), chain=(cert,), private_key=key)
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": SERVICE, "namespace": namespace},
-        "spec": {"type": "ExternalName", "externalName": "localhost"},
-    }
-    await kube.create(SERVICES, service)
+    serving = await serving_behind_a_service(kube, pki_ca, namespace)
     roles = json.dumps(rbac(label))
     done = run(kubectl_bin, cluster, "apply", "-f", "-", stdin=roles)
     assert done.returncode == 0, done.stderr
@@ -259,20 +267,7 @@ async def test_a_configuration_applied_after_the_hub_gets_its_ca_bundle(
     port = free_port()
     label = unique("late")
     name = f"edgefleet-node-selection-{label}"
-    cert, key = pki.issue_server_certificate(
-        pki_ca.ca, dns_names=["localhost", f"{SERVICE}.{namespace}.svc"],
-        ip_addresses=["127.0.0.1"], lifetime=86400.0, now=time.time(),
-    )  # fmt: skip
-    serving = TLSCredentials(cas=(pki_ca.ca.certificate,), chain=(cert,), private_key=key)
-    await kube.create(
-        SERVICES,
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": SERVICE, "namespace": namespace},
-            "spec": {"type": "ExternalName", "externalName": "localhost"},
-        },
-    )
+    serving = await serving_behind_a_service(kube, pki_ca, namespace)
     extension = UpgradeExtension(
         UpgradeSettings(
             artifact_dir=str(tmp_path / "artifacts"),
