@@ -41,7 +41,6 @@ import contextlib
 import json
 import os
 import pathlib
-import resource
 import signal
 import statistics
 import sys
@@ -61,6 +60,7 @@ if str(ROOT) not in sys.path:
 from cloudhub.errors import KubeConflict  # noqa: E402
 from cloudhub.kube import NAMESPACES, PODS, KubeClient  # noqa: E402
 from protocol import pki  # noqa: E402
+from tests.bench.fds import ensure_open_files  # noqa: E402
 from tests.bench.profiles import node_profile  # noqa: E402
 from tests.edgeagent.hublink.fleet import free_port  # noqa: E402
 from tests.sim.agent import CREATED_AT  # noqa: E402
@@ -109,12 +109,6 @@ def _progress(what: str, **figures: Any) -> None:
 def _log_file(path: pathlib.Path) -> Any:
     """A child process's log file (small, local: opened synchronously on purpose)."""
     return path.open("wb")
-
-
-def _raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:
@@ -569,12 +563,13 @@ async def run_transport(
 
 
 async def run_async(quick: bool) -> dict:
-    _raise_nofile()
     # SIGTERM (a CI timeout, an impatient operator) stops the child processes too.
     main = asyncio.current_task()
     assert main is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     plan = QUICK if quick else FULL
+    # the hub and the sims inherit it: a socket per session, plus the API's and files
+    ensure_open_files(2 * max(plan["websocket"]) + 4096)
     pki_ca = make_test_pki()
     results: dict[str, Any] = {
         "setup": (

@@ -48,8 +48,9 @@ from cloudhub.kube import CRDS, LEASES, NAMESPACES, NODES, Informer, KubeClient 
 from cloudhub.kube.times import parse_time  # noqa: E402
 from protocol import pki  # noqa: E402
 from tests.bench.apiproc import popen, start_api, stop_api  # noqa: E402
+from tests.bench.fds import ensure_open_files  # noqa: E402
 from tests.bench.profiles import node_profile  # noqa: E402
-from tests.cloudhub.ha.processes import Balancer, ReplicaProcess  # noqa: E402
+from tests.cloudhub.ha.processes import BalancerProcesses, ReplicaProcess  # noqa: E402
 from tests.crds import crd_documents  # noqa: E402
 from tests.testpki import make_test_pki  # noqa: E402
 from tests.waiting import eventually  # noqa: E402
@@ -222,6 +223,15 @@ def _keep_logs(root: pathlib.Path, keep: str) -> None:
 
 
 SIMS_PER_PROCESS = 2500
+
+
+def _balancers(n: int) -> int:
+    """Balancer processes for ``n`` nodes: one per 4,000, each holding two sockets per node
+    it carries (the kernel's hash spreads connections unevenly: room for twice the mean
+    under a 20,000-file limit)."""
+    return max(1, -(-n // 4000))
+
+
 """Simulated agents per ``tests.sim`` process (prefixes ``ha-0-``, ``ha-1-``, ...)."""
 
 
@@ -242,6 +252,7 @@ def _fleet_size(quick: bool) -> int:
 
 async def run_async(quick: bool) -> dict:
     n = _fleet_size(quick)
+    ensure_open_files(n + 4096)  # the sims and replicas inherit it (a socket per node)
     patience = max(300.0, 0.06 * n)  # seconds any phase may take before the run fails
     idle_s = 25.0 if quick else 60.0
     pki_ca = make_test_pki()
@@ -278,7 +289,8 @@ async def run_async(quick: bool) -> dict:
             ]
             await asyncio.gather(*(asyncio.to_thread(r.start) for r in replicas))
             live = {r.identity for r in replicas}
-            async with Balancer([r.port for r in replicas]) as balancer:
+            ports = [r.port for r in replicas]
+            async with BalancerProcesses(ports, _balancers(n)) as balancer:
                 (root / "ca.crt").write_bytes(pki.dump_certificate_pem(pki_ca.ca.certificate))
                 (root / "ca.key").write_bytes(pki.dump_private_key_pem(pki_ca.ca.private_key))
                 for k, start in enumerate(range(0, n, SIMS_PER_PROCESS)):

@@ -10,8 +10,11 @@ import contextlib
 import itertools
 import pathlib
 import signal
+import subprocess
+import sys
 from typing import Any
 
+from tests.bench.apiproc import popen
 from tests.bench.bench_e2e import HubProcess
 
 _CHUNK = 64 * 1024
@@ -60,15 +63,18 @@ class ReplicaProcess(HubProcess):
 class Balancer:
     """Round-robin TCP forwarding from one loopback port to the backends' ports."""
 
-    def __init__(self, backends: list[int]) -> None:
+    def __init__(self, backends: list[int], port: int = 0, reuse_port: bool = False) -> None:
         self.backends = backends
-        self.port = 0
+        self.port = port
+        self.reuse_port = reuse_port
         self._next = itertools.count()
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> Balancer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(
+            self._accept, "127.0.0.1", self.port, reuse_port=self.reuse_port or None, backlog=4096
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -107,6 +113,51 @@ class Balancer:
             self._writers.discard(writer)
 
 
+class BalancerProcesses:
+    """:class:`Balancer` in ``count`` processes sharing one port (``SO_REUSEPORT``: the
+    kernel spreads new connections over them), for fleets whose two sockets per connection
+    exceed one process's open-file limit, and whose copying should not share this process's
+    core.
+
+    Args:
+        backends: the backends' ports.
+        count: processes (each holds two sockets per connection it carries).
+    """
+
+    def __init__(self, backends: list[int], count: int) -> None:
+        self.backends = backends
+        self.count = count
+        self.port = 0
+        self._procs: list[subprocess.Popen] = []
+
+    def _spawn(self, port: int) -> int:
+        args = [sys.executable, "-m", "tests.cloudhub.ha.processes", str(port)]
+        proc = popen([*args, *map(str, self.backends)], stdout=subprocess.PIPE)
+        self._procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "<port>\n" once it listens
+        if not line:
+            raise RuntimeError(f"a balancer process exited with {proc.wait()}")
+        return int(line)
+
+    async def __aenter__(self) -> BalancerProcesses:
+        self.port = await asyncio.to_thread(self._spawn, 0)
+        for _ in range(self.count - 1):
+            await asyncio.to_thread(self._spawn, self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for proc in self._procs:  # its sockets close with it: both ends of every connection
+            proc.kill()
+        await asyncio.gather(*(asyncio.to_thread(p.wait) for p in self._procs))
+
+
+async def _serve_balancer(port: int, backends: list[int]) -> None:
+    async with Balancer(backends, port, reuse_port=True) as balancer:
+        print(balancer.port, flush=True)
+        await asyncio.Event().wait()  # until killed
+
+
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     with contextlib.suppress(OSError, asyncio.IncompleteReadError):
         while data := await reader.read(_CHUNK):
@@ -114,3 +165,10 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             await writer.drain()
     with contextlib.suppress(OSError):
         writer.close()
+
+
+if __name__ == "__main__":  # python -m tests.cloudhub.ha.processes PORT BACKEND...
+    from tests.bench.fds import ensure_open_files
+
+    ensure_open_files(0)  # the soft limit up to the hard one
+    asyncio.run(_serve_balancer(int(sys.argv[1]), [int(a) for a in sys.argv[2:]]))
