@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -252,6 +253,11 @@ def _fleet_size(quick: bool) -> int:
 
 async def run_async(quick: bool) -> dict:
     n = _fleet_size(quick)
+    # SIGTERM (a CI timeout, an impatient operator) stops the child processes too: they
+    # run in sessions of their own and would outlive this one.
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     ensure_open_files(n + 4096)  # the sims and replicas inherit it (a socket per node)
     patience = max(300.0, 0.06 * n)  # seconds any phase may take before the run fails
     idle_s = 25.0 if quick else 60.0
