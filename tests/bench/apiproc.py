@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["ROOT", "api_process", "popen", "start_api", "stop_api"]
+__all__ = ["ROOT", "api_process", "cancel_on_sigterm", "popen", "start_api", "stop_api"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -24,6 +25,15 @@ def popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
     """A child process in a session of its own, with the repository on its path."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True, **kwargs)
+
+
+def cancel_on_sigterm() -> None:
+    """Make SIGTERM (a CI timeout, an impatient operator) cancel the running task, so its
+    clean-up stops the children :func:`popen` started: they run in sessions of their own
+    and would outlive this process. Call it from the benchmark's main task."""
+    main = asyncio.current_task()
+    assert main is not None, "call it from a task"
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
 
 
 async def start_api(root: pathlib.Path) -> tuple[subprocess.Popen, pathlib.Path]:

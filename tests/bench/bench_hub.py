@@ -60,6 +60,7 @@ if str(ROOT) not in sys.path:
 from cloudhub.errors import KubeConflict  # noqa: E402
 from cloudhub.kube import NAMESPACES, PODS, KubeClient  # noqa: E402
 from protocol import pki  # noqa: E402
+from tests.bench.apiproc import cancel_on_sigterm  # noqa: E402
 from tests.bench.fds import ensure_open_files  # noqa: E402
 from tests.bench.profiles import node_profile  # noqa: E402
 from tests.edgeagent.hublink.fleet import free_port  # noqa: E402
@@ -563,10 +564,7 @@ async def run_transport(
 
 
 async def run_async(quick: bool) -> dict:
-    # SIGTERM (a CI timeout, an impatient operator) stops the child processes too.
-    main = asyncio.current_task()
-    assert main is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    cancel_on_sigterm()
     plan = QUICK if quick else FULL
     # the hub and the sims inherit it: a socket per session, plus the API's and files
     ensure_open_files(2 * max(plan["websocket"]) + 4096)

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,7 @@ from cloudhub.ha import owner_of  # noqa: E402
 from cloudhub.kube import CRDS, LEASES, NAMESPACES, NODES, Informer, KubeClient  # noqa: E402
 from cloudhub.kube.times import parse_time  # noqa: E402
 from protocol import pki  # noqa: E402
-from tests.bench.apiproc import popen, start_api, stop_api  # noqa: E402
+from tests.bench.apiproc import cancel_on_sigterm, popen, start_api, stop_api  # noqa: E402
 from tests.bench.fds import ensure_open_files  # noqa: E402
 from tests.bench.profiles import node_profile  # noqa: E402
 from tests.cloudhub.ha.processes import BalancerProcesses, ReplicaProcess  # noqa: E402
@@ -224,6 +223,7 @@ def _keep_logs(root: pathlib.Path, keep: str) -> None:
 
 
 SIMS_PER_PROCESS = 2500
+"""Simulated agents per ``tests.sim`` process (prefixes ``ha-0-``, ``ha-1-``, ...)."""
 
 
 def _balancers(n: int) -> int:
@@ -231,9 +231,6 @@ def _balancers(n: int) -> int:
     it carries (the kernel's hash spreads connections unevenly: room for twice the mean
     under a 20,000-file limit)."""
     return max(1, -(-n // 4000))
-
-
-"""Simulated agents per ``tests.sim`` process (prefixes ``ha-0-``, ``ha-1-``, ...)."""
 
 
 def _fleet_size(quick: bool) -> int:
@@ -253,11 +250,7 @@ def _fleet_size(quick: bool) -> int:
 
 async def run_async(quick: bool) -> dict:
     n = _fleet_size(quick)
-    # SIGTERM (a CI timeout, an impatient operator) stops the child processes too: they
-    # run in sessions of their own and would outlive this one.
-    main = asyncio.current_task()
-    assert main is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    cancel_on_sigterm()
     ensure_open_files(n + 4096)  # the sims and replicas inherit it (a socket per node)
     patience = max(300.0, 0.06 * n)  # seconds any phase may take before the run fails
     idle_s = 25.0 if quick else 60.0

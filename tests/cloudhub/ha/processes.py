@@ -73,7 +73,7 @@ class Balancer:
 
     async def __aenter__(self) -> Balancer:
         self._server = await asyncio.start_server(
-            self._accept, "127.0.0.1", self.port, reuse_port=self.reuse_port or None, backlog=4096
+            self._accept, "127.0.0.1", self.port, reuse_port=self.reuse_port, backlog=4096
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -141,9 +141,13 @@ class BalancerProcesses:
         return int(line)
 
     async def __aenter__(self) -> BalancerProcesses:
-        self.port = await asyncio.to_thread(self._spawn, 0)
-        for _ in range(self.count - 1):
-            await asyncio.to_thread(self._spawn, self.port)
+        try:
+            self.port = await asyncio.to_thread(self._spawn, 0)
+            for _ in range(self.count - 1):
+                await asyncio.to_thread(self._spawn, self.port)
+        except BaseException:
+            await self.__aexit__()  # the ones already started
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
