@@ -122,6 +122,7 @@ class ReplicaLeases:
         self._monotonic = monotonic
         self._valid_until = float("-inf")
         self._expiry: asyncio.TimerHandle | None = None
+        self._fenced = False  # the Lease ran out (logged); the next renewal says it is back
         self._seen: dict[str, _Seen] = {}
         self._released = False
         self.on_dead: list[Callable[[str], None]] = []
@@ -208,9 +209,9 @@ class ReplicaLeases:
             log.info("replica Lease %s/%s created", s.namespace, self.lease_name)
         if self._released:
             return
-        was_valid = self.valid()
         self._valid_until = started + s.replica_lease_duration - s.replica_renew_interval / 2
-        if not was_valid and self._expiry is not None:
+        if self._fenced:
+            self._fenced = False
             log.warning("this replica's Lease is renewed again: serving nodes again")
         self._arm_expiry()
 
@@ -226,6 +227,7 @@ class ReplicaLeases:
         if self._released or self.valid():
             return
         s = self.settings
+        self._fenced = True
         reason = (
             f"this hub replica could not renew its Lease {s.namespace}/{self.lease_name} for "
             f"{s.replica_lease_duration - s.replica_renew_interval / 2:.1f} s (API unreachable?); "

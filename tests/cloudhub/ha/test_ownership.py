@@ -115,8 +115,9 @@ async def test_a_lease_edited_by_hand_makes_the_owner_stop_serving_the_node(
 
 
 async def test_a_replica_whose_api_access_is_cut_stops_serving_before_others_take_over(
-    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy, caplog
 ) -> None:
+    caplog.set_level(logging.WARNING)
     overrides = ha_settings(namespace, "replica-a", **{"kube.kubeconfig": str(proxy.kubeconfig)})
     a = await hubs.start(overrides)
     agent = hubs.agent(node_name)
@@ -140,6 +141,10 @@ async def test_a_replica_whose_api_access_is_cut_stops_serving_before_others_tak
 
     await eventually(valid_again, "replica A valid again")
     assert await _owner(kube, namespace, node_name) == "replica-b"  # nothing taken back
+    # the operator reads both edges: fenced, and serving again
+    messages = [r.getMessage() for r in caplog.records if r.name == "cloudhub.ha.replicas"]
+    assert any(m.startswith("fenced:") for m in messages), messages
+    assert "this replica's Lease is renewed again: serving nodes again" in messages, messages
 
 
 async def test_a_pod_report_queued_for_a_node_the_replica_lost_is_not_written(
