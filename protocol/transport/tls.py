@@ -136,17 +136,39 @@ def load_chain_pem(context: ssl.SSLContext, pem: bytes) -> None:
     Raises:
         TransportError: the certificates or the key do not parse, or do not match.
     """
-    # ssl only loads a certificate chain from a file: write it to a private temporary
-    # directory (mode 0700, removed at once) rather than asking callers for paths.
+    # ssl only loads a certificate chain from a file. On Linux that file is an anonymous
+    # memory file (memfd, read through /proc/self/fd): the key never reaches a disk (an SD
+    # card's wear; a dial costs no file-system writes). Elsewhere, or without /proc, a
+    # private temporary directory (mode 0700, removed at once).
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None:
+        fd = memfd("edgefleet-tls", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.write(fd, pem)
+            if _load_chain_file(context, f"/proc/self/fd/{fd}"):
+                return
+        finally:
+            os.close(fd)
     with tempfile.TemporaryDirectory(prefix="edgefleet-tls-") as tmp:
         path = os.path.join(tmp, "chain.pem")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(pem)
-        try:
-            context.load_cert_chain(path)
-        except ssl.SSLError as exc:
-            raise TransportError(f"certificate and key do not load: {exc}") from exc
+        _load_chain_file(context, path, required=True)
+
+
+def _load_chain_file(context: ssl.SSLContext, path: str, *, required: bool = False) -> bool:
+    """``load_cert_chain(path)``; ``False`` if the file cannot be opened (no /proc) and
+    ``required`` is not set."""
+    try:
+        context.load_cert_chain(path)
+    except ssl.SSLError as exc:
+        raise TransportError(f"certificate and key do not load: {exc}") from exc
+    except OSError:
+        if required:
+            raise
+        return False
+    return True
 
 
 def _base_context(protocol: int, credentials: TLSCredentials | PEMCredentials) -> ssl.SSLContext:
