@@ -142,11 +142,13 @@ def load_chain_pem(context: ssl.SSLContext, pem: bytes) -> None:
     # private temporary directory (mode 0700, removed at once).
     memfd = getattr(os, "memfd_create", None)
     if memfd is not None:
-        fd = memfd("edgefleet-tls", getattr(os, "MFD_CLOEXEC", 0))
+        fd = memfd("edgefleet-tls")  # close-on-exec by default
         try:
             os.write(fd, pem)
-            if _load_chain_file(context, f"/proc/self/fd/{fd}"):
-                return
+            _load_chain_file(context, f"/proc/self/fd/{fd}")
+            return
+        except FileNotFoundError:  # no /proc mounted: the temporary directory below
+            pass
         finally:
             os.close(fd)
     with tempfile.TemporaryDirectory(prefix="edgefleet-tls-") as tmp:
@@ -154,21 +156,14 @@ def load_chain_pem(context: ssl.SSLContext, pem: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(pem)
-        _load_chain_file(context, path, required=True)
+        _load_chain_file(context, path)
 
 
-def _load_chain_file(context: ssl.SSLContext, path: str, *, required: bool = False) -> bool:
-    """``load_cert_chain(path)``; ``False`` if the file cannot be opened (no /proc) and
-    ``required`` is not set."""
+def _load_chain_file(context: ssl.SSLContext, path: str) -> None:
     try:
         context.load_cert_chain(path)
     except ssl.SSLError as exc:
         raise TransportError(f"certificate and key do not load: {exc}") from exc
-    except OSError:
-        if required:
-            raise
-        return False
-    return True
 
 
 def _base_context(protocol: int, credentials: TLSCredentials | PEMCredentials) -> ssl.SSLContext:

@@ -33,16 +33,15 @@ def cancel_on_sigterm() -> None:
     and would outlive this process. Call it from the benchmark's main task."""
     main = asyncio.current_task()
     assert main is not None, "call it from a task"
-    fired: list[bool] = []
+    loop = asyncio.get_running_loop()
 
     def once() -> None:
         # a second SIGTERM (``timeout`` forwards its own; an operator's pkill of both)
         # would cancel the clean-up itself and leave the children running
-        if not fired:
-            fired.append(True)
-            main.cancel()
+        loop.add_signal_handler(signal.SIGTERM, lambda: None)
+        main.cancel()
 
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, once)
+    loop.add_signal_handler(signal.SIGTERM, once)
 
 
 async def start_api(root: pathlib.Path) -> tuple[subprocess.Popen, pathlib.Path]:
