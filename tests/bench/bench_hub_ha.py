@@ -296,10 +296,6 @@ async def run_async(quick: bool) -> dict:
                     sims.append(
                         popen(
                             [
-                                # niced: on 2 cores the sims' redials otherwise starve the
-                                # replicas (10,000 nodes, 2026-12-03: every replica fenced,
-                                # 17,000 handshakes unfinished, no node served)
-                                "nice", "-n", "10",
                                 sys.executable, "-m", "tests.sim",
                                 "--ca-cert", str(root / "ca.crt"),
                                 "--ca-key", str(root / "ca.key"),
