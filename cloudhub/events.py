@@ -56,6 +56,8 @@ class _Pending:
     required: bool  # edge events: retried until created; hub events: best effort
     done: Callable[[KubeAPIError | None], None] | None
     patch: dict | None = None  # a correlated repeat: PATCH these fields of ``event``
+    writing: bool = False  # a worker is writing it now
+    again: bool = False  # a repeat came while it was written: write the latest once more
 
 
 class EventRecorder:
@@ -135,9 +137,12 @@ class EventRecorder:
         event = correlated.event
         key = (ns, event["metadata"]["name"])
         queued = self._queued.get(key)
-        if queued is not None:  # not written yet: write the latest state once
+        if queued is not None:  # not written yet, or being written: write the latest once
             queued.event = event
-            if queued.patch is not None:
+            if queued.writing:  # its write is on the wire: this repeat follows it, in order
+                queued.patch = correlated.patch
+                queued.again = True
+            elif queued.patch is not None:
                 queued.patch = correlated.patch
             return
         if len(self._queue) >= self.max_queue:
@@ -266,10 +271,19 @@ class EventRecorder:
         queue = self._queue
         while True:
             pending = await next_item(queue, self._wake)
-            meta = pending.event["metadata"]
-            if not pending.required:  # from now on a repeat is a new write
-                self._queued.pop((meta["namespace"], meta["name"]), None)
-            error = await self._create(pending)
+            pending.writing = True
+            try:
+                error = await self._create(pending)
+                # Repeats that came meanwhile are written after it, never beside it: two
+                # PATCHes of one Event in flight at once may land out of order (count 11
+                # after 12).
+                while pending.again:
+                    pending.again = False
+                    error = await self._create(pending)
+            finally:
+                if not pending.required:
+                    meta = pending.event["metadata"]
+                    self._queued.pop((meta["namespace"], meta["name"]), None)
             if pending.done is not None:
                 pending.done(error)
 
