@@ -35,7 +35,9 @@ def ensure_open_files(need: int) -> int:
         except (ValueError, OSError) as exc:
             raise SystemExit(
                 f"this benchmark needs {need} open files; the hard limit is {hard} and "
-                f"cannot be raised ({exc}): run it as root, or after `ulimit -Hn {need}`"
+                f"cannot be raised ({exc}): run it from a shell where `ulimit -Hn {need}` "
+                "works (raising a hard limit needs root with CAP_SYS_RESOURCE, which a "
+                "container may not give)"
             ) from None
         return need
     target = hard if hard != resource.RLIM_INFINITY else max(soft, need)
