@@ -151,6 +151,8 @@ class Hub:
         self.replicas: ReplicaLeases | None = None  # with ha.enabled
         self.ownership: NodeOwnership | None = None
         self.overload: LoopLag | None = None  # with ha.overload_lag > 0
+        self._claims_in_flight = 0
+        self.claims_refused = 0  # sessions turned away at ha.claims_in_flight_max
         self.health = HealthServer(
             self.metrics,
             self.readiness,
@@ -430,6 +432,16 @@ class Hub:
 
     async def _claim(self, link: Any) -> Refusal | None:
         assert self.ownership is not None and link.hello is not None
+        ha = self.settings.ha
+        if self._claims_in_flight >= ha.claims_in_flight_max:
+            self.claims_refused += 1
+            return Refusal(
+                CloseCode.OVERLOADED,
+                f"{self._claims_in_flight} node ownership claims are being written to the API "
+                "already: come back later",
+                retry_after=random.random() * ha.claims_retry_max,  # full jitter
+            )
+        self._claims_in_flight += 1
         try:
             claim = await self.ownership.claim(link.hello.node_name)
         except KubeAPIError as exc:
@@ -439,6 +451,8 @@ class Hub:
                 # full jitter: the agent takes retry_after as its delay (edgeagent dialer)
                 retry_after=random.random() * self.settings.ha.replica_renew_interval,
             )
+        finally:
+            self._claims_in_flight -= 1
         if claim.granted:
             return None
         return Refusal(CloseCode.GOING_AWAY, claim.reason, retry_after=claim.retry_after)

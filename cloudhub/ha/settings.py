@@ -88,6 +88,25 @@ class HASettings:
         metadata=_h("OVERLOADED refusals ask agents to wait uniformly 0 to this long", "s"),
     )
 
+    claims_in_flight_max: int = field(
+        default=64,
+        metadata=_h(
+            "node ownership claims (a Lease GET, then a create or a PATCH) this replica "
+            "writes to the API at once; a session arriving beyond them is turned away with "
+            "OVERLOADED (claims_retry_max), so that a reconnect storm queues at the agents, "
+            "not in the API, where it would delay the replica's own Lease renewals past "
+            "their fencing deadline"
+        ),
+    )
+    claims_retry_max: float = field(
+        default=5.0,
+        metadata=_h(
+            "a session turned away because claims_in_flight_max claims are in flight is "
+            "asked to wait uniformly 0 to this long",
+            "s",
+        ),
+    )
+
     shutdown_reconnect_rate: float = field(
         default=500.0,
         metadata=_h(
@@ -127,6 +146,10 @@ class HASettings:
             raise SettingsError("overload_lag", ">= 0 (0: off)", self.overload_lag)
         if self.overload_retry_max <= 0:
             raise SettingsError("overload_retry_max", "> 0", self.overload_retry_max)
+        if self.claims_in_flight_max < 1:
+            raise SettingsError("claims_in_flight_max", ">= 1", self.claims_in_flight_max)
+        if self.claims_retry_max <= 0:
+            raise SettingsError("claims_retry_max", "> 0", self.claims_retry_max)
         if self.replica_lease_duration < 1:
             raise SettingsError(
                 "replica_lease_duration",

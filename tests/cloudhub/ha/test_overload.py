@@ -14,8 +14,8 @@ from cloudhub.ha.overload import LoopLag
 from protocol.errors import CloseCode
 from protocol.transport.errors import SessionRejected
 from tests.clock import ManualClock
-from tests.cloudhub.ha.conftest import websocket_agent
-from tests.cloudhub.hub.conftest import DEADLINE, Hubs
+from tests.cloudhub.ha.conftest import ha_settings, websocket_agent
+from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs
 from tests.sim.fleet import node_credentials
 
 
@@ -111,3 +111,45 @@ async def test_a_real_agent_comes_back_after_the_hubs_retry_after_not_its_own_ba
     finally:
         await uplink.close()
         await asyncio.wait_for(task, 5.0)
+
+
+@pytest.mark.parametrize("cluster", BOTH, indirect=True)
+async def test_claims_beyond_the_limit_are_turned_away_with_overloaded_then_served(
+    hubs: Hubs, namespace: str, unique
+) -> None:
+    """A reconnect storm queues at the agents, not in the API: with
+    ``ha.claims_in_flight_max`` ownership claims in flight, the next node is turned away
+    with OVERLOADED and a retry_after within ``ha.claims_retry_max``; once the claims are
+    written it is served. (The 10,000-node hub_ha ramp, unbounded, sent a claim per arrival
+    to the API at once: its queue delayed all three replicas' own Lease renewals past their
+    fencing deadline.)"""
+    hub = await hubs.start(
+        ha_settings(namespace, "replica-a", **{
+            "ha.claims_in_flight_max": 1, "ha.claims_retry_max": 3.0,
+        })
+    )  # fmt: skip
+    assert hub.ownership is not None
+    claim = hub.ownership.claim
+    claiming = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held_claim(node: str):
+        claiming.set()
+        await release.wait()  # the API is slow to answer this one
+        return await claim(node)
+
+    hub.ownership.claim = held_claim  # type: ignore[method-assign]
+    first = hubs.agent(unique("edge-first"))
+    await asyncio.wait_for(claiming.wait(), DEADLINE)
+    second = hubs.agent(unique("edge-second"), start=False)
+    with pytest.raises(SessionRejected) as refused:
+        await second.dial()
+    assert refused.value.code is CloseCode.OVERLOADED
+    assert "node ownership claims are being written" in refused.value.reason
+    assert refused.value.retry_after is not None and 0 <= refused.value.retry_after <= 3.0
+    assert hub.claims_refused == 1
+    release.set()
+    await first.wait_for(lambda: first.synced, DEADLINE)
+    second.start()
+    await second.wait_for(lambda: second.synced, DEADLINE)
+    assert hub.claims_refused == 1

@@ -39,6 +39,8 @@ def test_settings_come_from_the_environment_like_every_group() -> None:
         ({"replica_lease_duration": 4, "replica_renew_interval": 3}, "replica_renew_interval"),
         ({"overload_lag": -1}, "overload_lag"),
         ({"overload_retry_max": 0}, "overload_retry_max"),
+        ({"claims_in_flight_max": 0}, "claims_in_flight_max"),
+        ({"claims_retry_max": 0}, "claims_retry_max"),
         ({"peer_port": -1}, "peer_port"),
         ({"peer_port": 65536}, "peer_port"),
         ({"peer_address": "10.0.0.1:10351"}, "peer_address"),
