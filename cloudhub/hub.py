@@ -396,6 +396,7 @@ class Hub:
             self._scope.create_task(self.overload.run(), name="loop-lag")
         if self.ownership is not None:
             self.edge.admission.append(self._claim)
+            self.edge.on_abandoned.append(self._abandoned)
         self._nodes.add_handler(self._on_node)
         self.metrics.watch(
             sessions=self.registry.sessions,
@@ -456,6 +457,17 @@ class Hub:
         if claim.granted:
             return None
         return Refusal(CloseCode.GOING_AWAY, claim.reason, retry_after=claim.retry_after)
+
+    def _abandoned(self, link: Any) -> None:
+        """A link closed during admission: if its claim was granted and no session of the
+        node is served here, release the node at once (held without a session, every
+        other replica would turn the agent away as served here until this one stops)."""
+        node = link.hello.node_name if link.hello is not None else ""
+        if not node or self.ownership is None or self.registry.get(node) is not None:
+            return
+        clear = self.ownership.release(node)
+        if clear is not None:
+            self._scope.create_task(clear, name=f"release-{node}")
 
     def _owns(self, node: str) -> bool:
         """Whether this replica may write for ``node`` (always, without HA)."""

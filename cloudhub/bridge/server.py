@@ -103,6 +103,10 @@ class EdgeServer:
         self.on_session_refused: list[Callable[[Link, str], None]] = []
         """``hook(link, reason)`` for every session refused ``UNAUTHORIZED`` (the hub
         records a Warning Event on the node the certificate names)."""
+        self.on_abandoned: list[Callable[[Link], None]] = []
+        """``hook(link)`` for a link that closed while an admission hook awaited (the
+        agent's handshake timed out): what the admissions took for it is given back (the
+        hub releases the node's ownership claim)."""
         self.closing = False
         """Set when the hub shuts down: new sessions are turned away (``GOING_AWAY``)."""
         self.going_away_retry: Callable[[], float] = lambda: 1.0
@@ -139,6 +143,16 @@ class EdgeServer:
             return
         for admit in self.admission:
             refused = await admit(link)
+            if link.closed:  # the agent gave up while it waited (its handshake timeout)
+                log.info(
+                    "the agent left while its session was being admitted", extra={"node": node}
+                )
+                for abandoned in self.on_abandoned:
+                    try:
+                        abandoned(link)
+                    except Exception:
+                        log.exception("on_abandoned hook failed", extra={"node": node})
+                return
             if refused is None and self.closing:
                 refused = Refusal(
                     CloseCode.GOING_AWAY, "hub shutting down", self.going_away_retry()

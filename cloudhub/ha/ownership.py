@@ -163,8 +163,15 @@ class NodeOwnership:
             KubeAPIError: the API failed (the caller refuses the session as overloaded).
         """
         if not self.replicas.valid():
-            return self._refusal(
-                "", 0.0, "this hub replica cannot renew its own Lease: the API is unreachable"
+            # Spread over a whole replica Lease: by then another replica has taken the
+            # node or this one renews again. One renew interval (2 s) brought a fenced
+            # replica's 10,000 agents back as a dial storm that kept it starved, fenced.
+            settings = self.replicas.settings
+            return Claim(
+                False,
+                "",
+                self._jitter() * settings.replica_lease_duration,
+                "this hub replica cannot renew its own Lease: the API is unreachable",
             )
         for _ in range(_ATTEMPTS):
             try:

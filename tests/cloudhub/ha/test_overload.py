@@ -6,16 +6,20 @@ handshakes would block it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 
 import pytest
 
+from cloudhub.ha import owner_of
 from cloudhub.ha.overload import LoopLag
+from cloudhub.kube import LEASES, KubeClient
 from protocol.errors import CloseCode
 from protocol.transport.errors import SessionRejected
 from tests.clock import ManualClock
 from tests.cloudhub.ha.conftest import ha_settings, websocket_agent
-from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs
+from tests.cloudhub.hub.conftest import BOTH, DEADLINE, Hubs, eventually
 from tests.sim.fleet import node_credentials
 
 
@@ -153,3 +157,55 @@ async def test_claims_beyond_the_limit_are_turned_away_with_overloaded_then_serv
     second.start()
     await second.wait_for(lambda: second.synced, DEADLINE)
     assert hub.claims_refused == 1
+
+
+@pytest.mark.parametrize("cluster", BOTH, indirect=True)
+async def test_an_agent_that_leaves_during_its_claim_leaves_the_node_unowned(
+    hubs: Hubs, kube: KubeClient, namespace: str, unique, caplog
+) -> None:
+    """An agent whose handshake times out while its claim is in flight: the claim is
+    written, then given back at once, so that the node is not held by a replica without a
+    session (every other replica would turn its agent away as served there). Seen in the
+    10,000-node ramp as "WebSocket link handler failed ... accept is not allowed for a
+    server in state CLOSED", with the node's Lease left owned."""
+    caplog.set_level(logging.INFO)
+    hub = await hubs.start(ha_settings(namespace, "replica-a"))
+    assert hub.ownership is not None
+    claim = hub.ownership.claim
+    claiming = asyncio.Event()
+    release = asyncio.Event()
+    claimed = asyncio.Event()
+
+    async def held_claim(node: str):
+        claiming.set()
+        await release.wait()
+        try:
+            return await claim(node)
+        finally:
+            claimed.set()
+
+    hub.ownership.claim = held_claim  # type: ignore[method-assign]
+    name = unique("edge-gone")
+    agent = hubs.agent(name, start=False)
+    dial = asyncio.ensure_future(agent.dial())
+    await asyncio.wait_for(claiming.wait(), DEADLINE)
+    dial.cancel()  # the agent gives up and closes its connection
+    with contextlib.suppress(asyncio.CancelledError):
+        await dial
+
+    async def gone() -> bool:
+        return any(
+            "left while its session was being admitted" in r.getMessage() for r in caplog.records
+        )
+
+    release.set()
+    await asyncio.wait_for(claimed.wait(), DEADLINE)
+    await eventually(gone, "the abandoned admission logged")
+
+    async def unowned() -> bool:
+        lease = await kube.get(LEASES, name, namespace)
+        return not owner_of(lease)
+
+    await eventually(unowned, "the node's Lease released")
+    assert not hub.ownership.holds(name)
+    assert not [r for r in caplog.records if "link handler failed" in r.getMessage()]
