@@ -532,6 +532,7 @@ class Hub:
                 hello_timeout=s.listen.hello_timeout,
                 backlog=s.listen.backlog,
                 max_pending_per_source=s.listen.max_pending_handshakes_per_source,
+                max_pending=s.listen.max_pending_handshakes,
             )
             self._servers.append(ws)
             self.websocket_port = ws.port

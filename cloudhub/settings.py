@@ -135,6 +135,15 @@ class ListenSettings:
             "hello deadline); a fleet behind one NAT address that hits it retries with back-off"
         ),
     )
+    max_pending_handshakes: int = field(
+        default=512,
+        metadata=_h(
+            "WebSocket connections all addresses together may have in TLS or the upgrade "
+            "at once; more are dropped as they arrive, before TLS (they cost nothing, and "
+            "their agents retry with back-off). Bounds how far a fleet reconnecting at once "
+            "puts the event loop behind: handshakes beyond it only queue, late"
+        ),
+    )
     credentials_check_interval: float = field(
         default=30.0,
         metadata=_h(
@@ -152,6 +161,7 @@ class ListenSettings:
             "backlog",
             "credentials_check_interval",
             "max_pending_handshakes_per_source",
+            "max_pending_handshakes",
         )
         if not (self.quic or self.websocket):
             raise SettingsError("websocket", "at least one of quic, websocket on", False)

@@ -367,9 +367,15 @@ class _ScrapeTime(Collector):
             "WebSocket connections dropped on arrival: their address had "
             "listen.max_pending_handshakes_per_source pending already",
         )
+        shed = CounterMetricFamily(
+            f"{NS}_handshakes_shed",
+            "WebSocket connections dropped on arrival: listen.max_pending_handshakes were "
+            "pending from all addresses (a fleet reconnecting at once waits at its agents)",
+        )
         listeners = list(m._listeners())
         unfinished.add_metric([], sum(getattr(x, "unfinished", 0) for x in listeners))
         limited.add_metric([], sum(getattr(x, "refused_pending", 0) for x in listeners))
+        shed.add_metric([], sum(getattr(x, "refused_busy", 0) for x in listeners))
         trims = CounterMetricFamily(
             f"{NS}_heap_trims",
             "malloc_trim(0) calls after bursts of unfinished handshakes (freed heap given "
@@ -378,6 +384,7 @@ class _ScrapeTime(Collector):
         trims.add_metric([], m._heap_trims())
         yield unfinished
         yield limited
+        yield shed
         yield trims
         pending = GaugeMetricFamily(
             f"{NS}_pod_status_pending", "Pod reports (status or deletion) waiting to be written"

@@ -121,19 +121,36 @@ async def shut_down(
 
 
 class PendingLimit:
-    """At most ``limit`` pending connections per source address.
+    """At most ``limit`` pending connections per source address, and at most ``total`` in
+    all.
+
+    A pending connection is one in TLS or the upgrade. Each costs the loop a handshake, so
+    the total bounds how far a burst of arrivals (a fleet reconnecting at once) can put
+    the event loop behind: arrivals beyond it are dropped before TLS, which costs
+    nothing, and their agents retry with back-off.
 
     Args:
         limit: pending connections allowed per source address (>= 1).
+        total: pending connections allowed in all (>= 1), ``None`` for no bound.
+
+    Raises:
+        ValueError: a bound below 1.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, total: int | None = None) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
+        if total is not None and total < 1:
+            raise ValueError(f"total must be >= 1, got {total}")
         self.limit = limit
+        self.total = total
         self._pending: dict[str, int] = {}
+        self.pending = 0
+        """Connections pending now."""
         self.refused = 0
-        """Connections refused so far."""
+        """Connections refused so far because their source was at ``limit``."""
+        self.refused_total = 0
+        """Connections refused so far because ``total`` were pending."""
 
     def __len__(self) -> int:
         """Source addresses with pending connections."""
@@ -144,14 +161,18 @@ class PendingLimit:
 
         Returns:
             ``release()`` to call exactly once when it is no longer pending, or ``None``
-            when it is refused (its source is at the limit).
+            when it is refused (its source is at ``limit``, or ``total`` are pending).
         """
         source = str(peername[0]) if isinstance(peername, tuple) and peername else "?"
+        if self.total is not None and self.pending >= self.total:
+            self.refused_total += 1
+            return None
         count = self._pending.get(source, 0)
         if count >= self.limit:
             self.refused += 1
             return None
         self._pending[source] = count + 1
+        self.pending += 1
         released = False
 
         def release() -> None:
@@ -159,6 +180,7 @@ class PendingLimit:
             if released:
                 return
             released = True
+            self.pending -= 1
             left = self._pending.get(source, 1) - 1
             if left > 0:
                 self._pending[source] = left

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,13 +48,16 @@ class WebSocketServer:
         config: SessionConfig,
         hello_timeout: float,
         max_pending_per_source: int | None = None,
+        max_pending: int | None = None,
     ) -> None:
         self._handler = handler
         self._context = server_ssl_context(credentials)
         self._config = config
         self._hello_timeout = hello_timeout
         self._limit = (
-            PendingLimit(max_pending_per_source) if max_pending_per_source is not None else None
+            PendingLimit(max_pending_per_source or sys.maxsize, max_pending)
+            if max_pending_per_source is not None or max_pending is not None
+            else None
         )
         self.unfinished = 0
         """Connections that ended before their upgrade (TLS failed, timed out, closed)."""
@@ -120,6 +124,12 @@ class WebSocketServer:
         """Connections dropped at once: their source had ``max_pending_per_source``
         connections in TLS or the upgrade already."""
         return self._limit.refused if self._limit is not None else 0
+
+    @property
+    def refused_busy(self) -> int:
+        """Connections dropped at once: ``max_pending`` connections were in TLS or the
+        upgrade already (all sources together)."""
+        return self._limit.refused_total if self._limit is not None else 0
 
     def _done(self, conn: _WebSocketConnection) -> None:
         self._connections.discard(conn)
@@ -189,6 +199,7 @@ async def serve_websocket(
     hello_timeout: float = 10.0,
     backlog: int = 1024,
     max_pending_per_source: int | None = None,
+    max_pending: int | None = None,
 ) -> WebSocketServer:
     """Listen for agents over WebSocket (TLS over TCP).
 
@@ -206,6 +217,9 @@ async def serve_websocket(
         max_pending_per_source: connections one source address may have in TLS or the
             upgrade at once; more are dropped as they arrive (``None``: no limit). Bounds
             what a peer that opens connections and never finishes them can hold.
+        max_pending: connections all sources together may have in TLS or the upgrade at
+            once; more are dropped as they arrive, before TLS (``None``: no limit). Bounds
+            the event loop's lag when a whole fleet reconnects at once.
 
     Returns:
         The running server.
@@ -220,6 +234,7 @@ async def serve_websocket(
         config=config,
         hello_timeout=hello_timeout,
         max_pending_per_source=max_pending_per_source,
+        max_pending=max_pending,
     )
     loop = asyncio.get_running_loop()
     try:

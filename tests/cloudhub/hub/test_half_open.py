@@ -186,8 +186,15 @@ async def wave(hub: HubProcess, n: int, baseline_fds: int) -> float:
 
 
 async def test_half_open_tls_connections_plateau(tmp_path: pathlib.Path) -> None:
-    # The per-source bound off (one address here): the plateau must not depend on it.
-    hub = HubProcess(tmp_path, "--listen-max-pending-handshakes-per-source", "100000")
+    # The per-source and total bounds off (one address here): the plateau must not
+    # depend on them.
+    hub = HubProcess(
+        tmp_path,
+        "--listen-max-pending-handshakes-per-source",
+        "100000",
+        "--listen-max-pending-handshakes",
+        "100000",
+    )
     try:
         await until(hub.ready, "the hub ready")
         baseline_fds = hub.ps.num_fds()
@@ -214,6 +221,47 @@ async def test_one_address_cannot_hold_more_than_its_pending_bound(
             assert hub.ps.num_fds() < 200  # the refused ones hold nothing
         finally:
             for s in socks:
+                s.close()
+    finally:
+        hub.stop()
+
+
+async def test_all_addresses_together_cannot_hold_more_than_the_total_bound(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The total bound sheds arrivals before TLS (a fleet reconnecting at once), and a
+    slot freed is a slot an agent gets."""
+    hub = HubProcess(
+        tmp_path,
+        "--listen-max-pending-handshakes-per-source",
+        "100000",
+        "--listen-max-pending-handshakes",
+        "100",
+    )
+    try:
+        await until(hub.ready, "the hub ready")
+        baseline = hub.ps.num_fds()
+        socks = await asyncio.to_thread(_open_half, hub.port, 300)
+        try:
+            await until(
+                lambda: hub.metric("edgefleet_hub_handshakes_shed_total") >= 200,
+                "200 connections over the total bound dropped on arrival",
+            )
+            assert hub.metric("edgefleet_hub_handshakes_refused_total") == 0  # not per source
+            assert hub.ps.num_fds() < baseline + 110  # the shed ones hold nothing
+        finally:
+            for s in socks:
+                s.close()
+        await until(lambda: hub.ps.num_fds() <= baseline + 5, "the first wave's connections ended")
+        shed = hub.metric("edgefleet_hub_handshakes_shed_total")
+        more = await asyncio.to_thread(_open_half, hub.port, 50)
+        try:
+            await until(
+                lambda: hub.ps.num_fds() >= baseline + 50, "the second wave held: slots back"
+            )
+            assert hub.metric("edgefleet_hub_handshakes_shed_total") == shed
+        finally:
+            for s in more:
                 s.close()
     finally:
         hub.stop()

@@ -32,9 +32,24 @@ def test_a_source_gets_its_limit_and_its_slots_back() -> None:
     assert len(limit) == 1  # 10.0.0.1 forgotten once nothing is pending; 10.0.0.2 holds one
 
 
-def test_the_limit_must_be_positive() -> None:
+def test_the_total_bounds_all_sources_together() -> None:
+    limit = PendingLimit(2, total=3)
+    held = [limit.admit(("10.0.0.1", 5000)), limit.admit(("10.0.0.2", 5000))]
+    held.append(limit.admit(("10.0.0.3", 5000)))
+    assert all(release is not None for release in held)
+    assert limit.pending == 3
+    assert limit.admit(("10.0.0.4", 5000)) is None  # a new address, but three pending
+    assert (limit.refused_total, limit.refused) == (1, 0)
+    held[0]()
+    held[0]()  # twice: counted once
+    assert limit.pending == 2
+    assert limit.admit(("10.0.0.4", 5001)) is not None
+
+
+@pytest.mark.parametrize(("limit", "total"), [(0, None), (1, 0)])
+def test_the_limits_must_be_positive(limit: int, total: int | None) -> None:
     with pytest.raises(ValueError, match=">= 1"):
-        PendingLimit(0)
+        PendingLimit(limit, total)
 
 
 @pytest.mark.parametrize("transport", ["quic", "websocket"])
