@@ -23,18 +23,30 @@ replica saw that renewal after it started, so it cannot see the Lease expire bef
 replica has stopped: when renewals fail (the API is cut off), the replica's
 :attr:`ReplicaLeases.on_fenced` hooks run at that instant (the hub closes every session and
 stops writing for every node), and the others take the nodes over afterwards.
+
+**Renewals apart from serving.** Given a :class:`~cloudhub.ha.keeper.LoopThread`, the
+renewals run on that thread's loop with a client of their own, so that a serving loop
+that is merely late (a reconnect storm on a loaded machine) does not fence the replica
+(:mod:`cloudhub.ha.keeper`). Each renewal first posts a probe to the serving loop; when
+the serving loop has not run a probe for ``ha.loop_stall_max`` seconds, it is hung, not
+late, and the renewals stop (logged) until it runs again: the Lease then expires and the
+others take the nodes over, as from a replica cut off from the API.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
+from cloudhub.ha.keeper import LoopThread
 from cloudhub.ha.settings import HASettings
 from cloudhub.kube import LEASES, KubeClient, micro_time, parse_time
 
@@ -100,6 +112,10 @@ class ReplicaLeases:
         clock: wall clock, seconds since the epoch (``renewTime``).
         monotonic: seconds on a clock that never jumps (liveness and fencing).
         address: ``host:port`` published as :data:`PEER_ADDRESS_ANNOTATION` (``""``: none).
+        thread: where the renewals run (``client`` must belong to its loop), or ``None``:
+            on the caller's loop, with ``client``.
+        reader: the client of the caller's loop for this replica's reads
+            (:meth:`confirm_alive`); default ``client`` (required with ``thread``).
     """
 
     def __init__(
@@ -111,8 +127,17 @@ class ReplicaLeases:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         address: str = "",
+        thread: LoopThread | None = None,
+        reader: KubeClient | None = None,
     ) -> None:
+        if thread is not None and reader is None:
+            raise ValueError("a renewal thread needs a reader client of the serving loop")
         self.client = client
+        self.reader = reader if reader is not None else client
+        self._thread = thread
+        self._serving: asyncio.AbstractEventLoop | None = None  # the caller's loop
+        self._lock = threading.Lock()  # _valid_until and _released, across the two loops
+        self._probed_at = float("-inf")  # the serving loop last ran a probe (monotonic)
         self.address = address
         self._addresses: dict[str, str] = {}
         self.settings = settings
@@ -140,6 +165,15 @@ class ReplicaLeases:
         renewed, by the fencing rule of the module docstring)."""
         return self._monotonic() < self._valid_until
 
+    async def _there(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` where the renewals run (the thread's loop, or here)."""
+        if self._serving is None:
+            self._serving = asyncio.get_running_loop()
+            self._probed_at = self._monotonic()
+        if self._thread is None:
+            return await coro
+        return await self._thread.call(coro)
+
     async def start(self) -> None:
         """Create or renew this replica's Lease once, before the hub serves, with a new
         ``acquireTime``: this process is a new incarnation, holding no node yet, so node
@@ -148,16 +182,44 @@ class ReplicaLeases:
         Raises:
             KubeAPIError: the API refused or failed.
         """
-        await self._renew(acquire=True)
+        await self._there(self._renew(acquire=True))
 
     async def run(self) -> None:
         """Renew every ``replica_renew_interval`` seconds until cancelled (the interval is
         the pace of the renewals, not a wait for a condition)."""
+        await self._there(self._renewals())
+
+    def _probed(self) -> None:
+        self._probed_at = self._monotonic()
+
+    def _stalled(self) -> float:
+        """Seconds the serving loop has not run a probe for, when that is longer than
+        ``ha.loop_stall_max`` (it is hung, not late), else 0; posts the next probe."""
+        if self._thread is None or self._serving is None:
+            return 0.0
+        with contextlib.suppress(RuntimeError):  # the serving loop closed: the hub stops
+            self._serving.call_soon_threadsafe(self._probed)
+        stalled = self._monotonic() - self._probed_at
+        return stalled if stalled > self.settings.loop_stall_max else 0.0
+
+    async def _renewals(self) -> None:
         s = self.settings
         while not self._released:
             await asyncio.sleep(s.replica_renew_interval)
             if self._released:
                 return
+            stalled = self._stalled()
+            if stalled:
+                log.error(
+                    "the hub's event loop has not run for %.1f s (ha.loop_stall_max %.1f s): "
+                    "not renewing this replica's Lease %s/%s, so that the other replicas "
+                    "take its nodes over",
+                    stalled,
+                    s.loop_stall_max,
+                    s.namespace,
+                    self.lease_name,
+                )
+                continue
             try:
                 await self._renew()
             except KubeAPIError as exc:
@@ -207,10 +269,21 @@ class ReplicaLeases:
             except KubeConflict:  # created meanwhile (an earlier attempt's lost answer)
                 await self.client.patch(LEASES, self.lease_name, patch, s.namespace)
             log.info("replica Lease %s/%s created", s.namespace, self.lease_name)
+        with self._lock:
+            if self._released:
+                return
+            self._valid_until = started + s.replica_lease_duration - s.replica_renew_interval / 2
+        if self._thread is None or self._serving is None:
+            self._renewed()
+        else:
+            with contextlib.suppress(RuntimeError):  # the serving loop closed: the hub stops
+                self._serving.call_soon_threadsafe(self._renewed)
+
+    def _renewed(self) -> None:
+        """On the serving loop, after a renewal: say so if it ends a fencing, re-arm."""
         if self._released:
             return
-        self._valid_until = started + s.replica_lease_duration - s.replica_renew_interval / 2
-        if self._fenced:
+        if self._fenced and self.valid():
             self._fenced = False
             log.warning("this replica's Lease is renewed again: serving nodes again")
         self._arm_expiry()
@@ -245,14 +318,15 @@ class ReplicaLeases:
         the others take its nodes over at once (a rolling update's handover: one write for
         every node the replica held). Idempotent; API errors are logged, not raised (the
         Lease then expires by itself)."""
-        self._released = True
-        self._valid_until = float("-inf")
+        with self._lock:
+            self._released = True
+            self._valid_until = float("-inf")
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
         s = self.settings
         try:
-            await self.client.delete(LEASES, self.lease_name, s.namespace)
+            await self._there(self.client.delete(LEASES, self.lease_name, s.namespace))
         except KubeNotFound:
             pass
         except KubeAPIError as exc:
@@ -347,7 +421,7 @@ class ReplicaLeases:
             return False
         name = replica_lease_name(identity)
         try:
-            lease = await self.client.get(LEASES, name, self.settings.namespace)
+            lease = await self.reader.get(LEASES, name, self.settings.namespace)
         except KubeNotFound:
             self._seen.pop(identity, None)
             return False

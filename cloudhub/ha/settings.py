@@ -56,6 +56,16 @@ class HASettings:
         default=2.0,
         metadata=_h("renew the replica's own Lease this often (a third of its duration)", "s"),
     )
+    loop_stall_max: float = field(
+        default=15.0,
+        metadata=_h(
+            "the replica Lease is renewed on a thread of its own, so that a serving loop "
+            "that is late (a reconnect storm) does not fence the replica; a serving loop "
+            "that has not run at all for this long is hung: the renewals stop and the "
+            "other replicas take its nodes over",
+            "s",
+        ),
+    )
 
     peer_address: str = field(
         default="",
@@ -142,6 +152,8 @@ class HASettings:
             )
         if not 0 <= self.peer_port <= 65535:
             raise SettingsError("peer_port", "a port 0..65535", self.peer_port)
+        if self.loop_stall_max <= 0:
+            raise SettingsError("loop_stall_max", "> 0", self.loop_stall_max)
         if self.overload_lag < 0:
             raise SettingsError("overload_lag", ">= 0 (0: off)", self.overload_lag)
         if self.overload_retry_max <= 0:
