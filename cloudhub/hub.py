@@ -600,6 +600,8 @@ class Hub:
             *(server.aclose(going_away) for server in servers), return_exceptions=True
         )
         await self.dispatcher.aclose()
+        if self.edge is not None:
+            self.edge.turned_away.close()
         await self._scope.aclose()
         if self.replicas is not None:
             self.replicas.close()

@@ -28,6 +28,7 @@ from cloudhub.bridge.dispatch import Dispatcher, Inbound
 from cloudhub.bridge.objects import NodeObjects
 from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
+from cloudhub.observability.logs import LogSummary
 from cloudhub.observability.metrics import HubMetrics
 from protocol.errors import CloseCode, ErrorCode, InvalidMessage
 from protocol.events import Closed, MessageReceived, PeerError, Refused
@@ -96,6 +97,9 @@ class EdgeServer:
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.heartbeat_interval = heartbeat_interval
+        self.turned_away = LogSummary(log, "turned %d more sessions away")
+        """The warnings of sessions turned away by an admission hook: the first of each
+        close code per 10 s in full, then a count (:class:`LogSummary`)."""
         self.peer_checks: list[PeerCheck] = []
         self.admission: list[Admission] = []
         """``admit(link)`` hooks run after the peer checks; a :class:`Refusal` turns the
@@ -158,7 +162,11 @@ class EdgeServer:
                     CloseCode.GOING_AWAY, "hub shutting down", self.going_away_retry()
                 )
             if refused is not None:
-                log.warning("turned a session away: %s", refused.reason, extra={"node": node})
+                self.turned_away.warning(
+                    refused.code.name,
+                    f"turned a session away: {refused.reason}",
+                    extra={"node": node},
+                )
                 metrics.sessions_refused.labels(link.transport).inc()
                 link.reject(refused.code, refused.reason, retry_after=refused.retry_after)
                 return

@@ -16,13 +16,13 @@ import dataclasses
 import json
 import pathlib
 import subprocess
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 
+from cloudhub.ha.keeper import LoopThread
 from cloudhub.hub import Hub
 from cloudhub.kube import NAMESPACES, KubeClient
 from cloudhub.settings import load_hub_settings
@@ -79,15 +79,10 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
         yield Cluster(EMBEDDED, api.kubeconfig_path)
 
 
-class InThread:
+class InThread(LoopThread):
     """Runs coroutines on an event loop of their own in a daemon thread, so that their
     timing does not depend on how busy the test's loop is (the storm test's API server
     and its watch)."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
 
     def run(self, coro: Any, timeout: float = 60.0) -> Any:
         """Run ``coro`` there and wait for its result (blocking: call before or after the
@@ -96,19 +91,7 @@ class InThread:
 
     async def arun(self, coro: Any) -> Any:
         """Run ``coro`` there; await its result from the test's loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def close(self) -> None:
-        async def drain() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        self.run(drain())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        return await self.call(coro)
 
 
 @pytest.fixture
