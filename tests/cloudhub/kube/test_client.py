@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 
 import pytest
@@ -115,6 +116,35 @@ async def test_no_answer_is_unavailable_and_retryable(tmp_path: pathlib.Path) ->
         assert info.value.retryable and info.value.status == 0
     finally:
         await client.close()
+
+
+async def test_a_request_timed_out_says_so_and_for_how_long(tmp_path: pathlib.Path) -> None:
+    """A server that accepts and never answers: the error names the wait (a timeout's own
+    text is empty, and "0: PATCH ...: " told an operator nothing)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    client = await KubeClient.from_kubeconfig(str(config), request_timeout=0.3)
+    try:
+        with pytest.raises(KubeUnavailable, match=r"GET /api/v1/.*: no answer within 0\.3 s$"):
+            await client.get(PODS, "p", "default")
+    finally:
+        await client.close()
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
 
 
 async def test_an_unusable_kubeconfig_is_a_config_error(tmp_path: pathlib.Path) -> None:
