@@ -39,6 +39,7 @@ from typing import Any
 from cloudhub.errors import KubeAPIError, KubeConflict, KubeNotFound
 from cloudhub.ha.replicas import ReplicaLeases
 from cloudhub.kube import LEASES, KubeClient, micro_time, parse_time
+from cloudhub.kube.retry import retrying
 
 __all__ = ["OWNER_ANNOTATION", "Claim", "NodeOwnership", "owner_of"]
 
@@ -48,6 +49,7 @@ OWNER_ANNOTATION = "edgefleet.io/hub-replica"
 """Annotation on a node's Lease: the identity of the hub replica that serves the node."""
 
 _ATTEMPTS = 4  # reads and writes of one claim racing other writers of the Lease
+_RELEASE_ATTEMPTS = 5  # a release's PATCH, backing off 1..10 s (full jitter) between
 
 
 def owner_of(lease: dict | None) -> str:
@@ -312,22 +314,64 @@ class NodeOwnership:
         """Give up ``node`` (its session ended): from this call on the replica no longer
         holds it; the returned coroutine (``None`` if it was not held) clears the owner
         annotation, fenced by this replica's last write, so that another replica may claim
-        the node at once. Run it as a task: a conflict (someone wrote since, e.g. a
-        reconnect claimed it again here) leaves the Lease alone, API errors are logged (the
-        node then moves once this replica's own Lease expires)."""
+        the node at once. Run it as a task: on a conflict it re-reads the Lease and clears
+        it at the new version while the annotation still names this replica (a renewal
+        landed meanwhile), and leaves it alone once another replica's claim or a claim here
+        again wrote since; API errors are retried with back-off, then logged (the node
+        then moves once this replica's own Lease expires)."""
         version = self._held.pop(node, None)
         if version is None:
             return None
         return self._clear(node, version)
 
     async def _clear(self, node: str, version: str) -> None:
-        patch = {"metadata": {"resourceVersion": version, "annotations": {OWNER_ANNOTATION: None}}}
+        async def attempt() -> None:
+            nonlocal version
+            for _ in range(_ATTEMPTS):
+                if node in self._held:  # claimed here again since: that claim is the newer write
+                    return
+                patch = {
+                    "metadata": {
+                        "resourceVersion": version,
+                        "annotations": {OWNER_ANNOTATION: None},
+                    }
+                }
+                try:
+                    await self.client.patch(LEASES, node, patch, self.lease_namespace)
+                    return
+                except KubeConflict:
+                    # Written since: a renewal in flight when the session ended, or the
+                    # PATCH of an earlier attempt that landed unanswered. While the
+                    # annotation still names this replica no other replica has claimed
+                    # the node (a claim writes its own name), so clear it at the version
+                    # read; if another one has, leave its claim alone.
+                    current = await self.client.get(LEASES, node, self.lease_namespace)
+                    if owner_of(current) != self.identity:
+                        return
+                    version = _version(current)
+
         try:
-            await self.client.patch(LEASES, node, patch, self.lease_namespace)
-        except (KubeConflict, KubeNotFound):
+            # Retried (5xx, 429, no answer): a release lost leaves the node held here with
+            # no session, its agent turned away by every other replica until this
+            # replica's own Lease expires.
+            await retrying(
+                attempt,
+                attempts=_RELEASE_ATTEMPTS,
+                base=1.0,
+                cap=10.0,
+                what=f"releasing node {node}'s Lease",
+            )
+        except KubeNotFound:
             return
         except KubeAPIError as exc:
-            log.warning("could not release node %s's Lease: %s", node, exc, extra={"node": node})
+            log.warning(
+                "could not release node %s's Lease after %d attempts (it moves to another "
+                "replica once this one's own Lease expires): %s",
+                node,
+                _RELEASE_ATTEMPTS,
+                exc,
+                extra={"node": node},
+            )
 
     def drop_all(self) -> None:
         """Hold no node any more, with no write (the replica is stopping and deletes its

@@ -261,6 +261,55 @@ async def test_an_api_failure_during_the_claim_turns_the_session_away_as_overloa
     await agent.wait_for(lambda: agent.synced, DEADLINE)
 
 
+async def test_a_release_the_api_fails_is_retried_until_the_node_is_free(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy, caplog
+) -> None:
+    """A release lost to a 503 left the node held with no session, so every other replica
+    turned its agent away until this replica stopped (~730 such releases per replica in
+    the 10,000-node ramp); it is retried with back-off."""
+    overrides = ha_settings(namespace, "replica-a", **{"kube.kubeconfig": str(proxy.kubeconfig)})
+    a = await hubs.start(overrides)
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    assert await _owner(kube, namespace, node_name) == "replica-a"
+    proxy.fail("PATCH", f"/leases/{node_name}", 503, times=2)
+    await agent.stop()
+    assert a.ownership is not None
+    await eventually(lambda: not a.ownership.holds(node_name), "the session ended")
+
+    async def free() -> bool:
+        return await _owner(kube, namespace, node_name) == ""
+
+    await eventually(free, f"node {node_name}'s Lease released after two 503s")
+    retried = [r.getMessage() for r in caplog.records if "releasing node" in r.getMessage()]
+    assert retried and all("503" in line for line in retried), retried
+
+
+async def test_a_release_racing_a_renewal_in_flight_still_frees_the_node(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy
+) -> None:
+    """The session ended while a renewal's PATCH was in flight: the renewal landed after
+    the release took its version, so the release's PATCH conflicted and the node stayed
+    named by this replica with no session (seen when an agent left within a millisecond of
+    its claim)."""
+    overrides = ha_settings(namespace, "replica-a", **{"kube.kubeconfig": str(proxy.kubeconfig)})
+    a = await hubs.start(overrides)
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    ownership = a.ownership
+    assert ownership is not None
+    clears = []
+
+    async def session_ends() -> None:  # after the renewal landed, before its answer
+        clears.append(ownership.release(node_name))
+
+    proxy.after_once("PATCH", f"/leases/{node_name}", session_ends)
+    assert await ownership.renew(node_name) is False  # released while in flight
+    assert clears and clears[0] is not None
+    await clears[0]
+    assert await _owner(kube, namespace, node_name) == ""
+
+
 async def test_a_hand_edit_that_keeps_the_owner_does_not_interrupt_the_node(
     hubs: Hubs, kube: KubeClient, namespace: str, node_name: str
 ) -> None:
