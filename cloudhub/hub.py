@@ -446,6 +446,17 @@ class Hub:
         )
         registry.on_disconnect.append(self._release_node)
 
+    def _turning_away(self) -> bool:
+        """Whether a session arriving now would be turned away once past TLS: the claims
+        in flight are at ``ha.claims_in_flight_max``, or the loop is later than
+        ``ha.overload_lag``. The WebSocket listener then sheds arrivals before TLS
+        (``listen.max_pending_handshakes_busy``)."""
+        if self.ownership is not None and (
+            self._claims_in_flight >= self.settings.ha.claims_in_flight_max
+        ):
+            return True
+        return self.overload is not None and self.overload.lag > self.overload.threshold
+
     async def _claim(self, link: Any) -> Refusal | None:
         assert self.ownership is not None and link.hello is not None
         ha = self.settings.ha
@@ -548,6 +559,8 @@ class Hub:
                 backlog=s.listen.backlog,
                 max_pending_per_source=s.listen.max_pending_handshakes_per_source,
                 max_pending=s.listen.max_pending_handshakes,
+                busy=self._turning_away,
+                max_pending_busy=s.listen.max_pending_handshakes_busy,
             )
             self._servers.append(ws)
             self.websocket_port = ws.port

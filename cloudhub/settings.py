@@ -144,6 +144,15 @@ class ListenSettings:
             "puts the event loop behind: handshakes beyond it only queue, late"
         ),
     )
+    max_pending_handshakes_busy: int = field(
+        default=32,
+        metadata=_h(
+            "max_pending_handshakes while the hub turns new sessions away (its node "
+            "ownership claims at ha.claims_in_flight_max, or its loop later than "
+            "ha.overload_lag): the arrivals it would refuse after TLS are dropped before "
+            "it, and the few let through are told OVERLOADED with a retry_after"
+        ),
+    )
     credentials_check_interval: float = field(
         default=30.0,
         metadata=_h(
@@ -162,6 +171,7 @@ class ListenSettings:
             "credentials_check_interval",
             "max_pending_handshakes_per_source",
             "max_pending_handshakes",
+            "max_pending_handshakes_busy",
         )
         if not (self.quic or self.websocket):
             raise SettingsError("websocket", "at least one of quic, websocket on", False)

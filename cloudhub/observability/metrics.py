@@ -369,7 +369,8 @@ class _ScrapeTime(Collector):
         )
         shed = CounterMetricFamily(
             f"{NS}_handshakes_shed",
-            "WebSocket connections dropped on arrival: listen.max_pending_handshakes were "
+            "WebSocket connections dropped on arrival: listen.max_pending_handshakes "
+            "(listen.max_pending_handshakes_busy while the hub turns sessions away) were "
             "pending from all addresses (a fleet reconnecting at once waits at its agents)",
         )
         listeners = list(m._listeners())

@@ -122,35 +122,53 @@ async def shut_down(
 
 class PendingLimit:
     """At most ``limit`` pending connections per source address, and at most ``total`` in
-    all.
+    all (``busy_total`` while ``busy()`` says the server cannot take sessions now).
 
     A pending connection is one in TLS or the upgrade. Each costs the loop a handshake, so
     the total bounds how far a burst of arrivals (a fleet reconnecting at once) can put
     the event loop behind: arrivals beyond it are dropped before TLS, which costs
-    nothing, and their agents retry with back-off.
+    nothing, and their agents retry with back-off. While the server behind the listener
+    is busy (its hub turns sessions away once they are past TLS), the smaller
+    ``busy_total`` sheds the arrivals before their handshake is paid for, and still lets
+    a few through, so that the server sees when it can take sessions again and the few
+    hear why (``OVERLOADED`` and a ``retry_after``).
 
     Args:
         limit: pending connections allowed per source address (>= 1).
         total: pending connections allowed in all (>= 1), ``None`` for no bound.
+        busy: ``() -> bool``, asked on each arrival; ``None``: never busy.
+        busy_total: pending connections allowed in all while ``busy()`` (>= 1).
 
     Raises:
         ValueError: a bound below 1.
     """
 
-    def __init__(self, limit: int, total: int | None = None) -> None:
+    def __init__(
+        self,
+        limit: int,
+        total: int | None = None,
+        *,
+        busy: Callable[[], bool] | None = None,
+        busy_total: int = 1,
+    ) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         if total is not None and total < 1:
             raise ValueError(f"total must be >= 1, got {total}")
+        if busy_total < 1:
+            raise ValueError(f"busy_total must be >= 1, got {busy_total}")
         self.limit = limit
         self.total = total
+        self.busy = busy
+        self.busy_total = busy_total
         self._pending: dict[str, int] = {}
         self.pending = 0
         """Connections pending now."""
         self.refused = 0
         """Connections refused so far because their source was at ``limit``."""
         self.refused_total = 0
-        """Connections refused so far because ``total`` were pending."""
+        """Connections refused so far because ``total`` (or, busy, ``busy_total``) were
+        pending."""
 
     def __len__(self) -> int:
         """Source addresses with pending connections."""
@@ -161,10 +179,14 @@ class PendingLimit:
 
         Returns:
             ``release()`` to call exactly once when it is no longer pending, or ``None``
-            when it is refused (its source is at ``limit``, or ``total`` are pending).
+            when it is refused (its source is at ``limit``, or ``total`` are pending, or
+            ``busy_total`` while busy).
         """
         source = str(peername[0]) if isinstance(peername, tuple) and peername else "?"
-        if self.total is not None and self.pending >= self.total:
+        total = self.total
+        if self.busy is not None and self.busy():
+            total = self.busy_total if total is None else min(total, self.busy_total)
+        if total is not None and self.pending >= total:
             self.refused_total += 1
             return None
         count = self._pending.get(source, 0)

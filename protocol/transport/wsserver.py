@@ -49,14 +49,21 @@ class WebSocketServer:
         hello_timeout: float,
         max_pending_per_source: int | None = None,
         max_pending: int | None = None,
+        busy: Callable[[], bool] | None = None,
+        max_pending_busy: int = 1,
     ) -> None:
         self._handler = handler
         self._context = server_ssl_context(credentials)
         self._config = config
         self._hello_timeout = hello_timeout
         self._limit = (
-            PendingLimit(max_pending_per_source or sys.maxsize, max_pending)
-            if max_pending_per_source is not None or max_pending is not None
+            PendingLimit(
+                max_pending_per_source or sys.maxsize,
+                max_pending,
+                busy=busy,
+                busy_total=max_pending_busy,
+            )
+            if max_pending_per_source is not None or max_pending is not None or busy
             else None
         )
         self.unfinished = 0
@@ -127,8 +134,8 @@ class WebSocketServer:
 
     @property
     def refused_busy(self) -> int:
-        """Connections dropped at once: ``max_pending`` connections were in TLS or the
-        upgrade already (all sources together)."""
+        """Connections dropped at once: ``max_pending`` connections (``max_pending_busy``
+        while ``busy()``) were in TLS or the upgrade already (all sources together)."""
         return self._limit.refused_total if self._limit is not None else 0
 
     def _done(self, conn: _WebSocketConnection) -> None:
@@ -200,6 +207,8 @@ async def serve_websocket(
     backlog: int = 1024,
     max_pending_per_source: int | None = None,
     max_pending: int | None = None,
+    busy: Callable[[], bool] | None = None,
+    max_pending_busy: int = 1,
 ) -> WebSocketServer:
     """Listen for agents over WebSocket (TLS over TCP).
 
@@ -220,6 +229,11 @@ async def serve_websocket(
         max_pending: connections all sources together may have in TLS or the upgrade at
             once; more are dropped as they arrive, before TLS (``None``: no limit). Bounds
             the event loop's lag when a whole fleet reconnects at once.
+        busy: ``() -> bool``, asked as each connection arrives: true while the handler
+            would turn new sessions away (``None``: never).
+        max_pending_busy: connections all sources together may have in TLS or the
+            upgrade at once while ``busy()`` (>= 1); more are dropped as they arrive, so
+            a hub that would refuse them after TLS does not pay for their handshakes.
 
     Returns:
         The running server.
@@ -235,6 +249,8 @@ async def serve_websocket(
         hello_timeout=hello_timeout,
         max_pending_per_source=max_pending_per_source,
         max_pending=max_pending,
+        busy=busy,
+        max_pending_busy=max_pending_busy,
     )
     loop = asyncio.get_running_loop()
     try:

@@ -117,6 +117,22 @@ async def test_a_real_agent_comes_back_after_the_hubs_retry_after_not_its_own_ba
         await asyncio.wait_for(task, 5.0)
 
 
+def _slow_claims(hub) -> tuple[asyncio.Event, asyncio.Event]:
+    """Make the hub's ownership claims wait (the API slow to answer them): the first
+    event is set when a claim starts, setting the second lets claims go on."""
+    claim = hub.ownership.claim
+    claiming = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held_claim(node: str):
+        claiming.set()
+        await release.wait()
+        return await claim(node)
+
+    hub.ownership.claim = held_claim
+    return claiming, release
+
+
 @pytest.mark.parametrize("cluster", BOTH, indirect=True)
 async def test_claims_beyond_the_limit_are_turned_away_with_overloaded_then_served(
     hubs: Hubs, namespace: str, unique
@@ -133,16 +149,7 @@ async def test_claims_beyond_the_limit_are_turned_away_with_overloaded_then_serv
         })
     )  # fmt: skip
     assert hub.ownership is not None
-    claim = hub.ownership.claim
-    claiming = asyncio.Event()
-    release = asyncio.Event()
-
-    async def held_claim(node: str):
-        claiming.set()
-        await release.wait()  # the API is slow to answer this one
-        return await claim(node)
-
-    hub.ownership.claim = held_claim  # type: ignore[method-assign]
+    claiming, release = _slow_claims(hub)
     first = hubs.agent(unique("edge-first"))
     await asyncio.wait_for(claiming.wait(), DEADLINE)
     second = hubs.agent(unique("edge-second"), start=False)
@@ -157,6 +164,56 @@ async def test_claims_beyond_the_limit_are_turned_away_with_overloaded_then_serv
     second.start()
     await second.wait_for(lambda: second.synced, DEADLINE)
     assert hub.claims_refused == 1
+
+
+async def _arrival(port: int) -> bool:
+    """Open a TCP connection to the hub's WebSocket port and send nothing: whether the
+    hub keeps it (pending TLS) rather than dropping it on arrival."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        with contextlib.suppress(asyncio.TimeoutError):
+            return await asyncio.wait_for(reader.read(1), 0.5) != b""  # EOF: dropped
+        return True  # held open, waiting for our ClientHello
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def test_at_the_claims_bound_arrivals_are_shed_before_tls(
+    hubs: Hubs, namespace: str, unique
+) -> None:
+    """While the claims are at ``ha.claims_in_flight_max`` the hub would turn a session
+    away after TLS; ``listen.max_pending_handshakes_busy`` drops arrivals beyond it before
+    TLS instead (the 10,000-node ramp paid ~3 handshakes per node served for refusals).
+    Once the claims are written, arrivals are held again."""
+    hub = await hubs.start(
+        ha_settings(namespace, "replica-a", **{
+            "ha.claims_in_flight_max": 1, "listen.max_pending_handshakes_busy": 1,
+        })
+    )  # fmt: skip
+    assert hub.ownership is not None and hub.websocket_port
+    claiming, release = _slow_claims(hub)
+    first = hubs.agent(unique("edge-first"))
+    await asyncio.wait_for(claiming.wait(), DEADLINE)
+    assert hub._turning_away()
+    # One slot while busy: a connection holds it; the next is dropped on arrival.
+    _reader, writer = await asyncio.open_connection("127.0.0.1", hub.websocket_port)
+    try:
+        shed = hub.metrics.registry.get_sample_value
+        before = shed("edgefleet_hub_handshakes_shed_total")
+        assert not await _arrival(hub.websocket_port)
+        assert shed("edgefleet_hub_handshakes_shed_total") == before + 1
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    release.set()
+    await first.wait_for(lambda: first.synced, DEADLINE)
+    assert not hub._turning_away()
+    async with contextlib.AsyncExitStack() as stack:  # the full bound again: two held
+        held = await asyncio.open_connection("127.0.0.1", hub.websocket_port)
+        stack.callback(held[1].close)
+        assert await _arrival(hub.websocket_port)
 
 
 @pytest.mark.parametrize("cluster", BOTH, indirect=True)

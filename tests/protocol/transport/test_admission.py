@@ -46,10 +46,27 @@ def test_the_total_bounds_all_sources_together() -> None:
     assert limit.admit(("10.0.0.4", 5001)) is not None
 
 
+def test_while_busy_the_smaller_total_bounds_arrivals() -> None:
+    busy = [False]
+    limit = PendingLimit(10, total=4, busy=lambda: busy[0], busy_total=1)
+    first = limit.admit(("10.0.0.1", 5000))
+    assert first is not None
+    busy[0] = True
+    assert limit.admit(("10.0.0.2", 5000)) is None  # one pending: the busy bound
+    assert limit.refused_total == 1
+    first()
+    assert limit.admit(("10.0.0.2", 5001)) is not None  # busy still lets one through
+    busy[0] = False
+    assert limit.admit(("10.0.0.3", 5000)) is not None  # back to total
+    assert limit.pending == 2
+
+
 @pytest.mark.parametrize(("limit", "total"), [(0, None), (1, 0)])
 def test_the_limits_must_be_positive(limit: int, total: int | None) -> None:
     with pytest.raises(ValueError, match=">= 1"):
         PendingLimit(limit, total)
+    with pytest.raises(ValueError, match="busy_total must be >= 1"):
+        PendingLimit(1, busy=lambda: True, busy_total=0)
 
 
 @pytest.mark.parametrize("transport", ["quic", "websocket"])
