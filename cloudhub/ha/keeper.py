@@ -53,8 +53,8 @@ class LoopThread:
         Raises:
             Whatever ``coro`` raises; RuntimeError: the thread was closed.
         """
-        if self.loop.is_closed():
-            coro.close()
+        if self.loop.is_closed() or not self._thread.is_alive():
+            coro.close()  # closed, or stopped by a close() whose join timed out
             raise RuntimeError("the loop thread is closed")
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 

@@ -150,6 +150,7 @@ class ReplicaLeases:
         self._fenced = False  # the Lease ran out (logged); the next renewal says it is back
         self._seen: dict[str, _Seen] = {}
         self._released = False
+        self._writes: asyncio.Lock | None = None  # one write of this Lease at a time
         self.on_dead: list[Callable[[str], None]] = []
         """``hook(identity)``: another replica's Lease was deleted or given up (an orderly
         stop): it serves nothing any more. (A Lease that expires raises no event: see
@@ -232,7 +233,21 @@ class ReplicaLeases:
                     f"still valid for {left:.1f} s" if left > 0 else "fenced",
                 )
 
+    def _one_write(self) -> asyncio.Lock:
+        """The lock that orders this replica's writes of its own Lease (made on the loop
+        that writes it: the renewal thread's, or the serving loop without one): a renewal
+        in flight when :meth:`release` runs ends before the DELETE is sent, so that its
+        404 cannot make it create the Lease again after the DELETE."""
+        if self._writes is None:
+            self._writes = asyncio.Lock()
+        return self._writes
+
     async def _renew(self, *, acquire: bool = False) -> None:
+        async with self._one_write():
+            if not self._released:
+                await self._write(acquire=acquire)
+
+    async def _write(self, *, acquire: bool) -> None:
         s = self.settings
         started = self._monotonic()
         now = self._clock()
@@ -325,8 +340,13 @@ class ReplicaLeases:
             self._expiry.cancel()
             self._expiry = None
         s = self.settings
+
+        async def delete() -> None:
+            async with self._one_write():
+                await self.client.delete(LEASES, self.lease_name, s.namespace)
+
         try:
-            await self._there(self.client.delete(LEASES, self.lease_name, s.namespace))
+            await self._there(delete())
         except KubeNotFound:
             pass
         except KubeAPIError as exc:

@@ -10,7 +10,9 @@ responses so that watches work. Tests make it misbehave the ways an API or a net
   ``restore_watches()``: an outage of the watch path only;
 - ``after_once(method, path_part, action)``: run ``await action()`` after forwarding the
   next matching request and before answering it: another writer sneaking in between a
-  client's read and its write.
+  client's read and its write;
+- ``before_once(method, path_part, action)``: run ``await action()`` before forwarding the
+  next matching request: a request slow on the wire, overtaken by one sent after it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ class _Fault:
     times: int
 
 
+_Hook = tuple[str, str, Callable[[], Awaitable[object]]]
+
+
+def _take(hooks: list[_Hook], request: web.Request) -> Callable[[], Awaitable[object]] | None:
+    """Remove and return the first hook matching the request's method and path."""
+    for i, (method, part, action) in enumerate(hooks):
+        if method == request.method and part in request.path:
+            del hooks[i]
+            return action
+    return None
+
+
 class FaultyProxy:
     """Forwards to the API named by ``upstream_kubeconfig``; listens on 127.0.0.1."""
 
@@ -56,7 +70,8 @@ class FaultyProxy:
         self.kubeconfig = workdir / "proxy-kubeconfig"
         self.requests: list[tuple[str, str]] = []
         self._faults: list[_Fault] = []
-        self._after: list[tuple[str, str, Callable[[], Awaitable[object]]]] = []
+        self._before: list[_Hook] = []
+        self._after: list[_Hook] = []
         self._watches: set[asyncio.Task] = set()
         self._watch_outage = False
         self._runner: web.AppRunner | None = None
@@ -113,6 +128,12 @@ class FaultyProxy:
         """Run ``action`` once, after forwarding the next matching request."""
         self._after.append((method.upper(), path_part, action))
 
+    def before_once(
+        self, method: str, path_part: str, action: Callable[[], Awaitable[object]]
+    ) -> None:
+        """Run ``action`` once, before forwarding the next matching request."""
+        self._before.append((method.upper(), path_part, action))
+
     def cut_watches(self) -> None:
         """End every open watch abruptly; refuse new watches until :meth:`restore_watches`."""
         self._watch_outage = True
@@ -163,16 +184,17 @@ class FaultyProxy:
         }
         headers["Authorization"] = f"Bearer {self.token}"
         data = await request.read()
+        before = _take(self._before, request)
+        if before is not None:
+            await before()
         if not watch:
             async with self._session.request(
                 request.method, self.upstream + request.path_qs, headers=headers, data=data or None
             ) as upstream:
                 body = await upstream.read()
-            for i, (method, part, action) in enumerate(self._after):
-                if method == request.method and part in request.path:
-                    del self._after[i]
-                    await action()
-                    break
+            after = _take(self._after, request)
+            if after is not None:
+                await after()
             return web.Response(
                 status=upstream.status,
                 body=body,
