@@ -472,6 +472,9 @@ class Hub:
         try:
             claim = await self.ownership.claim(link.hello.node_name)
         except KubeAPIError as exc:
+            # its write may have landed unanswered: give the node back if so
+            node = link.hello.node_name
+            self._scope.create_task(self.ownership.disown(node), name=f"disown-{node}")
             return Refusal(
                 CloseCode.OVERLOADED,
                 f"cannot record this node's owner in the API: {exc}",

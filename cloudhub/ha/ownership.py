@@ -110,6 +110,7 @@ class NodeOwnership:
         self._clock = clock
         self._jitter = jitter
         self._held: dict[str, str] = {}  # node -> the Lease's resourceVersion we wrote
+        self._claiming: dict[str, int] = {}  # node -> claims of it in flight here
         self.on_lost: list[Callable[[str, str], None]] = []
         """``hook(node, reason)``: this replica no longer owns ``node`` (taken over, or its
         Lease edited by hand): close its session now."""
@@ -164,6 +165,15 @@ class NodeOwnership:
         Raises:
             KubeAPIError: the API failed (the caller refuses the session as overloaded).
         """
+        self._claiming[node] = self._claiming.get(node, 0) + 1
+        try:
+            return await self._claim(node)
+        finally:
+            left = self._claiming.pop(node) - 1
+            if left:
+                self._claiming[node] = left
+
+    async def _claim(self, node: str) -> Claim:
         if not self.replicas.valid():
             # Spread over a whole replica Lease: by then another replica has taken the
             # node or this one renews again. One renew interval (2 s) brought a fenced
@@ -324,12 +334,30 @@ class NodeOwnership:
             return None
         return self._clear(node, version)
 
-    async def _clear(self, node: str, version: str) -> None:
+    def disown(self, node: str) -> Coroutine[Any, Any, None]:
+        """After a claim of ``node`` failed with an API error: its write may have landed
+        with its answer lost (no answer within the request timeout), leaving the Lease
+        naming this replica, which does not serve the node (every other replica would
+        turn its agent away). The returned coroutine reads the Lease and clears the
+        annotation if it names this replica while the node is neither held nor being
+        claimed here, as :meth:`release` does; run it as a task."""
+        return self._clear(node, None)
+
+    def _mine(self, node: str) -> bool:
+        """Held here, or a claim of it is in flight here: its write is the newer one."""
+        return node in self._held or node in self._claiming
+
+    async def _clear(self, node: str, version: str | None) -> None:
         async def attempt() -> None:
             nonlocal version
             for _ in range(_ATTEMPTS):
-                if node in self._held:  # claimed here again since: that claim is the newer write
+                if self._mine(node):  # claimed here again since: that claim is the newer write
                     return
+                if version is None:
+                    current = await self.client.get(LEASES, node, self.lease_namespace)
+                    if owner_of(current) != self.identity or self._mine(node):
+                        return
+                    version = _version(current)
                 patch = {
                     "metadata": {
                         "resourceVersion": version,
@@ -342,13 +370,10 @@ class NodeOwnership:
                 except KubeConflict:
                     # Written since: a renewal in flight when the session ended, or the
                     # PATCH of an earlier attempt that landed unanswered. While the
-                    # annotation still names this replica no other replica has claimed
-                    # the node (a claim writes its own name), so clear it at the version
-                    # read; if another one has, leave its claim alone.
-                    current = await self.client.get(LEASES, node, self.lease_namespace)
-                    if owner_of(current) != self.identity:
-                        return
-                    version = _version(current)
+                    # annotation still names this replica and no claim of the node is in
+                    # flight here, no claim wrote it since (a claim writes its own name):
+                    # clear it at the version read; otherwise leave the claim alone.
+                    version = None
 
         try:
             # Retried (5xx, 429, no answer): a release lost leaves the node held here with
