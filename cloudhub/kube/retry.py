@@ -66,6 +66,7 @@ async def update_with_retry(
     *,
     subresource: str | None = None,
     attempts: int = 8,
+    fence: Callable[[], bool] | None = None,
 ) -> dict | None:
     """Read-modify-write an object, re-reading and re-applying ``mutate`` on 409 Conflict.
 
@@ -73,9 +74,14 @@ async def update_with_retry(
         mutate: receives the fresh object and returns the object to write, or
             ``None`` when no write is needed.
         subresource: ``"status"`` to write through the status subresource.
+        fence: asked before every write attempt (the first, each retry after an error
+            or a conflict); ``False`` ends the update with nothing more written: the
+            caller lost the right to write meanwhile (a hub replica that no longer owns
+            the node, or is fenced), however long the retries took.
 
     Returns:
-        The written object, or ``None`` when ``mutate`` decided no write was needed.
+        The written object, or ``None`` when ``mutate`` decided no write was needed or
+        ``fence`` said stop.
 
     Raises:
         KubeNotFound: the object does not exist. KubeAPIError: retries exhausted.
@@ -85,11 +91,14 @@ async def update_with_retry(
         desired = mutate(current)
         if desired is None:
             return None
+
+        async def write(d: dict = desired) -> dict | None:
+            if fence is not None and not fence():
+                return None
+            return await client.replace(rt, d, subresource=subresource)
+
         try:
-            return await retrying(
-                lambda d=desired: client.replace(rt, d, subresource=subresource),
-                what=f"update {rt.plural}/{name}",
-            )
+            return await retrying(write, what=f"update {rt.plural}/{name}")
         except KubeConflict:
             if attempt == attempts:
                 raise

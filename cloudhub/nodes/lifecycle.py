@@ -542,10 +542,21 @@ class NodeLifecycle:
                 ),
             }
 
+        held = self._held_by(node)
         await self.bucket.acquire()
-        await update_with_retry(self.client, NODES, node, None, metadata)
+        await update_with_retry(self.client, NODES, node, None, metadata, fence=held)
         await self.bucket.acquire()
-        await update_with_retry(self.client, NODES, node, None, status, subresource="status")
+        await update_with_retry(
+            self.client, NODES, node, None, status, subresource="status", fence=held
+        )
+
+    def _held_by(self, node: str) -> Callable[[], bool]:
+        """The fence of this node's writes: whether this replica still owns it (always
+        true without HA). Asked before each attempt, after the rate limit's wait."""
+        ownership = self.ownership
+        if ownership is None:
+            return lambda: True
+        return lambda: ownership.holds(node)
 
     def _unregistrable(self, session: NodeSession, reason: str) -> None:
         session.log.error("cannot register the node: %s", reason)
@@ -611,9 +622,20 @@ class NodeLifecycle:
 
         await self.bucket.acquire()
         try:
-            await update_with_retry(self.client, NODES, node, None, refresh, subresource="status")
+            written = await update_with_retry(
+                self.client,
+                NODES,
+                node,
+                None,
+                refresh,
+                subresource="status",
+                fence=self._held_by(node),
+            )
         except KubeNotFound:
             return  # deleted: the nodes informer closes the session
+        if written is None:  # lost meanwhile (taken over, or this replica fenced)
+            self.metrics.node_writes.labels("heartbeat", "fenced").inc()
+            return
         self.metrics.node_writes.labels("heartbeat", "written").inc()
 
     async def _mark_unknown(self, node: str, state: _State, generation: int) -> None:

@@ -161,7 +161,8 @@ class HubMetrics:
         )
         self.node_writes = Counter(
             f"{NS}_node_writes",
-            "Writes about nodes (node, lease, heartbeat, unknown, event) by outcome",
+            "Writes about nodes (node, lease, heartbeat, unknown, event) by outcome (fenced: not "
+            "written, this replica stopped owning the node while the write waited)",
             ["what", "result"],
             registry=registry,
         )

@@ -199,6 +199,41 @@ async def test_a_pod_report_queued_for_a_node_the_replica_lost_is_not_written(
     assert await _owner(kube, namespace, node_name) == "replica-a"
 
 
+async def test_a_heartbeat_retrying_when_the_node_is_lost_is_not_written(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy
+) -> None:
+    """A Ready heartbeat retrying through API errors when another replica takes the node
+    over: ownership was checked once, before the rate limit's wait and the retries, so the
+    old owner could still write Ready after losing the node; each attempt is fenced now."""
+    a = await hubs.start(
+        ha_settings(namespace, "replica-a", **{"kube.kubeconfig": str(proxy.kubeconfig)})
+    )
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    status = f"/nodes/{node_name}/status"
+    proxy.fail("PUT", status, 503, times=10**6)  # heartbeats retry with back-off
+
+    async def retrying() -> bool:
+        return proxy.count("PUT", status) >= 1
+
+    await eventually(retrying, "a heartbeat retrying")
+    other = replica_lease("replica-x", 30)
+    await kube.create(LEASES, other, namespace)
+    await kube.patch(
+        LEASES, node_name, {"metadata": {"annotations": {OWNER_ANNOTATION: "replica-x"}}}, namespace
+    )
+    assert a.ownership is not None
+    await eventually(lambda: not a.ownership.holds(node_name), "replica-a lost the node")
+    tried = proxy.count("PUT", status)
+    proxy.clear_faults()
+
+    def fenced() -> float:
+        return a.metrics.node_writes.labels("heartbeat", "fenced")._value.get()
+
+    await eventually(lambda: fenced() >= 1, "the retrying heartbeat ended unwritten")
+    assert proxy.count("PUT", status) == tried, "a heartbeat was sent after the node was lost"
+
+
 @pytest.mark.parametrize("restarted", [True, False])
 async def test_a_node_named_by_a_replica_that_restarted_since_is_free(
     hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, restarted: bool
