@@ -65,6 +65,10 @@ class _Dropped:
 _DROPPED = _Dropped()
 
 
+class _Lost(Exception):
+    """Raised after the rate limit's wait when this replica no longer owns the node."""
+
+
 class PodReportWriter:
     """Writes pod status and pod deletions reported by edges.
 
@@ -181,6 +185,8 @@ class PodReportWriter:
                 else:
                     await self._write_status(report)
                 return None
+            except _Lost:
+                return _DROPPED
             except KubeAPIError as exc:
                 if not exc.retryable:
                     self._count(report, "refused")
@@ -214,6 +220,13 @@ class PodReportWriter:
         else:
             self.metrics.status_writes.labels(result).inc()
 
+    async def _acquire(self, report: _Report) -> None:
+        """Wait for the rate limit, then check the node is still this replica's to write
+        (the wait can be long: ownership may have moved meanwhile). Raises _Lost."""
+        await self.bucket.acquire()
+        if self.may_write is not None and not self.may_write(report.node):
+            raise _Lost
+
     async def _write_status(self, report: _Report) -> None:
         ref, status = report.ref, report.status
         assert status is not None
@@ -226,7 +239,7 @@ class PodReportWriter:
             if merged == pod.get("status"):
                 self._count(report, "unchanged")
                 return
-            await self.bucket.acquire()
+            await self._acquire(report)
             try:
                 await self.client.replace(PODS, {**pod, "status": merged}, subresource="status")
             except KubeNotFound:
@@ -245,7 +258,7 @@ class PodReportWriter:
 
     async def _delete(self, report: _Report) -> None:
         ref = report.ref
-        await self.bucket.acquire()
+        await self._acquire(report)
         try:
             await self.client.delete(
                 PODS, ref.name, ref.namespace, grace_period_seconds=0, uid=ref.uid

@@ -6,6 +6,7 @@ replica whose API access is cut stops serving before the others take its nodes o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -197,6 +198,50 @@ async def test_a_pod_report_queued_for_a_node_the_replica_lost_is_not_written(
 
     await eventually(running, "the pod Running")
     assert await _owner(kube, namespace, node_name) == "replica-a"
+
+
+class _HeldBucket:
+    """A rate limiter that holds every write until ``go`` is set (a long queue for it)."""
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def acquire(self) -> None:
+        self.waiting.set()
+        await self.go.wait()
+
+
+async def test_a_pod_report_waiting_for_the_rate_limit_when_the_node_is_lost_is_dropped(
+    hubs: Hubs, kube: KubeClient, namespace: str, node_name: str, proxy: FaultyProxy
+) -> None:
+    """Ownership was checked before the pod writer's rate-limit wait only: a replica that
+    lost the node during the wait still wrote the pod's status after the new owner took
+    over (two replicas writing one node's pods)."""
+    a = await hubs.start(
+        ha_settings(namespace, "replica-a", **{"kube.kubeconfig": str(proxy.kubeconfig)})
+    )
+    agent = hubs.agent(node_name)
+    await agent.wait_for(lambda: agent.synced, DEADLINE)
+    held = _HeldBucket()
+    a.pod_writer.bucket = held  # type: ignore[assignment]
+    await kube.create(PODS, pod("app", namespace, node_name), namespace)
+    await asyncio.wait_for(held.waiting.wait(), DEADLINE)
+    await kube.create(LEASES, replica_lease("replica-x", 30), namespace)
+    await kube.patch(
+        LEASES, node_name, {"metadata": {"annotations": {OWNER_ANNOTATION: "replica-x"}}}, namespace
+    )
+    assert a.ownership is not None
+    await eventually(lambda: not a.ownership.holds(node_name), "replica-a lost the node")
+
+    def dropped() -> float:
+        return a.metrics.status_writes.labels("dropped")._value.get()
+
+    before = dropped()
+    held.go.set()
+    await eventually(lambda: dropped() > before, "the waiting report dropped")
+    assert proxy.count("PUT", "/pods/app/status") == 0
+    assert ((await kube.get(PODS, "app", namespace)).get("status") or {}).get("phase") != "Running"
 
 
 async def test_a_heartbeat_retrying_when_the_node_is_lost_is_not_written(
