@@ -451,16 +451,17 @@ class Hub:
         in flight are at ``ha.claims_in_flight_max``, or the loop is later than
         ``ha.overload_lag``. The WebSocket listener then sheds arrivals before TLS
         (``listen.max_pending_handshakes_busy``)."""
-        if self.ownership is not None and (
-            self._claims_in_flight >= self.settings.ha.claims_in_flight_max
-        ):
+        if self.ownership is not None and self._claims_full():
             return True
-        return self.overload is not None and self.overload.lag > self.overload.threshold
+        return self.overload is not None and self.overload.behind
+
+    def _claims_full(self) -> bool:
+        return self._claims_in_flight >= self.settings.ha.claims_in_flight_max
 
     async def _claim(self, link: Any) -> Refusal | None:
         assert self.ownership is not None and link.hello is not None
         ha = self.settings.ha
-        if self._claims_in_flight >= ha.claims_in_flight_max:
+        if self._claims_full():
             self.claims_refused += 1
             return Refusal(
                 CloseCode.OVERLOADED,
@@ -472,9 +473,10 @@ class Hub:
         try:
             claim = await self.ownership.claim(link.hello.node_name)
         except KubeAPIError as exc:
-            # its write may have landed unanswered: give the node back if so
             node = link.hello.node_name
-            self._scope.create_task(self.ownership.disown(node), name=f"disown-{node}")
+            disown = self.ownership.disown(node)  # its write may have landed unanswered
+            if disown is not None:
+                self._scope.create_task(disown, name=f"disown-{node}")
             return Refusal(
                 CloseCode.OVERLOADED,
                 f"cannot record this node's owner in the API: {exc}",

@@ -74,6 +74,11 @@ class LoopLag:
         now = self._monotonic()
         return max((lag for at, lag in self._samples if at >= now - self.hold), default=0.0)
 
+    @property
+    def behind(self) -> bool:
+        """Whether the loop is later than ``threshold`` (new sessions are refused)."""
+        return self.lag > self.threshold
+
     async def run(self) -> None:
         """Sample until cancelled (the interval paces the samples; it is what is measured)."""
         while True:
@@ -84,9 +89,9 @@ class LoopLag:
     async def admit(self, link: Any) -> Refusal | None:
         """``EdgeServer.admission`` hook: ``OVERLOADED`` with a full-jitter ``retry_after``
         while the lag exceeds the threshold, else ``None``."""
-        lag = self.lag
-        if lag <= self.threshold:
+        if not self.behind:
             return None
+        lag = self.lag
         self.refused += 1
         return Refusal(
             CloseCode.OVERLOADED,

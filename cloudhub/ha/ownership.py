@@ -111,6 +111,7 @@ class NodeOwnership:
         self._jitter = jitter
         self._held: dict[str, str] = {}  # node -> the Lease's resourceVersion we wrote
         self._claiming: dict[str, int] = {}  # node -> claims of it in flight here
+        self._unanswered: set[str] = set()  # a claim's write failed: it may have landed
         self.on_lost: list[Callable[[str, str], None]] = []
         """``hook(node, reason)``: this replica no longer owns ``node`` (taken over, or its
         Lease edited by hand): close its session now."""
@@ -202,7 +203,9 @@ class NodeOwnership:
                     "spec": {**self._spec(node), "acquireTime": micro_time(self._clock())},
                 }
                 try:
-                    created = await self.client.create(LEASES, body, self.lease_namespace)
+                    created = await self._claim_write(
+                        node, self.client.create(LEASES, body, self.lease_namespace)
+                    )
                 except KubeConflict:
                     continue  # another replica created it: decide again on what it wrote
                 self._held[node] = _version(created)
@@ -229,7 +232,9 @@ class NodeOwnership:
                 "spec": self._spec(node),
             }
             try:
-                updated = await self.client.patch(LEASES, node, patch, self.lease_namespace)
+                updated = await self._claim_write(
+                    node, self.client.patch(LEASES, node, patch, self.lease_namespace)
+                )
             except (KubeConflict, KubeNotFound):
                 continue  # written or deleted meanwhile: decide again
             if owner and owner != self.identity:
@@ -334,13 +339,26 @@ class NodeOwnership:
             return None
         return self._clear(node, version)
 
-    def disown(self, node: str) -> Coroutine[Any, Any, None]:
-        """After a claim of ``node`` failed with an API error: its write may have landed
-        with its answer lost (no answer within the request timeout), leaving the Lease
-        naming this replica, which does not serve the node (every other replica would
-        turn its agent away). The returned coroutine reads the Lease and clears the
+    async def _claim_write(self, node: str, write: Coroutine[Any, Any, dict]) -> dict:
+        try:
+            return await write
+        except (KubeConflict, KubeNotFound):
+            raise
+        except KubeAPIError:
+            self._unanswered.add(node)
+            raise
+
+    def disown(self, node: str) -> Coroutine[Any, Any, None] | None:
+        """After a claim of ``node`` failed with an API error: if the error came from its
+        write (not its read), the write may have landed with its answer lost (no answer
+        within the request timeout), leaving the Lease naming this replica, which does
+        not serve the node (every other replica would turn its agent away). The returned
+        coroutine (``None`` when no write failed) reads the Lease and clears the
         annotation if it names this replica while the node is neither held nor being
         claimed here, as :meth:`release` does; run it as a task."""
+        if node not in self._unanswered:
+            return None
+        self._unanswered.discard(node)
         return self._clear(node, None)
 
     def _mine(self, node: str) -> bool:

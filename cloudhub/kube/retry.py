@@ -74,8 +74,8 @@ async def update_with_retry(
         mutate: receives the fresh object and returns the object to write, or
             ``None`` when no write is needed.
         subresource: ``"status"`` to write through the status subresource.
-        fence: asked before every write attempt (the first, each retry after an error
-            or a conflict); ``False`` ends the update with nothing more written: the
+        fence: asked before every read and write attempt (the first, each retry after
+            an error or a conflict); ``False`` ends the update with nothing more sent: the
             caller lost the right to write meanwhile (a hub replica that no longer owns
             the node, or is fenced), however long the retries took.
 
@@ -87,6 +87,8 @@ async def update_with_retry(
         KubeNotFound: the object does not exist. KubeAPIError: retries exhausted.
     """
     for attempt in range(1, attempts + 1):
+        if fence is not None and not fence():
+            return None
         current = await retrying(lambda: client.get(rt, name, namespace), what=f"get {name}")
         desired = mutate(current)
         if desired is None:

@@ -25,6 +25,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 from cloudhub.bridge.registry import SessionRegistry
 from cloudhub.bridge.session import NodeSession
@@ -245,7 +246,7 @@ class NodeLifecycle:
         async def renew(node: str, state: _State) -> None:
             nonlocal renewed
             async with gate:
-                if self.ownership is not None and not self.ownership.holds(node):
+                if not self._holds(node):
                     return
                 try:
                     await self._renew_lease(node, state)
@@ -406,7 +407,7 @@ class NodeLifecycle:
 
     async def _do(self, job: str, node: str, state: _State, generation: int) -> None:
         s = self.settings
-        if job != UNKNOWN and self.ownership is not None and not self.ownership.holds(node):
+        if job != UNKNOWN and not self._holds(node):
             return  # another replica owns it now: its session here is being closed
         if job == REGISTER:
             next_heartbeat = await self._register(node, state)
@@ -542,7 +543,7 @@ class NodeLifecycle:
                 ),
             }
 
-        held = self._held_by(node)
+        held = partial(self._holds, node)
         await self.bucket.acquire()
         await update_with_retry(self.client, NODES, node, None, metadata, fence=held)
         await self.bucket.acquire()
@@ -550,13 +551,10 @@ class NodeLifecycle:
             self.client, NODES, node, None, status, subresource="status", fence=held
         )
 
-    def _held_by(self, node: str) -> Callable[[], bool]:
-        """The fence of this node's writes: whether this replica still owns it (always
-        true without HA). Asked before each attempt, after the rate limit's wait."""
-        ownership = self.ownership
-        if ownership is None:
-            return lambda: True
-        return lambda: ownership.holds(node)
+    def _holds(self, node: str) -> bool:
+        """Whether this replica may write for ``node`` now (always, without HA): the fence
+        of its writes, asked before each attempt, after the rate limit's wait."""
+        return self.ownership is None or self.ownership.holds(node)
 
     def _unregistrable(self, session: NodeSession, reason: str) -> None:
         session.log.error("cannot register the node: %s", reason)
@@ -629,7 +627,7 @@ class NodeLifecycle:
                 None,
                 refresh,
                 subresource="status",
-                fence=self._held_by(node),
+                fence=partial(self._holds, node),
             )
         except KubeNotFound:
             return  # deleted: the nodes informer closes the session

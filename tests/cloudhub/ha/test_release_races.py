@@ -143,3 +143,23 @@ async def test_a_claim_whose_answer_is_lost_gives_the_node_back(
         finally:
             answered.set()
             replicas.close()
+
+
+async def test_a_claim_whose_read_failed_is_not_disowned(
+    namespace: str, proxy: FaultyProxy, unique
+) -> None:
+    """Only a failed *write* may have landed: a claim that failed at its read leaves
+    nothing to give back, and costs no further request (an API outage would otherwise
+    add a read-and-retry task for every agent turned away)."""
+    node = unique("edge")
+    async with _client(proxy) as client:
+        replicas = ReplicaLeases(client, _settings(namespace, "replica-a"), "replica-a")
+        await replicas.start()
+        ownership = NodeOwnership(client, replicas, lease_namespace=namespace, lease_duration=40)
+        proxy.fail("GET", f"/leases/{node}", 503)
+        try:
+            with pytest.raises(KubeAPIError, match="503"):
+                await ownership.claim(node)
+            assert ownership.disown(node) is None
+        finally:
+            replicas.close()
